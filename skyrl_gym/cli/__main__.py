@@ -1,0 +1,3 @@
+from skyrl_gym.cli import main
+
+main()

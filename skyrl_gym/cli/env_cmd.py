@@ -1,0 +1,171 @@
+"""`skyrl env list | check ID | play ID`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+app = typer.Typer(no_args_is_help=True)
+console = Console()
+
+ENV_ID_HELP = "A registered env id (see `skyrl env list`) or an entry point 'module:Class'."
+
+
+def _factory(env_id: str):
+    """A zero-argument env factory for a registered id or a 'module:Class' entry point."""
+    import skyrl_gym
+    from skyrl_gym.registry import EnvSpec
+
+    if ":" in env_id and env_id not in skyrl_gym.registry:
+        target = EnvSpec(env_id, env_id)
+        target.load()  # fail now, with the import error, not inside every check
+        return lambda: skyrl_gym.make(target)
+    skyrl_gym.spec(env_id)
+    return lambda: skyrl_gym.make(env_id)
+
+
+def _die(message: str) -> None:
+    console.print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(2)
+
+
+@app.command("list")
+def list_envs() -> None:
+    """List registered environments."""
+    import skyrl_gym
+
+    table = Table(title="registered environments")
+    table.add_column("id", style="bold")
+    table.add_column("max turns", justify="right")
+    table.add_column("description")
+    for env_id, spec in sorted(skyrl_gym.registry.items()):
+        table.add_row(env_id, str(spec.max_turns or "-"), spec.description)
+    console.print(table)
+
+
+@app.command("check")
+def check(env_id: str = typer.Argument(..., help=ENV_ID_HELP)) -> None:
+    """Run the env checker; exit 1 if any invariant fails."""
+    from skyrl_gym.checker import run_checks
+    from skyrl_gym.registry import EntryPointError, UnknownEnvError
+
+    try:
+        factory = _factory(env_id)
+    except (UnknownEnvError, EntryPointError) as e:
+        _die(str(e))
+    results = run_checks(factory)
+    table = Table(title=f"skyrl env check {env_id}")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("ms", justify="right")
+    table.add_column("detail")
+    for r in results:
+        mark = "[green]pass[/]" if r.passed else "[bold red]FAIL[/]"
+        table.add_row(r.name, mark, f"{r.duration_s * 1000:.1f}", escape(r.message))
+    console.print(table)
+    failed = [r for r in results if not r.passed]
+    if failed:
+        console.print(f"[bold red]{len(failed)} of {len(results)} checks failed[/]")
+        raise typer.Exit(1)
+    console.print(f"[green]all {len(results)} checks passed[/]")
+
+
+def _show_messages(messages: list[dict[str, Any]]) -> None:
+    styles = {"system": "magenta", "user": "cyan", "tool": "yellow", "assistant": "green"}
+    for m in messages:
+        title = m["role"] + (f" ({m['name']})" if "name" in m else "")
+        console.print(
+            Panel(
+                escape(m["content"]),
+                title=title,
+                border_style=styles.get(m["role"], "white"),
+                title_align="left",
+            )
+        )
+
+
+def _read_action() -> str | None:
+    """One assistant turn from stdin; a line ending in a backslash continues the reply."""
+    lines: list[str] = []
+    while True:
+        console.print("[bold green]assistant>[/] " if not lines else "[dim]...[/] ", end="")
+        line = sys.stdin.readline()
+        if not line:
+            return None if not lines else "\n".join(lines)
+        line = line.rstrip("\n")
+        if line.endswith("\\"):
+            lines.append(line[:-1])
+            continue
+        lines.append(line)
+        return "\n".join(lines)
+
+
+@app.command("play")
+def play(
+    env_id: str = typer.Argument(..., help=ENV_ID_HELP),
+    seed: int | None = typer.Option(None, help="Seed for reset (picks the task)."),
+    task_id: str | None = typer.Option(
+        None, "--task", help="Play this task_id from the env's dataset."
+    ),
+) -> None:
+    """Play an env by hand: you type the assistant's replies.
+
+    End a line with a backslash to continue a reply on the next line. Commands: /reset, /quit.
+    """
+    from skyrl_gym.core import ResetNeeded
+    from skyrl_gym.registry import EntryPointError, UnknownEnvError
+
+    try:
+        env = _factory(env_id)()
+    except (UnknownEnvError, EntryPointError) as e:
+        _die(str(e))
+    options = None
+    if task_id is not None:
+        rows = [t for t in getattr(env.unwrapped, "tasks", ()) if str(t["task_id"]) == task_id]
+        if not rows:
+            _die(f"env {env_id!r} has no task {task_id!r}")
+        options = {"task": rows[0]}
+    try:
+        messages, info = env.reset(seed=seed, options=options)
+        console.print(f"[dim]episode started: {json.dumps(info, default=str)}[/]")
+        _show_messages(messages)
+        total = 0.0
+        while True:
+            action = _read_action()
+            if action is None or action.strip() == "/quit":
+                console.print("[dim]bye[/]")
+                return
+            if action.strip() == "/reset":
+                messages, info = env.reset(options=options)
+                total = 0.0
+                console.print(f"[dim]episode started: {json.dumps(info, default=str)}[/]")
+                _show_messages(messages)
+                continue
+            try:
+                messages, reward, terminated, truncated, info = env.step(action)
+            except ResetNeeded as e:
+                console.print(f"[yellow]{escape(str(e))}[/] (type /reset)")
+                continue
+            total += reward
+            _show_messages(messages)
+            if info.get("parse_error"):
+                console.print(f"[yellow]parse error:[/] {escape(json.dumps(info['parse_error']))}")
+            console.print(
+                f"[bold]reward[/] {reward:g}  [bold]return[/] {total:g}  "
+                f"terminated={terminated} truncated={truncated}"
+            )
+            if terminated or truncated:
+                episode = info.get("episode", {})
+                console.print(
+                    Panel(escape(json.dumps(episode, indent=2, default=str)), title="episode over")
+                )
+                console.print("[dim]/reset for a new episode, /quit to leave[/]")
+    finally:
+        env.close()

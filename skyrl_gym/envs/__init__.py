@@ -1,0 +1,16 @@
+"""Built-in environments, registered lazily: importing this module imports none of them."""
+
+from skyrl_gym.registry import register
+
+register(
+    "math",
+    "skyrl_gym.envs.math.env:MathEnv",
+    description="Arithmetic word problems with a calculator tool; reward 1 for the exact answer.",
+    max_turns=6,
+)
+register(
+    "sql-basic",
+    "skyrl_gym.envs.sql_basic.env:SQLBasicEnv",
+    description="Questions over a bundled SQLite shop database through a read-only sql tool.",
+    max_turns=8,
+)

@@ -1,0 +1,91 @@
+"""`sql-basic`: answer questions about a bundled shop database through a read-only `sql` tool."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import tempfile
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, ClassVar
+
+from skyrl_gym.envs.math.env import parse_number
+from skyrl_gym.tasks import TaskRow, load_tasks
+from skyrl_gym.tool_env import ToolEnv
+from tools import ToolFormat
+from tools.sqlite import SQLiteReadOnly, sql_tool
+
+HERE = Path(__file__).parent
+SCHEMA_FILE = HERE / "schema.sql"
+TASKS_FILE = HERE / "tasks.jsonl"
+
+
+def cache_dir() -> Path:
+    """Where built artefacts go: `$SKYRL_CACHE`, else `~/.cache/skyrl`."""
+    return Path(os.environ.get("SKYRL_CACHE", Path.home() / ".cache" / "skyrl"))
+
+
+def bundled_database() -> Path:
+    """Build the shop database from `schema.sql` once (keyed by the script's hash) and return it."""
+    script = SCHEMA_FILE.read_text()
+    target = (
+        cache_dir()
+        / "sql-basic"
+        / f"shop-{hashlib.sha256(script.encode()).hexdigest()[:12]}.sqlite"
+    )
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Build aside and rename, so concurrent builders never see a half-written file.
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+        os.close(fd)
+        with sqlite3.connect(tmp) as conn:
+            conn.executescript(script)
+        conn.close()
+        os.replace(tmp, target)
+    return target
+
+
+@cache
+def bundled_tasks() -> tuple[TaskRow, ...]:
+    return tuple(load_tasks(TASKS_FILE, SQLBasicEnv.required_fields))
+
+
+def answers_match(given: str, gold: str) -> bool:
+    """Numbers compare numerically (to 1e-6 relative), text case- and space-insensitively."""
+    a, b = parse_number(given), parse_number(gold)
+    if a is not None and b is not None:
+        return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+    return " ".join(given.lower().split()) == " ".join(gold.lower().split())
+
+
+class SQLBasicEnv(ToolEnv):
+    """Explore the schema and data with `sql`, then `answer` with a single value."""
+
+    required_fields: ClassVar[tuple[str, ...]] = ("question", "answer")
+    system_prompt: ClassVar[str] = (
+        "Answer the question about a SQLite shop database (tables: customers, products, orders). "
+        "Query it with the sql tool (read-only), then give a single value with the answer tool."
+    )
+
+    def __init__(
+        self,
+        tasks: Sequence[TaskRow] | None = None,
+        database: str | Path | None = None,
+        tool_format: str | ToolFormat = "xml",
+        timeout_s: float = 5.0,
+    ):
+        self.db = SQLiteReadOnly(database or bundled_database(), timeout_s=timeout_s)
+        super().__init__(
+            bundled_tasks() if tasks is None else tasks, [sql_tool(self.db)], tool_format
+        )
+
+    def prompt(self, task: dict[str, Any]) -> str:
+        return task["question"]
+
+    def score(self, task: dict[str, Any], answer: str) -> float:
+        return float(answers_match(answer, str(task["answer"])))
+
+    def close(self) -> None:
+        self.db.close()

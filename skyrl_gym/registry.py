@@ -1,0 +1,144 @@
+"""The env registry: `register` an id with a lazy `"module:Class"` entry point, `make` it.
+
+`make` builds the env and wraps it as Gymnasium does: `OrderEnforcing` (no step before reset),
+`TurnLimit` (sets `truncated`), and `EpisodeStatistics` (summary in `info["episode"]`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import gymnasium as gym
+
+from skyrl_gym.core import TextEnv
+from skyrl_gym.wrappers import EpisodeStatistics, OrderEnforcing, TurnLimit
+
+EnvFactory = Callable[..., TextEnv]
+
+
+class RegistrationError(ValueError):
+    """An env id is registered twice with different specs, or an id is malformed."""
+
+
+class UnknownEnvError(KeyError):
+    """`make`/`spec` was given an id that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0])
+
+
+class EntryPointError(ImportError):
+    """An entry point could not be imported or does not build a `TextEnv`."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one registered env."""
+
+    id: str
+    """The registry id, e.g. `"math"`."""
+    entry_point: str | EnvFactory
+    """`"package.module:ClassName"` (imported on first `make`) or a callable returning the env."""
+    description: str = ""
+    """One line shown by `skyrl env list`."""
+    max_turns: int | None = None
+    """Default turn limit applied by `make` (None: no limit beyond the env's own)."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Default constructor arguments; `make(id, **kwargs)` overrides them."""
+    order_enforce: bool = True
+    """Wrap in `OrderEnforcing` (step before reset raises `ResetNeeded`)."""
+
+    def load(self) -> EnvFactory:
+        """Import and return the entry point, with an error naming what failed."""
+        if callable(self.entry_point):
+            return self.entry_point
+        module_name, sep, attr = self.entry_point.partition(":")
+        if not sep or not module_name or not attr:
+            raise EntryPointError(
+                f"env {self.id!r}: entry point {self.entry_point!r} is not of the form 'module:Class'"
+            )
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise EntryPointError(
+                f"env {self.id!r}: cannot import module {module_name!r} ({type(e).__name__}: {e})"
+            ) from e
+        try:
+            factory = getattr(module, attr)
+        except AttributeError:
+            raise EntryPointError(
+                f"env {self.id!r}: module {module_name!r} has no attribute {attr!r}"
+            ) from None
+        if not callable(factory):
+            raise EntryPointError(f"env {self.id!r}: {self.entry_point!r} is not callable")
+        return factory
+
+
+_registry: dict[str, EnvSpec] = {}
+registry: Mapping[str, EnvSpec] = MappingProxyType(_registry)
+"""Read-only view of every registered env, by id."""
+
+
+def register(
+    id: str,
+    entry_point: str | EnvFactory,
+    *,
+    description: str = "",
+    max_turns: int | None = None,
+    order_enforce: bool = True,
+    **kwargs: Any,
+) -> EnvSpec:
+    """Register an env id. Registering the same spec twice is a no-op; a different one raises."""
+    if not isinstance(id, str) or not id or any(c.isspace() for c in id):
+        raise RegistrationError(f"env id must be a non-empty string without spaces, got {id!r}")
+    new = EnvSpec(id, entry_point, description, max_turns, dict(kwargs), order_enforce)
+    old = _registry.get(id)
+    if old is not None and old != new:
+        raise RegistrationError(
+            f"env {id!r} is already registered with entry point {old.entry_point!r}; "
+            "call deregister() first to replace it"
+        )
+    _registry[id] = new
+    return new
+
+
+def deregister(id: str) -> None:
+    """Remove an env id (no error if it is absent)."""
+    _registry.pop(id, None)
+
+
+def spec(id: str) -> EnvSpec:
+    """The spec of a registered id, or `UnknownEnvError` with close matches."""
+    try:
+        return _registry[id]
+    except KeyError:
+        close = difflib.get_close_matches(str(id), list(_registry), n=3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        known = ", ".join(sorted(_registry)) or "none"
+        raise UnknownEnvError(f"no env registered as {id!r}.{hint} Registered: {known}") from None
+
+
+def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> gym.Env:
+    """Build a registered env, wrapped with order enforcement, the turn limit and episode stats.
+
+    `max_turns` overrides the spec's default; other keyword arguments override the spec's
+    constructor defaults.
+    """
+    env_spec = id if isinstance(id, EnvSpec) else spec(id)
+    factory = env_spec.load()
+    env = factory(**{**env_spec.kwargs, **kwargs})
+    if not isinstance(env, TextEnv):
+        raise EntryPointError(
+            f"env {env_spec.id!r}: entry point returned {type(env).__name__}, not a TextEnv"
+        )
+    env.spec = None  # gymnasium's EnvSpec type does not fit text envs; ours is `registry[id]`
+    wrapped: gym.Env = OrderEnforcing(env) if env_spec.order_enforce else env
+    turns = max_turns if max_turns is not None else env_spec.max_turns
+    if turns is not None:
+        wrapped = TurnLimit(wrapped, turns)
+    return EpisodeStatistics(wrapped)

@@ -1,0 +1,65 @@
+"""Task rows and JSONL datasets.
+
+A task row is a plain JSON object with a stable `task_id` and whatever fields its env needs
+(question, gold answer, database id, ...). Datasets are JSONL files, one row per line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+TaskRow = dict[str, Any]
+
+
+class TaskError(ValueError):
+    """A task row or dataset file is malformed. The message names the row and the field."""
+
+
+def validate_task(row: object, required: Sequence[str] = (), env_name: str = "env") -> TaskRow:
+    """Return `row` if it is a dict with a string `task_id` and every `required` field."""
+    if not isinstance(row, dict):
+        raise TaskError(f"{env_name}: a task row must be a JSON object, got {type(row).__name__}")
+    task_id = row.get("task_id")
+    if not isinstance(task_id, str | int) or isinstance(task_id, bool) or task_id == "":
+        raise TaskError(f"{env_name}: task row has no usable 'task_id' (got {task_id!r})")
+    missing = [f for f in required if f not in row]
+    if missing:
+        fields = ", ".join(repr(f) for f in missing)
+        raise TaskError(f"{env_name}: task {task_id!r} is missing field(s) {fields}")
+    return row
+
+
+def load_tasks(path: str | Path, required: Sequence[str] = ()) -> list[TaskRow]:
+    """Read a JSONL dataset; every error names the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise TaskError(f"dataset not found: {path}")
+    rows: list[TaskRow] = []
+    seen: set[object] = set()
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            try:
+                validate_task(row, required, str(path))
+            except TaskError as e:
+                raise TaskError(f"{path}:{lineno}: {e}") from None
+            if row["task_id"] in seen:
+                raise TaskError(f"{path}:{lineno}: duplicate task_id {row['task_id']!r}")
+            seen.add(row["task_id"])
+            rows.append(row)
+    return rows
+
+
+def write_tasks(path: str | Path, rows: Iterable[TaskRow]) -> None:
+    """Write rows as JSONL (validating each)."""
+    with Path(path).open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(validate_task(row), ensure_ascii=False) + "\n")

@@ -1,0 +1,92 @@
+"""`ToolEnv`: the common shape of tool-using task envs.
+
+Each turn the model's reply is parsed with the env's `ToolFormat`. Tool calls run and their
+results come back as the next observation; a call to `answer` ends the episode with the reward
+from `score`. A malformed reply becomes an observation that says what was wrong (and counts in
+`info["parse_error"]`), so the model can recover on its next turn.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from skyrl_gym.core import Messages, StepReturn, TaskEnv, coerce_action
+from tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, XMLTagFormat, tool
+from tools.formats import FORMATS
+
+
+@tool
+def answer(answer: str) -> str:
+    """Give your final answer. This ends the episode.
+
+    Args:
+        answer: The final answer, as short as possible.
+    """
+    return answer
+
+
+def resolve_format(tool_format: str | ToolFormat, tools: Sequence[Tool]) -> ToolFormat:
+    """A format instance from a name (`xml`, `hermes`, `openai`) or an instance."""
+    if isinstance(tool_format, ToolFormat):
+        return tool_format
+    if tool_format == "xml":
+        return XMLTagFormat.for_tools(tools)
+    if tool_format in FORMATS:
+        return FORMATS[tool_format]()
+    raise ValueError(f"unknown tool format {tool_format!r}; choose xml, {', '.join(FORMATS)}")
+
+
+class ToolEnv(TaskEnv):
+    """A task env where the model calls tools and ends the episode by calling `answer`."""
+
+    system_prompt: ClassVar[str] = "You are a helpful assistant that solves tasks with tools."
+
+    def __init__(
+        self,
+        tasks: Sequence[dict[str, Any]] | None,
+        tools: Sequence[Tool],
+        tool_format: str | ToolFormat = "xml",
+        max_output_chars: int = 16_000,
+    ):
+        super().__init__(tasks)
+        self.toolset = Toolset([*tools, answer], max_output_chars=max_output_chars)
+        self.tool_format = resolve_format(tool_format, list(self.toolset))
+
+    @abc.abstractmethod
+    def prompt(self, task: dict[str, Any]) -> str:
+        """The user message that states the task."""
+
+    @abc.abstractmethod
+    def score(self, task: dict[str, Any], answer: str) -> float:
+        """The reward for a final answer."""
+
+    def start(self, task: dict[str, Any]) -> Messages:
+        system = f"{self.system_prompt}\n\n{self.tool_format.instructions(list(self.toolset))}"
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": self.prompt(task)},
+        ]
+
+    def step(self, action: str) -> StepReturn:
+        assert self.task is not None, "reset() first"
+        parsed = self.tool_format.parse(coerce_action(action))
+        calls = parsed.tool_calls
+        error = parsed.error or next(filter(None, map(self.toolset.check, calls)), None)
+        info: dict[str, Any] = {"tool_calls": [c.to_json() for c in calls], "parse_error": None}
+        if error is None and not calls:
+            error = ParseError(
+                ParseErrorKind.NO_ACTION, "call a tool, or call `answer` with your final answer"
+            )
+        if error is not None:
+            info["parse_error"] = error.to_json()
+            return [self.tool_format.error_message(error)], 0.0, False, False, info
+        final = next((c for c in calls if c.name == answer.name), None)
+        if final is not None:
+            given = str(final.arguments.get("answer", ""))
+            reward = float(self.score(self.task, given))
+            info["episode"] = {"answer": given, "correct": reward > 0}
+            return [], reward, True, False, info
+        observations = [self.tool_format.render_result(self.toolset.execute(c)) for c in calls]
+        return observations, 0.0, False, False, info

@@ -1,0 +1,28 @@
+"""Tools the model can call, their JSON schemas, and the formats tool calls are written in."""
+
+from tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall, ToolResult
+from tools.core import Tool, ToolArgumentError, ToolDefinitionError, tool
+from tools.formats import FORMATS, HermesFormat, OpenAIFormat, ToolFormat, XMLTagFormat
+from tools.messages import Message, Messages, is_message
+from tools.toolset import Toolset
+
+__all__ = [
+    "FORMATS",
+    "HermesFormat",
+    "Message",
+    "Messages",
+    "OpenAIFormat",
+    "ParseError",
+    "ParseErrorKind",
+    "ParsedAction",
+    "Tool",
+    "ToolArgumentError",
+    "ToolCall",
+    "ToolDefinitionError",
+    "ToolFormat",
+    "ToolResult",
+    "Toolset",
+    "XMLTagFormat",
+    "is_message",
+    "tool",
+]

@@ -1,0 +1,76 @@
+"""What a tool-call format produces: tool calls, or a typed parse error, and tool results."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for."""
+
+    name: str
+    """The tool's name."""
+    arguments: dict[str, Any]
+    """Keyword arguments, as parsed from the model's text."""
+    id: str | None = None
+    """Call id, for formats that carry one (OpenAI `tool_calls`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments, "id": self.id}
+
+
+class ParseErrorKind(enum.Enum):
+    """Why a model's text could not be turned into tool calls."""
+
+    UNCLOSED_TAG = "unclosed_tag"
+    """An opening tag (`<sql>`, `<tool_call>`) without its closing tag."""
+    INVALID_JSON = "invalid_json"
+    """The body of a call is not valid JSON."""
+    BAD_CALL_SHAPE = "bad_call_shape"
+    """Valid JSON, but not `{"name": str, "arguments": object}`."""
+    UNKNOWN_TOOL = "unknown_tool"
+    """A call names a tool the env does not offer."""
+    BAD_ARGUMENTS = "bad_arguments"
+    """The arguments do not match the tool's schema."""
+    NO_ACTION = "no_action"
+    """The reply contains neither a tool call nor a final answer."""
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """A malformed action, reported back to the model as an observation and counted as a metric."""
+
+    kind: ParseErrorKind
+    """What class of mistake it was."""
+    message: str
+    """A sentence telling the model what was wrong and what is expected."""
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "message": self.message}
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """The result of parsing one assistant reply."""
+
+    content: str
+    """The reply's text outside any tool call."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """Calls in the order they appear."""
+    error: ParseError | None = None
+    """Set when (part of) the reply could not be parsed; `tool_calls` holds what did parse."""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of running one tool call."""
+
+    call: ToolCall
+    """The call that produced it."""
+    output: str
+    """Text shown to the model."""
+    is_error: bool = False
+    """True when the tool raised or refused; `output` then explains why."""

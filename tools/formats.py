@@ -1,0 +1,277 @@
+"""Tool-call formats: parse model text into `ToolCall`s (or a `ParseError`), render results.
+
+Three formats cover what models are trained on:
+- `XMLTagFormat`: one tag per tool, the body is the single argument (`<sql>SELECT 1</sql>`),
+  as in SkyRL-SQL and Search-R1.
+- `HermesFormat`: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen).
+- `OpenAIFormat`: the assistant message's `tool_calls` list, serialized as JSON.
+
+All parsers scan linearly (no backtracking regexes), so a 1 MB reply parses in milliseconds.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall, ToolResult
+from tools.core import Tool
+from tools.messages import Message
+
+_EXCERPT = 80
+
+
+def _excerpt(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
+
+
+class ToolFormat(abc.ABC):
+    """How tool calls appear in model text, and how their results are shown back."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def parse(self, text: str) -> ParsedAction:
+        """Extract tool calls from an assistant reply. Never raises on malformed text."""
+
+    @abc.abstractmethod
+    def render_call(self, call: ToolCall) -> str:
+        """The text a model writes to make `call` (inverse of `parse`)."""
+
+    @abc.abstractmethod
+    def render_result(self, result: ToolResult) -> Message:
+        """The message that shows a tool's result to the model."""
+
+    @abc.abstractmethod
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        """System-prompt text telling the model which tools exist and how to call them."""
+
+    def error_message(self, error: ParseError) -> Message:
+        """The observation that tells the model its reply was malformed."""
+        return {"role": "user", "content": f"Your reply could not be parsed: {error.message}"}
+
+
+class XMLTagFormat(ToolFormat):
+    """`<tag>body</tag>`: each tag is a tool taking one string argument.
+
+    `tags` maps tag name to the argument name the body fills, e.g. `{"sql": "query"}`.
+    """
+
+    name = "xml"
+
+    def __init__(self, tags: Mapping[str, str], result_tag: str = "observation"):
+        if not tags:
+            raise ValueError("XMLTagFormat needs at least one tag")
+        for tag in tags:
+            if not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
+                raise ValueError(f"invalid tag name {tag!r}")
+        self.tags = dict(tags)
+        self.result_tag = result_tag
+        self._open = re.compile("<(" + "|".join(map(re.escape, self.tags)) + ")>")
+
+    @classmethod
+    def for_tools(cls, tools: Sequence[Tool], result_tag: str = "observation") -> XMLTagFormat:
+        """One tag per single-argument tool, named after the tool."""
+        tags = {}
+        for t in tools:
+            params = list(t.parameters["properties"])
+            if len(params) != 1:
+                raise ValueError(
+                    f"XML tag format needs one-argument tools; {t.name} has {len(params)}"
+                )
+            tags[t.name] = params[0]
+        return cls(tags, result_tag)
+
+    def parse(self, text: str) -> ParsedAction:
+        calls: list[ToolCall] = []
+        outside: list[str] = []
+        pos = 0
+        while (match := self._open.search(text, pos)) is not None:
+            tag = match.group(1)
+            close = f"</{tag}>"
+            end = text.find(close, match.end())
+            outside.append(text[pos : match.start()])
+            if end < 0:
+                error = ParseError(
+                    ParseErrorKind.UNCLOSED_TAG,
+                    f"<{tag}> is never closed; write <{tag}>...</{tag}> "
+                    f"(found: {_excerpt(text[match.start() :])!r})",
+                )
+                return ParsedAction("".join(outside).strip(), calls, error)
+            body = text[match.end() : end].strip()
+            calls.append(ToolCall(tag, {self.tags[tag]: body}))
+            pos = end + len(close)
+        outside.append(text[pos:])
+        return ParsedAction("".join(outside).strip(), calls)
+
+    def render_call(self, call: ToolCall) -> str:
+        return f"<{call.name}>{call.arguments[self.tags[call.name]]}</{call.name}>"
+
+    def render_result(self, result: ToolResult) -> Message:
+        return {
+            "role": "user",
+            "content": f"<{self.result_tag}>\n{result.output}\n</{self.result_tag}>",
+        }
+
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        lines = ["Use a tool by writing its tag with the argument inside:"]
+        for t in tools:
+            if t.name in self.tags:
+                lines.append(f"- <{t.name}>{self.tags[t.name]}</{t.name}>: {t.description}")
+        lines.append(f"Results come back inside <{self.result_tag}>...</{self.result_tag}>.")
+        return "\n".join(lines)
+
+
+def _call_from_json(obj: object, call_id: str | None = None) -> ToolCall | ParseError:
+    """A `ToolCall` from `{"name": str, "arguments": object | JSON string}`."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return ParseError(
+            ParseErrorKind.BAD_CALL_SHAPE,
+            'a tool call must be a JSON object {"name": "<tool>", "arguments": {...}}',
+        )
+    arguments = obj.get("arguments", {})
+    if isinstance(arguments, str):  # some models double-encode arguments
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as e:
+            return ParseError(
+                ParseErrorKind.INVALID_JSON,
+                f"the arguments of {obj['name']!r} are not valid JSON: {e.msg} at position {e.pos}",
+            )
+    if not isinstance(arguments, dict):
+        return ParseError(
+            ParseErrorKind.BAD_CALL_SHAPE,
+            f'"arguments" of {obj["name"]!r} must be a JSON object, got {type(arguments).__name__}',
+        )
+    return ToolCall(obj["name"], arguments, call_id if call_id is not None else obj.get("id"))
+
+
+class HermesFormat(ToolFormat):
+    """`<tool_call>{"name": "sql", "arguments": {"query": "..."}}</tool_call>` (Hermes / Qwen)."""
+
+    name = "hermes"
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+    def parse(self, text: str) -> ParsedAction:
+        calls: list[ToolCall] = []
+        outside: list[str] = []
+        pos = 0
+        while (start := text.find(self.OPEN, pos)) >= 0:
+            outside.append(text[pos:start])
+            body_start = start + len(self.OPEN)
+            end = text.find(self.CLOSE, body_start)
+            if end < 0:
+                error = ParseError(
+                    ParseErrorKind.UNCLOSED_TAG,
+                    f"{self.OPEN} is never closed with {self.CLOSE} "
+                    f"(found: {_excerpt(text[start:])!r})",
+                )
+                return ParsedAction("".join(outside).strip(), calls, error)
+            body = text[body_start:end].strip()
+            pos = end + len(self.CLOSE)
+            try:
+                obj = json.loads(body)
+            except json.JSONDecodeError as e:
+                error = ParseError(
+                    ParseErrorKind.INVALID_JSON,
+                    f"the body of {self.OPEN} is not valid JSON: {e.msg} at line {e.lineno} "
+                    f"column {e.colno} (body: {_excerpt(body)!r})",
+                )
+                return ParsedAction("".join(outside).strip(), calls, error)
+            call = _call_from_json(obj)
+            if isinstance(call, ParseError):
+                return ParsedAction("".join(outside).strip(), calls, call)
+            calls.append(call)
+        outside.append(text[pos:])
+        return ParsedAction("".join(outside).strip(), calls)
+
+    def render_call(self, call: ToolCall) -> str:
+        body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+        return f"{self.OPEN}\n{body}\n{self.CLOSE}"
+
+    def render_result(self, result: ToolResult) -> Message:
+        return {"role": "tool", "name": result.call.name, "content": result.output}
+
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        schemas = "\n".join(json.dumps(t.openai_schema(), ensure_ascii=False) for t in tools)
+        return (
+            "You may call one or more functions. Their signatures are within <tools></tools>:\n"
+            f"<tools>\n{schemas}\n</tools>\n"
+            "For each call, write a JSON object with the function name and arguments within "
+            f'{self.OPEN}{self.CLOSE} tags:\n{self.OPEN}\n{{"name": <function-name>, '
+            f'"arguments": <args-json-object>}}\n{self.CLOSE}'
+        )
+
+
+class OpenAIFormat(ToolFormat):
+    """OpenAI chat `tool_calls`. The action is the assistant message serialized as JSON
+    (`{"content": ..., "tool_calls": [...]}`); any other text is a plain reply."""
+
+    name = "openai"
+
+    def parse(self, text: str) -> ParsedAction:
+        stripped = text.strip()
+        if not stripped.startswith("{"):
+            return ParsedAction(text.strip())
+        try:
+            message = json.loads(stripped)
+        except json.JSONDecodeError:
+            return ParsedAction(text.strip())
+        if not isinstance(message, dict) or "tool_calls" not in message:
+            return ParsedAction(text.strip())
+        content = message.get("content") or ""
+        raw_calls = message["tool_calls"]
+        if not isinstance(raw_calls, list):
+            return ParsedAction(
+                content,
+                [],
+                ParseError(ParseErrorKind.BAD_CALL_SHAPE, '"tool_calls" must be a list'),
+            )
+        calls: list[ToolCall] = []
+        for index, raw in enumerate(raw_calls):
+            function = raw.get("function") if isinstance(raw, dict) else None
+            call_id = raw.get("id") if isinstance(raw, dict) else None
+            call = _call_from_json(
+                function, call_id if isinstance(call_id, str) else f"call_{index}"
+            )
+            if isinstance(call, ParseError):
+                return ParsedAction(content, calls, call)
+            calls.append(call)
+        return ParsedAction(content if isinstance(content, str) else "", calls)
+
+    def render_call(self, call: ToolCall) -> str:
+        return json.dumps(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call.id or "call_0",
+                        "type": "function",
+                        "function": {
+                            "name": call.name,
+                            "arguments": json.dumps(call.arguments, ensure_ascii=False),
+                        },
+                    }
+                ],
+            },
+            ensure_ascii=False,
+        )
+
+    def render_result(self, result: ToolResult) -> Message:
+        return {
+            "role": "tool",
+            "tool_call_id": result.call.id or "call_0",
+            "content": result.output,
+        }
+
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        return "Call the provided functions when they help; answer in plain text otherwise."
+
+
+FORMATS: dict[str, type[ToolFormat]] = {"hermes": HermesFormat, "openai": OpenAIFormat}
+"""Formats that need no configuration, by name (`XMLTagFormat` needs its tag map)."""
