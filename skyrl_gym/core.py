@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from skyrl_gym.tasks import validate_task
 from tools.messages import ROLES, Message, Messages, Role, is_message
 
 __all__ = [
@@ -56,8 +57,11 @@ class MessagesSpace(gym.Space[Messages]):
         return False
 
     def sample(self, mask: Any = None, probability: Any = None) -> Messages:
-        count = int(self.np_random.integers(1, 4))
-        return [{"role": "user", "content": _random_text(self.np_random, 32)} for _ in range(count)]
+        count = int(self.np_random.integers(1, min(3, self.max_messages) + 1))
+        length = min(32, self.max_chars)
+        return [
+            {"role": "user", "content": _random_text(self.np_random, length)} for _ in range(count)
+        ]
 
     def contains(self, x: Any) -> bool:
         return (
@@ -92,7 +96,7 @@ class TextSpace(gym.Space[str]):
         return False
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
-        return _random_text(self.np_random, 64)
+        return _random_text(self.np_random, min(64, self.max_chars))
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and len(x) <= self.max_chars
@@ -199,8 +203,6 @@ class TaskEnv(TextEnv):
 
     def choose_task(self, options: dict[str, Any] | None) -> dict[str, Any]:
         """The task row for this episode: `options["task"]`, else one drawn with `np_random`."""
-        from skyrl_gym.tasks import validate_task
-
         if options and "task" in options:
             return validate_task(options["task"], self.required_fields, type(self).__name__)
         if not self.tasks:

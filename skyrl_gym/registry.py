@@ -1,7 +1,8 @@
 """The env registry: `register` an id with a lazy `"module:Class"` entry point, `make` it.
 
-`make` builds the env and wraps it as Gymnasium does: `OrderEnforcing` (no step before reset),
-`TurnLimit` (sets `truncated`), and `EpisodeStatistics` (summary in `info["episode"]`).
+`make` builds the env and wraps it as Gymnasium does: `TurnLimit` (sets `truncated`),
+`OrderEnforcing` (no step before reset or after the end), and `EpisodeStatistics` (summary in
+`info["episode"]`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class EnvSpec:
 
 
 _registry: dict[str, EnvSpec] = {}
+_factories: dict[str | EnvFactory, EnvFactory] = {}  # imported entry points, so make() imports once
 registry: Mapping[str, EnvSpec] = MappingProxyType(_registry)
 """Read-only view of every registered env, by id."""
 
@@ -130,15 +132,19 @@ def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> g
     constructor defaults.
     """
     env_spec = id if isinstance(id, EnvSpec) else spec(id)
-    factory = env_spec.load()
-    env = factory(**{**env_spec.kwargs, **kwargs})
+    factory = _factories.get(env_spec.entry_point)
+    if factory is None:
+        factory = _factories[env_spec.entry_point] = env_spec.load()
+    env = factory(**({**env_spec.kwargs, **kwargs} if kwargs else env_spec.kwargs))
     if not isinstance(env, TextEnv):
         raise EntryPointError(
             f"env {env_spec.id!r}: entry point returned {type(env).__name__}, not a TextEnv"
         )
     env.spec = None  # gymnasium's EnvSpec type does not fit text envs; ours is `registry[id]`
-    wrapped: gym.Env = OrderEnforcing(env) if env_spec.order_enforce else env
+    wrapped: gym.Env = env
     turns = max_turns if max_turns is not None else env_spec.max_turns
     if turns is not None:
         wrapped = TurnLimit(wrapped, turns)
+    if env_spec.order_enforce:  # outside the turn limit, so it sees the truncation too
+        wrapped = OrderEnforcing(wrapped)
     return EpisodeStatistics(wrapped)

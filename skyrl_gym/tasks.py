@@ -18,17 +18,20 @@ class TaskError(ValueError):
     """A task row or dataset file is malformed. The message names the row and the field."""
 
 
-def validate_task(row: object, required: Sequence[str] = (), env_name: str = "env") -> TaskRow:
-    """Return `row` if it is a dict with a string `task_id` and every `required` field."""
+def validate_task(row: object, required: Sequence[str] = (), where: str = "") -> TaskRow:
+    """Return `row` if it is a dict with a string or int `task_id` and every `required` field.
+
+    `where` (an env name, a file and line) prefixes the error message.
+    """
+    prefix = f"{where}: " if where else ""
     if not isinstance(row, dict):
-        raise TaskError(f"{env_name}: a task row must be a JSON object, got {type(row).__name__}")
+        raise TaskError(f"{prefix}a task row must be a JSON object, got {type(row).__name__}")
     task_id = row.get("task_id")
-    if not isinstance(task_id, str | int) or isinstance(task_id, bool) or task_id == "":
-        raise TaskError(f"{env_name}: task row has no usable 'task_id' (got {task_id!r})")
-    missing = [f for f in required if f not in row]
-    if missing:
+    if task_id.__class__ not in (str, int) or task_id == "":  # exact types: bool is not an id
+        raise TaskError(f"{prefix}task row has no usable 'task_id' (got {task_id!r})")
+    if required and (missing := [f for f in required if f not in row]):
         fields = ", ".join(repr(f) for f in missing)
-        raise TaskError(f"{env_name}: task {task_id!r} is missing field(s) {fields}")
+        raise TaskError(f"{prefix}task {task_id!r} is missing field(s) {fields}")
     return row
 
 
@@ -47,10 +50,7 @@ def load_tasks(path: str | Path, required: Sequence[str] = ()) -> list[TaskRow]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise TaskError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            try:
-                validate_task(row, required, str(path))
-            except TaskError as e:
-                raise TaskError(f"{path}:{lineno}: {e}") from None
+            validate_task(row, required, f"{path}:{lineno}")
             if row["task_id"] in seen:
                 raise TaskError(f"{path}:{lineno}: duplicate task_id {row['task_id']!r}")
             seen.add(row["task_id"])

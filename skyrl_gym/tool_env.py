@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from skyrl_gym.core import Messages, StepReturn, TaskEnv, coerce_action
+from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
 from tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, XMLTagFormat, tool
 from tools.formats import FORMATS
+from tools.messages import Message
 
 
 @tool
@@ -38,21 +40,45 @@ def resolve_format(tool_format: str | ToolFormat, tools: Sequence[Tool]) -> Tool
     raise ValueError(f"unknown tool format {tool_format!r}; choose xml, {', '.join(FORMATS)}")
 
 
+@dataclass(frozen=True)
+class Tooling:
+    """An env's tools, the format they are called in, and the system message built from both.
+
+    Building one parses schemas and renders instructions, so envs whose tools do not depend on
+    the instance build it once per process and share it.
+    """
+
+    toolset: Toolset
+    """The env's tools plus `answer`."""
+    tool_format: ToolFormat
+    """How calls are written and results shown."""
+    system_message: Message
+    """The episode's first message: the env's prompt plus the format's tool instructions."""
+
+    @classmethod
+    def build(
+        cls,
+        tools: Sequence[Tool],
+        tool_format: str | ToolFormat,
+        system_prompt: str,
+        max_output_chars: int = 16_000,
+    ) -> Tooling:
+        toolset = Toolset([*tools, answer], max_output_chars=max_output_chars)
+        fmt = resolve_format(tool_format, list(toolset))
+        system = f"{system_prompt}\n\n{fmt.instructions(list(toolset))}"
+        return cls(toolset, fmt, {"role": "system", "content": system})
+
+
 class ToolEnv(TaskEnv):
     """A task env where the model calls tools and ends the episode by calling `answer`."""
 
     system_prompt: ClassVar[str] = "You are a helpful assistant that solves tasks with tools."
 
-    def __init__(
-        self,
-        tasks: Sequence[dict[str, Any]] | None,
-        tools: Sequence[Tool],
-        tool_format: str | ToolFormat = "xml",
-        max_output_chars: int = 16_000,
-    ):
+    def __init__(self, tasks: Sequence[dict[str, Any]] | None, tooling: Tooling):
         super().__init__(tasks)
-        self.toolset = Toolset([*tools, answer], max_output_chars=max_output_chars)
-        self.tool_format = resolve_format(tool_format, list(self.toolset))
+        self.tooling = tooling
+        self.toolset = tooling.toolset
+        self.tool_format = tooling.tool_format
 
     @abc.abstractmethod
     def prompt(self, task: dict[str, Any]) -> str:
@@ -63,14 +89,12 @@ class ToolEnv(TaskEnv):
         """The reward for a final answer."""
 
     def start(self, task: dict[str, Any]) -> Messages:
-        system = f"{self.system_prompt}\n\n{self.tool_format.instructions(list(self.toolset))}"
-        return [
-            {"role": "system", "content": system},
-            {"role": "user", "content": self.prompt(task)},
-        ]
+        # Fresh dicts every episode: callers may keep and mutate what reset returns.
+        return [{**self.tooling.system_message}, {"role": "user", "content": self.prompt(task)}]
 
     def step(self, action: str) -> StepReturn:
-        assert self.task is not None, "reset() first"
+        if self.task is None:
+            raise ResetNeeded("call reset() before step()")
         parsed = self.tool_format.parse(coerce_action(action))
         calls = parsed.tool_calls
         error = parsed.error or next(filter(None, map(self.toolset.check, calls)), None)

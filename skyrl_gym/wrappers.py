@@ -96,36 +96,36 @@ class EpisodeStatistics(TextWrapper):
     """On the last step of an episode, puts a summary in `info["episode"]`: return, turns,
     parse errors, tool calls, wall time, plus any metrics the env reported there itself."""
 
-    def __init__(self, env: gym.Env[Messages, str]):
-        super().__init__(env)
-        self._reset_stats()
-
-    def _reset_stats(self) -> None:
-        self._return = 0.0
-        self._turns = 0
-        self._parse_errors = 0
-        self._tool_calls = 0
-        self._started = time.perf_counter()
+    _return = 0.0
+    _turns = 0
+    _parse_errors = 0
+    _tool_calls = 0
+    _started = 0.0
 
     def on_reset(self, result: tuple[Messages, dict[str, Any]]) -> tuple[Messages, dict[str, Any]]:
-        self._reset_stats()
+        self._return, self._turns, self._parse_errors, self._tool_calls = 0.0, 0, 0, 0
+        self._started = time.perf_counter()
         return result
 
     def on_step(self, result: StepReturn) -> StepReturn:
-        _, reward, terminated, truncated, info = result
-        self._return += reward
+        info = result[4]
+        self._return += result[1]
         self._turns += 1
-        self._parse_errors += info.get("parse_error") is not None
-        self._tool_calls += len(info.get("tool_calls", ()))
-        if terminated or truncated:
-            info["episode"] = {
+        if info.get("parse_error") is not None:
+            self._parse_errors += 1
+        if tool_calls := info.get("tool_calls"):
+            self._tool_calls += len(tool_calls)
+        if result[2] or result[3]:
+            episode = {
                 "return": self._return,
                 "turns": self._turns,
                 "parse_errors": self._parse_errors,
                 "tool_calls": self._tool_calls,
-                "terminated": bool(terminated),
-                "truncated": bool(truncated),
+                "terminated": bool(result[2]),
+                "truncated": bool(result[3]),
                 "duration_s": time.perf_counter() - self._started,
-                **info.get("episode", {}),
             }
+            if env_metrics := info.get("episode"):
+                episode.update(env_metrics)
+            info["episode"] = episode
         return result

@@ -63,7 +63,7 @@ class Tool:
     def check_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validate arguments against the schema; return them with defaults left to Python."""
         props: dict[str, JsonSchema] = self.parameters.get("properties", {})
-        unknown = sorted(set(arguments) - set(props))
+        unknown = sorted(k for k in arguments if k not in props)
         if unknown:
             raise ToolArgumentError(
                 f"{self.name}: unknown argument(s) {', '.join(unknown)}; expected {', '.join(props) or 'none'}"
@@ -193,6 +193,16 @@ def _type_schema(hint: Any, where: str) -> tuple[JsonSchema, bool]:
     raise ToolDefinitionError(f"{where}: type {hint!r} has no JSON schema mapping")
 
 
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
 def _type_problem(value: Any, schema: JsonSchema) -> str | None:
     """Why `value` does not fit `schema` (a small subset of JSON schema), or None."""
     if "anyOf" in schema:
@@ -203,15 +213,7 @@ def _type_problem(value: Any, schema: JsonSchema) -> str | None:
     kind = schema.get("type")
     if kind is None or (value is None and schema.get("default", 0) is None):
         return None
-    checks: dict[str, Callable[[Any], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "array": lambda v: isinstance(v, list),
-        "object": lambda v: isinstance(v, dict),
-    }
-    if not checks[kind](value):
+    if not _TYPE_CHECKS[kind](value):
         return f"must be of type {kind}, got {type(value).__name__}"
     if kind == "array" and "items" in schema:
         for item in value:

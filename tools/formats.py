@@ -137,10 +137,15 @@ def _call_from_json(obj: object, call_id: str | None = None) -> ToolCall | Parse
     if isinstance(arguments, str):  # some models double-encode arguments
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
+            where = (
+                f"{e.msg} at position {e.pos}"
+                if isinstance(e, json.JSONDecodeError)
+                else "too deep"
+            )
             return ParseError(
                 ParseErrorKind.INVALID_JSON,
-                f"the arguments of {obj['name']!r} are not valid JSON: {e.msg} at position {e.pos}",
+                f"the arguments of {obj['name']!r} are not valid JSON: {where}",
             )
     if not isinstance(arguments, dict):
         return ParseError(
@@ -175,11 +180,15 @@ class HermesFormat(ToolFormat):
             pos = end + len(self.CLOSE)
             try:
                 obj = json.loads(body)
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, RecursionError) as e:
+                where = (
+                    f"{e.msg} at line {e.lineno} column {e.colno}"
+                    if isinstance(e, json.JSONDecodeError)
+                    else "nested too deeply"
+                )
                 error = ParseError(
                     ParseErrorKind.INVALID_JSON,
-                    f"the body of {self.OPEN} is not valid JSON: {e.msg} at line {e.lineno} "
-                    f"column {e.colno} (body: {_excerpt(body)!r})",
+                    f"the body of {self.OPEN} is not valid JSON: {where} (body: {_excerpt(body)!r})",
                 )
                 return ParsedAction("".join(outside).strip(), calls, error)
             call = _call_from_json(obj)
@@ -219,7 +228,7 @@ class OpenAIFormat(ToolFormat):
             return ParsedAction(text.strip())
         try:
             message = json.loads(stripped)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return ParsedAction(text.strip())
         if not isinstance(message, dict) or "tool_calls" not in message:
             return ParsedAction(text.strip())

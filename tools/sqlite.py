@@ -15,7 +15,12 @@ from typing import Any
 
 from tools.core import Tool, tool
 
-_ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+_ALLOWED_ACTIONS = {
+    sqlite3.SQLITE_SELECT,
+    sqlite3.SQLITE_READ,
+    sqlite3.SQLITE_FUNCTION,
+    sqlite3.SQLITE_RECURSIVE,  # WITH RECURSIVE is still a read
+}
 # SQLite passes the pragma name for SQLITE_PRAGMA; read-only pragmas that tools commonly use.
 _ALLOWED_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list"}
 

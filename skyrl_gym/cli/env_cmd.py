@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -24,6 +25,9 @@ def _factory(env_id: str):
     from skyrl_gym.registry import EnvSpec
 
     if ":" in env_id and env_id not in skyrl_gym.registry:
+        # Like `python -m`, resolve the user's own modules from the current directory.
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
         target = EnvSpec(env_id, env_id)
         target.load()  # fail now, with the import error, not inside every check
         return lambda: skyrl_gym.make(target)

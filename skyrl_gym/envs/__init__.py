@@ -9,6 +9,11 @@ register(
     max_turns=6,
 )
 register(
+    "math-answer",
+    "skyrl_gym.envs.math.single:MathAnswerEnv",
+    description="The math problems as single-turn episodes: reply ending in '#### <number>'.",
+)
+register(
     "sql-basic",
     "skyrl_gym.envs.sql_basic.env:SQLBasicEnv",
     description="Questions over a bundled SQLite shop database through a read-only sql tool.",

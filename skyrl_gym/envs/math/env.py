@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from skyrl_gym.tasks import TaskRow, load_tasks
-from skyrl_gym.tool_env import ToolEnv
+from skyrl_gym.tool_env import ToolEnv, Tooling
 from tools import ToolFormat
 from tools.calculator import calculator
 
@@ -43,7 +43,12 @@ class MathEnv(ToolEnv):
     def __init__(
         self, tasks: Sequence[TaskRow] | None = None, tool_format: str | ToolFormat = "xml"
     ):
-        super().__init__(bundled_tasks() if tasks is None else tasks, [calculator], tool_format)
+        tooling = (
+            _shared_tooling(tool_format)
+            if isinstance(tool_format, str)
+            else Tooling.build([calculator], tool_format, self.system_prompt)
+        )
+        super().__init__(bundled_tasks() if tasks is None else tasks, tooling)
 
     def prompt(self, task: dict[str, Any]) -> str:
         return task["question"]
@@ -53,3 +58,9 @@ class MathEnv(ToolEnv):
         if given is None or gold is None:
             return float(answer.strip() == str(task["answer"]).strip())
         return float(abs(given - gold) <= 1e-9 * max(1.0, abs(gold)))
+
+
+@cache
+def _shared_tooling(tool_format: str) -> Tooling:
+    # The calculator is stateless, so every MathEnv in the process shares one Tooling.
+    return Tooling.build([calculator], tool_format, MathEnv.system_prompt)

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from skyrl_gym.envs.math.env import parse_number
 from skyrl_gym.tasks import TaskRow, load_tasks
-from skyrl_gym.tool_env import ToolEnv
+from skyrl_gym.tool_env import ToolEnv, Tooling
 from tools import ToolFormat
 from tools.sqlite import SQLiteReadOnly, sql_tool
 
@@ -77,9 +77,8 @@ class SQLBasicEnv(ToolEnv):
         timeout_s: float = 5.0,
     ):
         self.db = SQLiteReadOnly(database or bundled_database(), timeout_s=timeout_s)
-        super().__init__(
-            bundled_tasks() if tasks is None else tasks, [sql_tool(self.db)], tool_format
-        )
+        tooling = Tooling.build([sql_tool(self.db)], tool_format, self.system_prompt)
+        super().__init__(bundled_tasks() if tasks is None else tasks, tooling)
 
     def prompt(self, task: dict[str, Any]) -> str:
         return task["question"]

@@ -1,0 +1,59 @@
+"""`math-answer`: the bundled word problems as single-turn episodes (GSM8K style).
+
+The reply must end its reasoning with `#### <number>`; reward 1 for the exact number, else 0.
+One step always terminates the episode.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
+from skyrl_gym.envs.math.env import bundled_tasks, parse_number
+from skyrl_gym.tasks import TaskRow
+
+SYSTEM_PROMPT = (
+    "Solve the arithmetic word problem. Think step by step, then write the final number "
+    "on its own line as: #### <number>"
+)
+_FINAL = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+
+
+class MathAnswerEnv(TaskEnv):
+    """One reply per episode; the number after the last `####` is the answer."""
+
+    required_fields: ClassVar[tuple[str, ...]] = ("question", "answer")
+    inline_async: ClassVar[bool] = True
+
+    def __init__(self, tasks: Sequence[TaskRow] | None = None):
+        super().__init__(bundled_tasks() if tasks is None else tasks)
+
+    def start(self, task: dict[str, Any]) -> Messages:
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": task["question"]},
+        ]
+
+    def step(self, action: str) -> StepReturn:
+        if self.task is None:
+            raise ResetNeeded("call reset() before step()")
+        action = coerce_action(action)
+        # The answer ends the reply; scanning only the tail keeps a 1 MB reply cheap.
+        matches = _FINAL.findall(action if len(action) <= 10_000 else action[-10_000:])
+        given = parse_number(matches[-1]) if matches else None
+        gold = parse_number(str(self.task["answer"]))
+        correct = (
+            given is not None
+            and gold is not None
+            and abs(given - gold) <= 1e-9 * max(1.0, abs(gold))
+        )
+        info = {
+            "tool_calls": [],
+            "parse_error": None
+            if matches
+            else {"kind": "no_action", "message": "no '#### <number>' line"},
+            "episode": {"answer": matches[-1] if matches else None, "correct": correct},
+        }
+        return [], float(correct), True, False, info

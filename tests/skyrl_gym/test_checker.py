@@ -1,0 +1,101 @@
+"""check_env: every invariant passes on good envs and catches an env built to break it."""
+
+import re
+import runpy
+from pathlib import Path
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym.checker import CHECKS, EnvCheckError, run_checks
+
+from . import envs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def failed(env_factory) -> dict[str, str]:
+    return {r.name: r.message for r in run_checks(env_factory) if not r.passed}
+
+
+def test_a_correct_env_passes_every_check():
+    assert failed(lambda: envs.CountdownEnv()) == {}
+    assert failed(envs.CountdownEnv()) == {}  # an instance works too
+    skyrl_gym.check_env(envs.CountdownEnv)
+
+
+@pytest.mark.parametrize("env_id", ["math", "math-answer", "sql-basic"])
+def test_builtin_envs_pass(env_id):
+    assert failed(lambda: skyrl_gym.make(env_id)) == {}
+
+
+@pytest.mark.parametrize(
+    ("bad_env", "check", "message"),
+    [
+        (envs.StepsBeforeReset, "check_step_before_reset", "before reset() returned normally"),
+        (envs.BadSpaces, "check_spaces", "must be gymnasium Spaces"),
+        (envs.BadResetType, "check_reset_return_type", "must return (messages, info)"),
+        (envs.MalformedMessage, "check_reset_return_type", "message 0 is not a chat message"),
+        (envs.EmptyReset, "check_reset_return_type", "returned no messages"),
+        (envs.IgnoresSeed, "check_reset_seed_determinism", "gave different messages"),
+        (envs.IntReward, "check_step_return_type", "reward must be a Python float, got int"),
+        (envs.NumpyFlags, "check_step_return_type", "terminated must be a Python bool"),
+        (envs.RandomStep, "check_step_determinism", "gave different step results"),
+        (envs.ChokesOnBigActions, "check_hostile_actions", "a 1 MB action raised ValueError"),
+        (envs.AsyncDisagrees, "check_async_matches_sync", "different results"),
+        (envs.CloseTwiceFails, "check_close_idempotent", "second close() raised RuntimeError"),
+    ],
+)
+def test_each_invariant_catches_an_env_that_breaks_it(bad_env, check, message):
+    failures = failed(bad_env)
+    assert check in failures, failures
+    assert message in failures[check]
+    with pytest.raises(EnvCheckError, match=re.escape(message)):
+        skyrl_gym.check_env(bad_env)
+
+
+def test_invalid_utf8_action_is_caught_when_the_env_encodes_it():
+    class OnlyUtf8(envs.CountdownEnv):
+        def step(self, action):
+            action.encode("utf-8")
+            return super().step(action)
+
+    assert "invalid UTF-8" in failed(OnlyUtf8)["check_hostile_actions"]
+    # make() coerces actions, so the same env passes once wrapped
+    assert "check_hostile_actions" not in failed(
+        lambda: skyrl_gym.wrappers.OrderEnforcing(OnlyUtf8())
+    )
+
+
+def test_gymnasium_checker_runs_on_the_unwrapped_env():
+    class SharedInfo(envs.CountdownEnv):
+        info: dict = {}  # the same dict every call: gymnasium's checker rejects this
+
+        def reset(self, *, seed=None, options=None):
+            messages, _ = super().reset(seed=seed)
+            return messages, self.info
+
+    assert "share an object" in failed(SharedInfo)["check_gymnasium"]
+
+
+def test_every_check_is_listed_once_and_documented():
+    names = [c.__name__ for c in CHECKS]
+    assert len(names) == len(set(names)) == 10
+    assert all(c.__doc__ for c in CHECKS)
+
+
+def test_readme_custom_env_passes_our_checker_and_gymnasium():
+    readme = (ROOT / "README.md").read_text()
+    example = (ROOT / "examples" / "guess_env.py").read_text()
+    assert example.strip() in readme, "README must show examples/guess_env.py verbatim"
+    assert len(example.strip().splitlines()) <= 22
+    skyrl_gym.deregister("guess")
+    namespace = runpy.run_path(str(ROOT / "examples" / "guess_env.py"))  # runs check_env itself
+    try:
+        skyrl_gym.check_env(namespace["GuessEnv"]())  # the raw class passes too
+        env = skyrl_gym.make("guess")
+        env.reset(seed=0)
+        secret = env.unwrapped.secret
+        assert env.step(str(secret))[1:3] == (1.0, True)
+    finally:
+        skyrl_gym.deregister("guess")

@@ -1,0 +1,97 @@
+"""The `skyrl` command line, run as a real subprocess."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+ENV_MODULE = "tests.skyrl_gym.envs"
+
+
+def skyrl(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "skyrl_gym.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )
+
+
+def test_env_list_shows_ids_and_descriptions():
+    out = skyrl("env", "list")
+    assert out.returncode == 0, out.stderr
+    for env_id in ("math", "math-answer", "sql-basic"):
+        assert env_id in out.stdout
+    assert "calculator" in out.stdout
+
+
+@pytest.mark.parametrize("env_id", ["math", "sql-basic", f"{ENV_MODULE}:CountdownEnv"])
+def test_env_check_passes(env_id):
+    out = skyrl("env", "check", env_id)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all 10 checks passed" in out.stdout
+
+
+def test_env_check_fails_with_exit_1_and_names_the_check():
+    out = skyrl("env", "check", f"{ENV_MODULE}:IntReward")
+    assert out.returncode == 1
+    assert "check_step_return_type" in out.stdout and "FAIL" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("env_id", "message"),
+    [
+        ("nope", "no env registered as 'nope'"),
+        ("tests.nowhere:Env", "cannot import module 'tests.nowhere'"),
+    ],
+)
+def test_env_check_bad_ids_are_clear_errors(env_id, message):
+    out = skyrl("env", "check", env_id)
+    assert out.returncode == 2
+    assert message in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_env_play_runs_an_episode_from_typed_turns():
+    script = "I will add. \\\n<calculator>2 + 2</calculator>\nnot a tool call\n<answer>4</answer>\nmore\n/reset\n/quit\n"
+    out = skyrl("env", "play", "math", "--task", "math-001", stdin=script)
+    assert out.returncode == 0, out.stderr
+    assert "A library has" in out.stdout  # task math-001's question
+    assert "<observation>" in out.stdout and "4" in out.stdout
+    assert "parse error" in out.stdout and "no_action" in out.stdout
+    assert "episode over" in out.stdout
+    assert "the episode has ended" in out.stdout  # the turn typed after the end
+    assert out.stdout.count("episode started") == 2
+    assert "bye" in out.stdout
+
+
+def test_env_play_unknown_task_is_a_clear_error():
+    out = skyrl("env", "play", "math", "--task", "nope", stdin="")
+    assert out.returncode == 2 and "has no task 'nope'" in out.stdout
+
+
+def test_bench_rejects_unknown_names():
+    out = skyrl("bench", "nope")
+    assert out.returncode != 0 and "unknown benchmark 'nope'" in out.stdout + out.stderr
+
+
+def test_demo_writes_results(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "skyrl_gym.cli", "demo", "--episodes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": "/tmp",
+            "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2]),
+        },
+    )
+    assert out.returncode == 0, out.stderr
+    results = json.loads((tmp_path / "runs" / "demo" / "results.json").read_text())
+    assert results["summary"]["oracle"]["success_rate"] == 1.0
+    assert results["summary"]["careless"]["success_rate"] < 1.0
