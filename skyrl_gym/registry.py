@@ -140,7 +140,6 @@ def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> g
         raise EntryPointError(
             f"env {env_spec.id!r}: entry point returned {type(env).__name__}, not a TextEnv"
         )
-    env.spec = None  # gymnasium's EnvSpec type does not fit text envs; ours is `registry[id]`
     wrapped: gym.Env = env
     turns = max_turns if max_turns is not None else env_spec.max_turns
     if turns is not None:

@@ -16,6 +16,7 @@ import typer
 COMMAND_GROUPS: list[tuple[str, str, str]] = [
     ("env", "skyrl_gym.cli.env_cmd:app", "List, check and play environments."),
     ("bench", "benchmarks.cli:bench", "Performance benchmarks (`skyrl bench NAME --json`)."),
+    ("search", "skyrl_gym.envs.search.cli:app", "Build, serve and query BM25 search indexes."),
 ]
 
 app = typer.Typer(

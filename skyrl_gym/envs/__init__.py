@@ -19,3 +19,9 @@ register(
     description="Questions over a bundled SQLite shop database through a read-only sql tool.",
     max_turns=8,
 )
+register(
+    "search",
+    "skyrl_gym.envs.search.env:SearchEnv",
+    description="Search-R1 style QA: <search> a local BM25 index (or a retrieval server), <answer>.",
+    max_turns=4,
+)

@@ -24,8 +24,8 @@ def test_a_correct_env_passes_every_check():
     skyrl_gym.check_env(envs.CountdownEnv)
 
 
-@pytest.mark.parametrize("env_id", ["math", "math-answer", "sql-basic"])
-def test_builtin_envs_pass(env_id):
+@pytest.mark.parametrize("env_id", sorted(skyrl_gym.registry))
+def test_every_registered_env_passes(env_id):
     assert failed(lambda: skyrl_gym.make(env_id)) == {}
 
 

@@ -31,6 +31,7 @@ class MathAnswerEnv(TaskEnv):
         super().__init__(bundled_tasks() if tasks is None else tasks)
 
     def start(self, task: dict[str, Any]) -> Messages:
+        self._gold = parse_number(str(task["answer"]))
         return [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": task["question"]},
@@ -42,8 +43,8 @@ class MathAnswerEnv(TaskEnv):
         action = coerce_action(action)
         # The answer ends the reply; scanning only the tail keeps a 1 MB reply cheap.
         matches = _FINAL.findall(action if len(action) <= 10_000 else action[-10_000:])
-        given = parse_number(matches[-1]) if matches else None
-        gold = parse_number(str(self.task["answer"]))
+        gold = self._gold
+        given = float(matches[-1].replace(",", "")) if matches else None
         correct = (
             given is not None
             and gold is not None

@@ -1,0 +1,1 @@
+"""The `search` env: Search-R1 style question answering over a BM25 index or a retrieval server."""

@@ -1,0 +1,99 @@
+"""`skyrl search index | serve | query`: build, serve and try BM25 indexes.
+
+Heavy imports (tantivy, fastapi, uvicorn) happen inside the commands, so `skyrl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(no_args_is_help=True)
+console = Console()
+
+BUNDLED = "bundled"
+
+
+def _index_dir(index: str) -> Path:
+    if index == BUNDLED:
+        from skyrl_gym.envs.search.env import bundled_index_dir
+
+        return bundled_index_dir()
+    return Path(index)
+
+
+def _die(message: str) -> None:
+    console.print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(2)
+
+
+@app.command("index")
+def index_cmd(
+    corpus: Path = typer.Argument(..., help="JSONL corpus: one {id, title, text} per line."),
+    out: Path = typer.Option(..., "--out", help="Directory to write the index to."),
+    overwrite: bool = typer.Option(False, help="Replace an existing index at --out."),
+    threads: int = typer.Option(1, help="Indexing threads (1 = reproducible segment layout)."),
+) -> None:
+    """Build a BM25 index of a corpus on disk."""
+    from tools.search import CorpusError, SearchIndexError, build_index
+
+    try:
+        manifest = build_index(corpus, out, overwrite=overwrite, num_threads=threads)
+    except (CorpusError, SearchIndexError) as e:
+        _die(str(e))
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    console.print(
+        f"indexed {manifest.documents} documents in {manifest.build_s:.2f}s -> {out} "
+        f"({size / 1e6:.2f} MB, {manifest.backend} {manifest.backend_version})"
+    )
+
+
+@app.command("serve")
+def serve_cmd(
+    index: str = typer.Argument(..., help=f"Index directory, or '{BUNDLED}' for the bundled one."),
+    port: int = typer.Option(8000, help="TCP port."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0 for all)."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+) -> None:
+    """Serve an index over the Search-R1 retrieval API (POST /retrieve)."""
+    from tools.search import SearchIndexError
+    from tools.search.server import serve_index
+
+    try:
+        index_dir = _index_dir(index)
+        console.print(f"serving {index_dir} at http://{host}:{port}/retrieve")
+        serve_index(index_dir, host=host, port=port, log_level=log_level)
+    except SearchIndexError as e:
+        _die(str(e))
+
+
+@app.command("query")
+def query_cmd(
+    source: str = typer.Argument(
+        ..., help=f"Index directory, '{BUNDLED}', or a retrieval server URL (http://...)."
+    ),
+    query: str = typer.Argument(..., help="The query text."),
+    topk: int = typer.Option(3, help="Passages to return."),
+) -> None:
+    """Run one query and print the passages."""
+    from tools.search import BM25Index, HttpRetriever, RetrievalError, SearchIndexError
+
+    try:
+        if source.startswith(("http://", "https://")):
+            retriever = HttpRetriever(source)
+        else:
+            retriever = BM25Index(_index_dir(source))
+        try:
+            passages = retriever.retrieve([query], topk)[0]
+        finally:
+            retriever.close()
+    except (RetrievalError, SearchIndexError, ValueError) as e:
+        _die(str(e))
+    if not passages:
+        console.print("no passages")
+    for i, p in enumerate(passages, 1):
+        console.print(f"[bold]{i}. {escape(p.title)}[/]  [dim]{p.id}  score {p.score:.3f}[/]")
+        console.print(escape(p.text[:400]))
