@@ -7,5 +7,6 @@ JSON object on its last line. `skyrl bench NAME --json` runs `BENCHMARKS[NAME]`.
 # name -> "module:function"; the function takes no arguments and returns a `BenchReport`.
 BENCHMARKS: dict[str, str] = {
     "env": "benchmarks.env_step:run",
+    "sql": "benchmarks.sql_bench:run",
     "search": "benchmarks.search_bench:run",
 }

@@ -91,7 +91,7 @@ def check_step_before_reset(env: gym.Env) -> None:
         env.step(PROBE_ACTION)
     except Exception:
         return
-    _fail("step() before reset() returned normally; it must raise (make() adds OrderEnforcing)")
+    _fail("step() before reset() returned normally; it must raise (make() adds EpisodeGuard)")
 
 
 def check_spaces(env: gym.Env) -> None:

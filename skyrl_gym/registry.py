@@ -1,14 +1,15 @@
 """The env registry: `register` an id with a lazy `"module:Class"` entry point, `make` it.
 
-`make` builds the env and wraps it as Gymnasium does: `TurnLimit` (sets `truncated`),
-`OrderEnforcing` (no step before reset or after the end), and `EpisodeStatistics` (summary in
-`info["episode"]`).
+`make` builds the env and wraps it in `EpisodeGuard`: no step before reset or after the end,
+the turn limit (sets `truncated`), valid-`str` actions, and a summary in `info["episode"]`.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -17,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from skyrl_gym.core import TextEnv
-from skyrl_gym.wrappers import EpisodeStatistics, OrderEnforcing, TurnLimit
+from skyrl_gym.wrappers import EpisodeGuard
 
 EnvFactory = Callable[..., TextEnv]
 
@@ -51,8 +52,9 @@ class EnvSpec:
     """Default turn limit applied by `make` (None: no limit beyond the env's own)."""
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Default constructor arguments; `make(id, **kwargs)` overrides them."""
-    order_enforce: bool = True
-    """Wrap in `OrderEnforcing` (step before reset raises `ResetNeeded`)."""
+    guard: bool = True
+    """Wrap in `EpisodeGuard` (order enforcement, turn limit, episode stats); False returns
+    the bare env, for envs that manage their own episodes."""
 
     def load(self) -> EnvFactory:
         """Import and return the entry point, with an error naming what failed."""
@@ -92,13 +94,13 @@ def register(
     *,
     description: str = "",
     max_turns: int | None = None,
-    order_enforce: bool = True,
+    guard: bool = True,
     **kwargs: Any,
 ) -> EnvSpec:
     """Register an env id. Registering the same spec twice is a no-op; a different one raises."""
     if not isinstance(id, str) or not id or any(c.isspace() for c in id):
         raise RegistrationError(f"env id must be a non-empty string without spaces, got {id!r}")
-    new = EnvSpec(id, entry_point, description, max_turns, dict(kwargs), order_enforce)
+    new = EnvSpec(id, entry_point, description, max_turns, dict(kwargs), guard)
     old = _registry.get(id)
     if old is not None and old != new:
         raise RegistrationError(
@@ -126,24 +128,36 @@ def spec(id: str) -> EnvSpec:
 
 
 def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> gym.Env:
-    """Build a registered env, wrapped with order enforcement, the turn limit and episode stats.
+    """Build a registered env wrapped in `EpisodeGuard` (order, turn limit, episode stats).
 
     `max_turns` overrides the spec's default; other keyword arguments override the spec's
-    constructor defaults.
+    constructor defaults. An env whose constructor takes `max_turns` receives the limit too
+    (so it can tell the model how many turns are left); the guard enforces it either way.
     """
     env_spec = id if isinstance(id, EnvSpec) else spec(id)
     factory = _factories.get(env_spec.entry_point)
     if factory is None:
         factory = _factories[env_spec.entry_point] = env_spec.load()
-    env = factory(**({**env_spec.kwargs, **kwargs} if kwargs else env_spec.kwargs))
+    turns = max_turns if max_turns is not None else env_spec.max_turns
+    if kwargs or (max_turns is not None and _takes_max_turns(factory)):
+        kwargs = {**env_spec.kwargs, **kwargs}
+        if max_turns is not None and _takes_max_turns(factory):
+            kwargs["max_turns"] = max_turns
+    else:
+        kwargs = env_spec.kwargs  # the common case: no copy
+    env = factory(**kwargs)
     if not isinstance(env, TextEnv):
         raise EntryPointError(
             f"env {env_spec.id!r}: entry point returned {type(env).__name__}, not a TextEnv"
         )
-    wrapped: gym.Env = env
-    turns = max_turns if max_turns is not None else env_spec.max_turns
-    if turns is not None:
-        wrapped = TurnLimit(wrapped, turns)
-    if env_spec.order_enforce:  # outside the turn limit, so it sees the truncation too
-        wrapped = OrderEnforcing(wrapped)
-    return EpisodeStatistics(wrapped)
+    if not env_spec.guard:
+        return env
+    return EpisodeGuard(env, turns)
+
+
+@functools.cache
+def _takes_max_turns(factory: EnvFactory) -> bool:
+    try:
+        return "max_turns" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return False

@@ -1,8 +1,10 @@
-"""Wrappers that `make` puts around every env: order enforcement, a turn limit, episode stats.
+"""Wrappers for text envs.
 
-Each wrapper is a `gymnasium.Wrapper` that also forwards the async `areset`/`astep`, so an env's
-native async implementation is kept. A wrapper only overrides the three hooks below; the sync
-and async paths share them.
+`TextWrapper` is the base for wrappers that keep an env's native `areset`/`astep`.
+`EpisodeGuard` is the one wrapper `make` puts around every env: it owns the episode's life
+cycle (no step before reset or after the end, the turn limit, valid-`str` actions, and the
+summary in `info["episode"]`). It is a single layer because it runs on every step of every
+episode, and each wrapper layer costs a few Python calls per step.
 """
 
 from __future__ import annotations
@@ -16,116 +18,103 @@ from skyrl_gym.core import Messages, ResetNeeded, StepReturn, coerce_action
 
 
 class TextWrapper(gym.Wrapper[Messages, str, Messages, str]):
-    """Base wrapper for text envs; subclasses override `on_reset`, `on_action`, `on_step`."""
-
-    def on_reset(self, result: tuple[Messages, dict[str, Any]]) -> tuple[Messages, dict[str, Any]]:
-        return result
-
-    def on_action(self, action: str) -> str:
-        return action
-
-    def on_step(self, result: StepReturn) -> StepReturn:
-        return result
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Messages, dict[str, Any]]:
-        return self.on_reset(self.env.reset(seed=seed, options=options))
-
-    def step(self, action: str) -> StepReturn:
-        return self.on_step(self.env.step(self.on_action(action)))
+    """Base wrapper for text envs: forwards the async methods too, so an env's native async
+    implementation is kept. Subclasses override `reset`/`step` and `areset`/`astep` alike."""
 
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Messages, dict[str, Any]]:
-        return self.on_reset(await self.env.areset(seed=seed, options=options))  # type: ignore[attr-defined]
+        return await self.env.areset(seed=seed, options=options)  # type: ignore[attr-defined]
 
     async def astep(self, action: str) -> StepReturn:
-        return self.on_step(await self.env.astep(self.on_action(action)))  # type: ignore[attr-defined]
+        return await self.env.astep(action)  # type: ignore[attr-defined]
 
 
-class OrderEnforcing(TextWrapper):
-    """Raises `ResetNeeded` on a step before `reset` or after the episode ended, and makes
-    every action a valid `str` (bytes decoded, invalid UTF-8 replaced)."""
+class EpisodeGuard(TextWrapper):
+    """The episode life cycle around an env.
 
-    def __init__(self, env: gym.Env[Messages, str]):
-        super().__init__(env)
-        self._has_reset = False
-        self._done = False
+    - `step` before `reset`, or after the episode ended, raises `ResetNeeded`;
+    - every action becomes a valid `str` (bytes decoded, invalid UTF-8 replaced);
+    - after `max_turns` steps without the task ending, `truncated` is set
+      (`info["truncated_by"] = "max_turns"`);
+    - the last step's `info["episode"]` holds return, turns, parse errors, tool calls,
+      the end flags and wall time, merged with any metrics the env put there itself.
+    """
 
-    def on_reset(self, result: tuple[Messages, dict[str, Any]]) -> tuple[Messages, dict[str, Any]]:
-        self._has_reset, self._done = True, False
-        return result
-
-    def on_action(self, action: str) -> str:
-        if not self._has_reset:
-            raise ResetNeeded("call reset() before step()")
-        if self._done:
-            raise ResetNeeded("the episode has ended (terminated or truncated): call reset()")
-        return coerce_action(action)
-
-    def on_step(self, result: StepReturn) -> StepReturn:
-        self._done = bool(result[2] or result[3])
-        return result
-
-
-class TurnLimit(TextWrapper):
-    """Sets `truncated=True` once `max_turns` steps were taken without the task ending."""
-
-    def __init__(self, env: gym.Env[Messages, str], max_turns: int):
-        if max_turns < 1:
+    def __init__(self, env: gym.Env[Messages, str], max_turns: int | None = None):
+        if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         super().__init__(env)
         self.max_turns = max_turns
-        self.turns = 0
+        self._active = False
+        self._has_reset = False
+        self._turns = 0
+        self._return = 0.0
+        self._parse_errors = 0
+        self._tool_calls = 0
+        self._started = 0.0
 
-    def on_reset(self, result: tuple[Messages, dict[str, Any]]) -> tuple[Messages, dict[str, Any]]:
-        self.turns = 0
-        return result
+    @property
+    def turns(self) -> int:
+        """Steps taken in the current episode."""
+        return self._turns
 
-    def on_step(self, result: StepReturn) -> StepReturn:
-        self.turns += 1
-        messages, reward, terminated, truncated, info = result
-        if self.turns >= self.max_turns and not terminated and not truncated:
-            truncated = True
-            info["truncated_by"] = "max_turns"
-        return messages, reward, terminated, truncated, info
-
-
-class EpisodeStatistics(TextWrapper):
-    """On the last step of an episode, puts a summary in `info["episode"]`: return, turns,
-    parse errors, tool calls, wall time, plus any metrics the env reported there itself."""
-
-    _return = 0.0
-    _turns = 0
-    _parse_errors = 0
-    _tool_calls = 0
-    _started = 0.0
-
-    def on_reset(self, result: tuple[Messages, dict[str, Any]]) -> tuple[Messages, dict[str, Any]]:
-        self._return, self._turns, self._parse_errors, self._tool_calls = 0.0, 0, 0, 0
+    def _begin(self) -> None:
+        self._active = self._has_reset = True
+        self._turns, self._return, self._parse_errors, self._tool_calls = 0, 0.0, 0, 0
         self._started = time.perf_counter()
-        return result
 
-    def on_step(self, result: StepReturn) -> StepReturn:
-        info = result[4]
-        self._return += result[1]
+    def _check(self, action: object) -> str:
+        if not self._active:
+            if not self._has_reset:
+                raise ResetNeeded("call reset() before step()")
+            raise ResetNeeded("the episode has ended (terminated or truncated): call reset()")
+        return coerce_action(action)
+
+    def _after_step(self, result: StepReturn) -> StepReturn:
+        messages, reward, terminated, truncated, info = result
         self._turns += 1
+        self._return += reward
         if info.get("parse_error") is not None:
             self._parse_errors += 1
         if tool_calls := info.get("tool_calls"):
             self._tool_calls += len(tool_calls)
-        if result[2] or result[3]:
-            episode = {
-                "return": self._return,
-                "turns": self._turns,
-                "parse_errors": self._parse_errors,
-                "tool_calls": self._tool_calls,
-                "terminated": bool(result[2]),
-                "truncated": bool(result[3]),
-                "duration_s": time.perf_counter() - self._started,
-            }
-            if env_metrics := info.get("episode"):
-                episode.update(env_metrics)
-            info["episode"] = episode
+        if not (terminated or truncated):
+            if self.max_turns is None or self._turns < self.max_turns:
+                return result
+            truncated = True
+            info["truncated_by"] = "max_turns"
+        self._active = False
+        episode = {
+            "return": self._return,
+            "turns": self._turns,
+            "parse_errors": self._parse_errors,
+            "tool_calls": self._tool_calls,
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "duration_s": time.perf_counter() - self._started,
+        }
+        if env_metrics := info.get("episode"):
+            episode.update(env_metrics)
+        info["episode"] = episode
+        return messages, reward, terminated, truncated, info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Messages, dict[str, Any]]:
+        result = self.env.reset(seed=seed, options=options)
+        self._begin()
         return result
+
+    def step(self, action: str) -> StepReturn:
+        return self._after_step(self.env.step(self._check(action)))
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Messages, dict[str, Any]]:
+        result = await self.env.areset(seed=seed, options=options)  # type: ignore[attr-defined]
+        self._begin()
+        return result
+
+    async def astep(self, action: str) -> StepReturn:
+        return self._after_step(await self.env.astep(self._check(action)))  # type: ignore[attr-defined]

@@ -1,31 +1,86 @@
 """The `skyrl` command line.
 
-Each command group lives in the package that owns it and is listed in `COMMAND_GROUPS`; a group
-module must import nothing heavy at module level (torch, ray, docker...) so `skyrl --help` stays
-fast.
+Each command (group) lives in the package that owns it and is listed in `COMMAND_GROUPS`. It is
+imported only when invoked, so `skyrl env check` never pays for torch, and a command whose
+optional dependencies are missing fails alone, with the import error, instead of breaking the
+whole CLI. Command modules still import nothing heavy at module level (help lists them all).
 """
 
 from __future__ import annotations
 
 import importlib
 
+import click
 import typer
+from typer.core import TyperGroup
 
 # (name, "module:attr", help): attr is a Typer app (a command group) or a function (one
 # command). Packages add their own line here.
 COMMAND_GROUPS: list[tuple[str, str, str]] = [
     ("env", "skyrl_gym.cli.env_cmd:app", "List, check and play environments."),
     ("bench", "benchmarks.cli:bench", "Performance benchmarks (`skyrl bench NAME --json`)."),
+    (
+        "text2sql",
+        "benchmarks.text2sql.cli:app",
+        "Text-to-SQL evaluation (Spider, BIRD, SkyRL-SQL).",
+    ),
     ("search", "skyrl_gym.envs.search.cli:app", "Build, serve and query BM25 search indexes."),
 ]
 
+_LAZY = {name: (target, help_text) for name, target, help_text in COMMAND_GROUPS}
+
+
+def _load(name: str) -> click.Command:
+    target, help_text = _LAZY[name]
+    module, _, attr = target.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except Exception as e:  # a broken or uninstalled extra must not take the CLI down
+        message = f"`skyrl {name}` is unavailable: {type(e).__name__}: {e}"
+
+        @click.command(
+            name,
+            help=f"(unavailable) {help_text}",
+            context_settings={"ignore_unknown_options": True},
+        )
+        @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+        def unavailable(args: tuple[str, ...]) -> None:
+            raise click.ClickException(message)
+
+        return unavailable
+    if not isinstance(obj, typer.Typer):
+        single = typer.Typer()
+        single.command(name, help=help_text)(obj)
+        obj = single
+    command = typer.main.get_command(obj)
+    command.name = name
+    command.help = command.help or help_text
+    return command
+
+
+class _LazyGroup(TyperGroup):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_LAZY])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _LAZY:
+            return _load(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
 app = typer.Typer(
     name="skyrl",
+    cls=_LazyGroup,
     help="Train and evaluate multi-turn, tool-using LLM agents in sandboxed environments.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root() -> None:
+    """Train and evaluate multi-turn, tool-using LLM agents in sandboxed environments."""
 
 
 @app.command()
@@ -34,15 +89,6 @@ def demo(episodes: int = typer.Option(16, help="Episodes to run.")) -> None:
     from skyrl_gym.demo import run_demo
 
     run_demo(episodes=episodes)
-
-
-for _name, _target, _help in COMMAND_GROUPS:
-    _module, _, _attr = _target.partition(":")
-    _obj = getattr(importlib.import_module(_module), _attr)
-    if isinstance(_obj, typer.Typer):
-        app.add_typer(_obj, name=_name, help=_help)
-    else:
-        app.command(_name, help=_help)(_obj)
 
 
 def main() -> None:

@@ -25,3 +25,9 @@ register(
     description="Search-R1 style QA: <search> a local BM25 index (or a retrieval server), <answer>.",
     max_turns=4,
 )
+for _sql_id in ("sql", "text2sql"):
+    register(
+        _sql_id,
+        "skyrl_gym.envs.sql.env:SQLEnv",
+        description="SkyRL-SQL Text-to-SQL: <sql> exploration, <solution> answer, reward 1/0/-1.",
+    )

@@ -63,7 +63,7 @@ def test_invalid_utf8_action_is_caught_when_the_env_encodes_it():
     assert "invalid UTF-8" in failed(OnlyUtf8)["check_hostile_actions"]
     # make() coerces actions, so the same env passes once wrapped
     assert "check_hostile_actions" not in failed(
-        lambda: skyrl_gym.wrappers.OrderEnforcing(OnlyUtf8())
+        lambda: skyrl_gym.wrappers.EpisodeGuard(OnlyUtf8())
     )
 
 

@@ -95,3 +95,17 @@ def test_demo_writes_results(tmp_path):
     results = json.loads((tmp_path / "runs" / "demo" / "results.json").read_text())
     assert results["summary"]["oracle"]["success_rate"] == 1.0
     assert results["summary"]["careless"]["success_rate"] < 1.0
+
+
+def test_a_command_whose_module_fails_to_import_fails_alone(monkeypatch):
+    from typer.testing import CliRunner
+
+    from skyrl_gym import cli
+
+    monkeypatch.setitem(cli._LAZY, "broken", ("tests.nowhere:app", "A broken extra."))
+    runner = CliRunner()
+    out = runner.invoke(cli.app, ["broken", "--flag", "x"])
+    assert out.exit_code == 1
+    assert "`skyrl broken` is unavailable: ModuleNotFoundError" in out.output + str(out.exception)
+    assert runner.invoke(cli.app, ["env", "list"]).exit_code == 0
+    assert "(unavailable) A broken extra." in runner.invoke(cli.app, ["--help"]).output

@@ -4,7 +4,7 @@ import pytest
 
 import skyrl_gym
 from skyrl_gym import EntryPointError, RegistrationError, ResetNeeded, UnknownEnvError
-from skyrl_gym.wrappers import EpisodeStatistics, OrderEnforcing, TurnLimit
+from skyrl_gym.wrappers import EpisodeGuard
 
 from .envs import CountdownEnv
 
@@ -66,8 +66,8 @@ def test_make_merges_spec_defaults_with_call_kwargs(temp_id):
 def test_make_wraps_order_turn_limit_and_stats(temp_id):
     skyrl_gym.register(temp_id("count"), CountdownEnv, max_turns=2, length=5)
     env = skyrl_gym.make("count")
-    assert isinstance(env, EpisodeStatistics)
-    assert isinstance(env.env, OrderEnforcing) and isinstance(env.env.env, TurnLimit)
+    assert isinstance(env, EpisodeGuard) and isinstance(env.env, CountdownEnv)
+    assert env.max_turns == 2
     with pytest.raises(ResetNeeded, match="before step"):
         env.step("x")
     env.reset(seed=0)
@@ -94,6 +94,27 @@ def test_terminated_and_truncated_stay_apart(temp_id):
     assert info["episode"]["return"] == 1.0
 
 
+def test_guard_false_returns_the_bare_env(temp_id):
+    skyrl_gym.register(temp_id("bare"), CountdownEnv, guard=False)
+    assert type(skyrl_gym.make("bare")) is CountdownEnv
+
+
+def test_async_path_is_guarded_too(temp_id):
+    import asyncio
+
+    skyrl_gym.register(temp_id("count"), CountdownEnv, max_turns=1, length=5)
+    env = skyrl_gym.make("count")
+
+    async def run():
+        with pytest.raises(ResetNeeded):
+            await env.astep("x")
+        await env.areset(seed=0)
+        return await env.astep(b"bytes \xff")
+
+    *_, truncated, info = asyncio.run(run())
+    assert truncated and info["episode"]["turns"] == 1
+
+
 def test_max_turns_must_be_positive(temp_id):
     skyrl_gym.register(temp_id("count"), CountdownEnv)
     with pytest.raises(ValueError, match="max_turns must be at least 1"):
@@ -109,3 +130,18 @@ def test_episode_stats_count_parse_errors_and_tool_calls():
     assert info["episode"]["parse_errors"] == 1
     assert info["episode"]["tool_calls"] == 2
     assert info["episode"]["turns"] == 3
+
+
+class LimitAwareEnv(CountdownEnv):
+    def __init__(self, length: int = 9, max_turns: int = 4):
+        super().__init__(length)
+        self.max_turns = max_turns
+
+
+def test_make_passes_max_turns_to_envs_that_take_it(temp_id):
+    skyrl_gym.register(temp_id("aware"), LimitAwareEnv, max_turns=3)
+    assert skyrl_gym.make("aware").unwrapped.max_turns == 4  # the env's own default stays
+    env = skyrl_gym.make("aware", max_turns=2)
+    assert env.unwrapped.max_turns == 2 and env.max_turns == 2
+    skyrl_gym.register(temp_id("plain"), CountdownEnv)
+    assert skyrl_gym.make("plain", max_turns=2).max_turns == 2  # only the guard knows

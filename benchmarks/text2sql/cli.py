@@ -1,0 +1,148 @@
+"""`skyrl text2sql eval | build`: Text-to-SQL evaluation by execution accuracy.
+
+Only typer is imported at module level; everything else loads when a command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)
+
+BUNDLED = "bundled"
+
+
+def _die(message: str, code: int = 2) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(code)
+
+
+@app.command("eval")
+def eval_command(
+    dataset: str = typer.Option(
+        ...,
+        "--dataset",
+        help="Spider/BIRD dev.json, SkyRL-SQL json(l), our tasks.jsonl, or 'bundled'.",
+    ),
+    out: Path = typer.Option(..., "--out", help="Folder for results.json."),
+    db_root: Path | None = typer.Option(
+        None,
+        "--db-root",
+        help="Folder of the databases (<db_root>/<db_id>/<db_id>.sqlite). Default: the "
+        "dataset's folder, or its database/ sub-folder.",
+    ),
+    predictions: Path | None = typer.Option(
+        None, "--predictions", help="SQL per line, JSONL {index|question_id, sql}, or BIRD json."
+    ),
+    policy: str | None = typer.Option(
+        None, "--policy", help="Run the multi-turn agent with this policy spec instead."
+    ),
+    metric: str = typer.Option("spider", "--metric", help="spider, bird or skyrl."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Per-query limit in seconds (default: the metric's own)."
+    ),
+    keep_distinct: bool = typer.Option(
+        False, "--keep-distinct", help="spider: do not remove DISTINCT before comparing."
+    ),
+    tables: Path | None = typer.Option(None, "--tables", help="Spider tables.json (schemas)."),
+    workers: int = typer.Option(1, "--workers", help="Questions scored in parallel."),
+    max_turns: int = typer.Option(6, "--max-turns", help="--policy: turns per episode."),
+    concurrency: int = typer.Option(8, "--concurrency", help="--policy: episodes at once."),
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N questions."),
+) -> None:
+    """Score predictions (or a policy) by execution accuracy; write OUT/results.json."""
+    from skyrl_gym.envs.sql.loaders import load_dataset
+    from skyrl_gym.envs.sql.metrics import Metric
+    from skyrl_gym.tasks import TaskError
+
+    if (predictions is None) == (policy is None):
+        _die("give exactly one of --predictions FILE or --policy SPEC")
+    try:
+        chosen = Metric(metric)
+    except ValueError:
+        _die(f"unknown metric {metric!r}; choose from {', '.join(m.value for m in Metric)}")
+    if dataset == BUNDLED:
+        from skyrl_gym.envs.sql.bundled import bundled_root
+
+        root = bundled_root()
+        dataset_path = root / "tasks.jsonl"
+        db_root = db_root or root
+    else:
+        dataset_path = Path(dataset)
+    try:
+        rows = load_dataset(dataset_path, tables_json=tables)
+    except (TaskError, OSError, ValueError, KeyError) as e:
+        _die(f"cannot load {dataset_path}: {e}")
+    if limit is not None:
+        rows = rows[:limit]
+    if db_root is None:
+        parent = dataset_path.parent
+        db_root = parent / "database" if (parent / "database").is_dir() else parent
+    extra = {"dataset": str(dataset_path), "db_root": str(db_root)}
+    if predictions is not None:
+        from benchmarks.text2sql.evaluate import (
+            PredictionsError,
+            read_predictions,
+            score_predictions,
+        )
+
+        try:
+            preds = read_predictions(predictions, rows)
+        except PredictionsError as e:
+            _die(str(e))
+        extra["predictions"] = str(predictions)
+        report = score_predictions(
+            rows, preds, db_root=db_root, metric=chosen, timeout_s=timeout,
+            keep_distinct=keep_distinct, workers=workers, extra=extra,
+        )  # fmt: skip
+    else:
+        from benchmarks.text2sql.policy_eval import PolicyUnavailable, evaluate_policy
+
+        assert policy is not None
+        try:
+            report = evaluate_policy(
+                rows, policy, db_root=db_root, metric=chosen, timeout_s=timeout,
+                max_turns=max_turns, concurrency=concurrency, out_dir=out, extra=extra,
+            )  # fmt: skip
+        except PolicyUnavailable as e:
+            _die(str(e))
+    from benchmarks.text2sql.evaluate import write_report
+
+    path = write_report(report, out)
+    _print_summary(report, path)
+
+
+def _print_summary(report, path: Path) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    data = report.to_json()
+    table = Table(title=f"text2sql eval: metric={data['metric']}  mode={data['mode']}")
+    table.add_column("group")
+    table.add_column("n", justify="right")
+    table.add_column("accuracy", justify="right")
+    table.add_row("all", str(data["n"]), f"{data['accuracy']:.3f}", style="bold")
+    for title in ("by_db", "by_difficulty"):
+        for name, bucket in data[title].items():
+            table.add_row(f"{title[3:]}: {name}", str(bucket["n"]), f"{bucket['accuracy']:.3f}")
+    console.print(table)
+    console.print(f"statuses: {data['statuses']}")
+    console.print(f"wrote {path}")
+
+
+@app.command("build")
+def build_command(
+    out: Path = typer.Option(..., "--out", help="Folder to build the bundled benchmark into."),
+) -> None:
+    """Build the bundled offline benchmark (SQLite databases, dev.json, tasks.jsonl, gold.sql)."""
+    from skyrl_gym.envs.sql.bundled.build import build
+    from skyrl_gym.envs.sql.bundled.questions import QUESTIONS
+
+    build(out)
+    typer.echo(f"built {len(QUESTIONS)} questions in {out}")

@@ -1,0 +1,131 @@
+"""`--policy` mode: play every question with the multi-turn `sql` env and score the solutions.
+
+Each question is one episode of `SQLEnv` driven by the agent loop (`agents.rollout`); the SQL
+in the episode's last `<solution>` is then scored with the chosen metric exactly like a
+predictions file. Trajectories go to `OUT/trajectories.jsonl` as they finish.
+
+Policy specs: `oracle` (answers every question with its gold SQL in one turn: checks the
+pipeline, scores 100%), and everything `agents.evaluate.load_policy` understands
+(`http(s)://...` OpenAI-compatible servers, `scripted:FILE`, `tiny`, `local:DIR`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.text2sql.evaluate import EvalReport, score_predictions
+from skyrl_gym.envs.sql.metrics import Metric
+from skyrl_gym.tasks import TaskRow
+
+__all__ = ["PolicyUnavailable", "evaluate_policy", "make_policy", "solution_of"]
+
+_SOLUTION = re.compile(r"<solution>(.*?)</solution>", re.DOTALL)
+
+
+class PolicyUnavailable(RuntimeError):
+    """The policy spec cannot be turned into a policy in this installation."""
+
+
+def make_policy(spec: str, rows: Sequence[TaskRow]) -> Any:
+    """A `agents.Policy` for `spec` (see the module docstring)."""
+    try:
+        from agents.scripted import ScriptedPolicy
+    except ImportError as e:  # pragma: no cover - agents is part of this distribution
+        raise PolicyUnavailable(f"--policy needs the agents package ({e})") from e
+    if spec == "oracle":
+        gold = {str(r["task_id"]): str(r["gold_sql"]) for r in rows}
+        script = {
+            task_id: [f"<think>I know the answer.</think>\n<solution>{sql}</solution>"]
+            for task_id, sql in gold.items()
+        }
+        return ScriptedPolicy(script, name="oracle")
+    try:
+        from agents.evaluate import EvalError, load_policy
+    except ImportError as e:
+        raise PolicyUnavailable(
+            f"policy spec {spec!r} is not available yet: only 'oracle' works without the agents "
+            f"package's policy loader ({e})"
+        ) from e
+    try:
+        return load_policy(spec)
+    except (EvalError, OSError, ValueError) as e:
+        raise PolicyUnavailable(f"cannot build policy {spec!r}: {e}") from e
+
+
+def solution_of(actions: Sequence[str]) -> str | None:
+    """The SQL of the last `<solution>...</solution>` in an episode's actions."""
+    for action in reversed(actions):
+        found = _SOLUTION.findall(action)
+        if found:
+            return found[-1].strip()
+    return None
+
+
+def evaluate_policy(
+    rows: Sequence[TaskRow],
+    spec: str,
+    *,
+    db_root: str | Path | None,
+    metric: Metric | str = Metric.SPIDER,
+    timeout_s: float | None = None,
+    max_turns: int = 6,
+    max_tokens: int = 3000,
+    concurrency: int = 8,
+    out_dir: str | Path | None = None,
+    extra: dict[str, Any] | None = None,
+) -> EvalReport:
+    """Run one episode per row with `spec`'s policy; score each final solution."""
+    from agents.rollout import RolloutLimits, run_episodes
+    from agents.trajectory import TrajectoryWriter
+    from skyrl_gym.envs.sql.env import SQLEnv
+
+    policy = make_policy(spec, rows)
+    writer = TrajectoryWriter(Path(out_dir) / "trajectories.jsonl") if out_dir else None
+    limits = RolloutLimits(max_turns=max_turns, max_tokens=max_tokens)
+
+    def make_env() -> SQLEnv:
+        return SQLEnv(tasks=list(rows), db_root=db_root, max_turns=max_turns)
+
+    episodes = [(str(r["task_id"]), dict(r)) for r in rows]
+
+    async def run() -> list[Any]:
+        try:
+            return await run_episodes(
+                make_env, policy, episodes, concurrency=concurrency, limits=limits,
+                env_id="sql", writer=writer,
+            )  # fmt: skip
+        finally:
+            await policy.aclose()
+
+    try:
+        trajectories = asyncio.run(run())
+    finally:
+        if writer is not None:
+            writer.close()
+    by_task = {t.task_id: t for t in trajectories}
+    predictions = []
+    rewards, stops = [], {}
+    for row in rows:
+        trajectory = by_task.get(str(row["task_id"]))
+        actions = [turn.action for turn in trajectory.turns] if trajectory else []
+        predictions.append(solution_of(actions))
+        if trajectory is not None:
+            rewards.append(trajectory.reward)
+            reason = trajectory.stop_reason.value
+            stops[reason] = stops.get(reason, 0) + 1
+    details = {
+        **(extra or {}),
+        "policy": spec,
+        "policy_name": getattr(policy, "name", spec),
+        "max_turns": max_turns,
+        "mean_env_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+        "stop_reasons": stops,
+    }
+    return score_predictions(
+        rows, predictions, db_root=db_root, metric=metric, timeout_s=timeout_s,
+        extra=details, mode="policy",
+    )  # fmt: skip
