@@ -197,7 +197,8 @@ class TaskEnv(TextEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Messages, dict[str, Any]]:
-        super().reset(seed=seed)
+        if seed is not None:  # Gymnasium's reset only (re)seeds np_random; skip the call otherwise
+            super().reset(seed=seed)
         self.task = self.choose_task(options)
         return self.start(self.task), {"task_id": self.task["task_id"]}
 

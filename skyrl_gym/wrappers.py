@@ -41,18 +41,20 @@ class EpisodeGuard(TextWrapper):
       the end flags and wall time, merged with any metrics the env put there itself.
     """
 
+    # Per-episode state; class-level defaults keep construction (once per episode) cheap.
+    _active = False
+    _has_reset = False
+    _turns = 0
+    _return = 0.0
+    _parse_errors = 0
+    _tool_calls = 0
+    _started = 0.0
+
     def __init__(self, env: gym.Env[Messages, str], max_turns: int | None = None):
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         super().__init__(env)
         self.max_turns = max_turns
-        self._active = False
-        self._has_reset = False
-        self._turns = 0
-        self._return = 0.0
-        self._parse_errors = 0
-        self._tool_calls = 0
-        self._started = 0.0
 
     @property
     def turns(self) -> int:
