@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
-from tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, XMLTagFormat, tool
+from tools import (
+    ParseError,
+    ParseErrorKind,
+    Tool,
+    ToolCall,
+    ToolFormat,
+    Toolset,
+    XMLTagFormat,
+    tool,
+)
 from tools.formats import FORMATS
 from tools.messages import Message
 
@@ -69,10 +78,31 @@ class Tooling:
         return cls(toolset, fmt, {"role": "system", "content": system})
 
 
+@dataclass(frozen=True)
+class ParsedTurn:
+    """One assistant reply, interpreted against an env's tools."""
+
+    calls: list[ToolCall]
+    """Calls that parsed and passed their schema check, in order."""
+    info: dict[str, Any]
+    """The step's `info`: `tool_calls` (as JSON) and `parse_error` (None or its JSON)."""
+    error: ParseError | None = None
+    """Why the reply could not be used; the env answers with the format's error message."""
+    answer: str | None = None
+    """The final answer, when the reply calls `answer`."""
+
+
 class ToolEnv(TaskEnv):
-    """A task env where the model calls tools and ends the episode by calling `answer`."""
+    """A task env where the model calls tools and ends the episode by calling `answer`.
+
+    A step is `interpret` (parse, check schemas), then one of three outcomes: the format's
+    error message for a malformed reply, `score` for a final answer, or `run_tools`. Subclasses
+    override `run_tools` (custom execution) and `episode_metrics` (extra end-of-episode info).
+    """
 
     system_prompt: ClassVar[str] = "You are a helpful assistant that solves tasks with tools."
+    no_action_hint: ClassVar[str] = "call a tool, or call `answer` with your final answer"
+    """Told to the model when a reply contains neither a tool call nor an answer."""
 
     def __init__(self, tasks: Sequence[dict[str, Any]] | None, tooling: Tooling):
         super().__init__(tasks)
@@ -92,25 +122,37 @@ class ToolEnv(TaskEnv):
         # Fresh dicts every episode: callers may keep and mutate what reset returns.
         return [{**self.tooling.system_message}, {"role": "user", "content": self.prompt(task)}]
 
-    def step(self, action: str) -> StepReturn:
-        if self.task is None:
-            raise ResetNeeded("call reset() before step()")
+    def interpret(self, action: str) -> ParsedTurn:
+        """Parse a reply and check its calls against the tools' schemas. Never raises."""
         parsed = self.tool_format.parse(coerce_action(action))
         calls = parsed.tool_calls
         error = parsed.error or next(filter(None, map(self.toolset.check, calls)), None)
         info: dict[str, Any] = {"tool_calls": [c.to_json() for c in calls], "parse_error": None}
         if error is None and not calls:
-            error = ParseError(
-                ParseErrorKind.NO_ACTION, "call a tool, or call `answer` with your final answer"
-            )
+            error = ParseError(ParseErrorKind.NO_ACTION, self.no_action_hint)
         if error is not None:
             info["parse_error"] = error.to_json()
-            return [self.tool_format.error_message(error)], 0.0, False, False, info
+            return ParsedTurn(calls, info, error=error)
         final = next((c for c in calls if c.name == answer.name), None)
-        if final is not None:
-            given = str(final.arguments.get("answer", ""))
-            reward = float(self.score(self.task, given))
-            info["episode"] = {"answer": given, "correct": reward > 0}
-            return [], reward, True, False, info
-        observations = [self.tool_format.render_result(self.toolset.execute(c)) for c in calls]
-        return observations, 0.0, False, False, info
+        given = None if final is None else str(final.arguments.get("answer", ""))
+        return ParsedTurn(calls, info, answer=given)
+
+    def run_tools(self, calls: list[ToolCall], info: dict[str, Any]) -> Messages:
+        """Execute the calls and render their results (errors included) as messages."""
+        return [self.tool_format.render_result(self.toolset.execute(c)) for c in calls]
+
+    def episode_metrics(self, answer: str, reward: float) -> dict[str, Any]:
+        """Fields for `info["episode"]` when the episode ends with an answer."""
+        return {"answer": answer, "correct": reward > 0}
+
+    def step(self, action: str) -> StepReturn:
+        if self.task is None:
+            raise ResetNeeded("call reset() before step()")
+        turn = self.interpret(action)
+        if turn.error is not None:
+            return [self.tool_format.error_message(turn.error)], 0.0, False, False, turn.info
+        if turn.answer is not None:
+            reward = float(self.score(self.task, turn.answer))
+            turn.info["episode"] = self.episode_metrics(turn.answer, reward)
+            return [], reward, True, False, turn.info
+        return self.run_tools(turn.calls, turn.info), 0.0, False, False, turn.info

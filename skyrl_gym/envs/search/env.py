@@ -23,13 +23,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
+from skyrl_gym.cache import cache_dir
+from skyrl_gym.core import Messages
 from skyrl_gym.envs.search.scoring import RewardKind, exact_match, f1_score, score_answer
 from skyrl_gym.tasks import TaskError, TaskRow, load_tasks
-from skyrl_gym.tool_env import answer as answer_tool
-from tools import ParseError, ParseErrorKind, ToolFormat, ToolResult, Toolset, XMLTagFormat
-from tools.formats import FORMATS
-from tools.messages import Message
+from skyrl_gym.tool_env import ToolEnv, Tooling
+from tools import ToolCall, ToolFormat, ToolResult, XMLTagFormat
 from tools.search import (
     BM25Index,
     HttpRetriever,
@@ -54,14 +53,10 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("SKYRL_CACHE", Path.home() / ".cache" / "skyrl"))
-
-
 def bundled_index_dir() -> Path:
     """Build the bundled corpus's index once (keyed by the corpus hash) and return its path."""
     digest = hashlib.sha256(CORPUS_FILE.read_bytes()).hexdigest()[:12]
-    target = _cache_dir() / "search" / f"stdlib-docs-{digest}"
+    target = cache_dir() / "search" / f"stdlib-docs-{digest}"
     if not (target / MANIFEST).is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         # Build aside and rename, so concurrent builders never see a half-written index.
@@ -103,10 +98,13 @@ def gold_answers(task: dict[str, Any]) -> list[str]:
     )
 
 
-class SearchEnv(TaskEnv):
+class SearchEnv(ToolEnv):
     """Search a collection, then answer; reward is exact match (default) or F1."""
 
     required_fields: ClassVar[tuple[str, ...]] = ("question",)
+    no_action_hint: ClassVar[str] = (
+        "search with the search tool, or give your final answer with the answer tool"
+    )
 
     def __init__(
         self,
@@ -138,7 +136,6 @@ class SearchEnv(TaskEnv):
         """
         if sum(x is not None for x in (index, search_url, retriever)) > 1:
             raise ValueError("give at most one of index=, search_url=, retriever=")
-        super().__init__(bundled_tasks() if tasks is None else tasks)
         self.reward_kind = RewardKind(reward)
         self._owns_retriever = retriever is None and (index or search_url) is not None
         if retriever is None:
@@ -154,66 +151,41 @@ class SearchEnv(TaskEnv):
         # A local index answers in well under a millisecond: skip the worker-thread hop.
         self.inline_async = isinstance(retriever, BM25Index)
         self.searcher = SearchTool(retriever, topk=topk, max_passage_chars=max_passage_chars)
-        self.toolset = Toolset([self.searcher.tool, answer_tool])
         if tool_format == "xml":
             tool_format = XMLTagFormat({"search": "query", "answer": "answer"}, RESULT_TAG)
-        elif isinstance(tool_format, str):
-            if tool_format not in FORMATS:
-                raise ValueError(
-                    f"unknown tool format {tool_format!r}; choose xml, {', '.join(FORMATS)}"
-                )
-            tool_format = FORMATS[tool_format]()
-        self.tool_format = tool_format
-        self._wrap_results = not (
-            isinstance(tool_format, XMLTagFormat) and tool_format.result_tag == RESULT_TAG
-        )
-        tools = list(self.toolset)
-        self._system: Message = {
-            "role": "system",
-            "content": f"{system_prompt}\n\n{tool_format.instructions(tools)}",
-        }
+        tooling = Tooling.build([self.searcher.tool], tool_format, system_prompt)
+        super().__init__(bundled_tasks() if tasks is None else tasks, tooling)
+        fmt = self.tool_format
+        self._wrap_results = not (isinstance(fmt, XMLTagFormat) and fmt.result_tag == RESULT_TAG)
         self._searches = 0
         self._failures = 0
         self._closed = False
 
+    def prompt(self, task: dict[str, Any]) -> str:
+        return f"Question: {task['question']}"
+
     def start(self, task: dict[str, Any]) -> Messages:
         gold_answers(task)  # a task without gold answers fails at reset, not at the end
         self._searches = self._failures = 0
-        return [{**self._system}, {"role": "user", "content": f"Question: {task['question']}"}]
+        return super().start(task)
 
     def score(self, task: dict[str, Any], given: str) -> float:
         """The reward for a final answer under the env's `reward_kind`."""
         return score_answer(given, gold_answers(task), self.reward_kind)
 
-    def step(self, action: str) -> StepReturn:
-        if self.task is None:
-            raise ResetNeeded("call reset() before step()")
-        parsed = self.tool_format.parse(coerce_action(action))
-        calls = parsed.tool_calls
-        error = parsed.error or next(filter(None, map(self.toolset.check, calls)), None)
-        info: dict[str, Any] = {"tool_calls": [c.to_json() for c in calls], "parse_error": None}
-        if error is None and not calls:
-            error = ParseError(
-                ParseErrorKind.NO_ACTION,
-                "search with the search tool, or give your final answer with the answer tool",
-            )
-        if error is not None:
-            info["parse_error"] = error.to_json()
-            return [self.tool_format.error_message(error)], 0.0, False, False, info
-        final = next((c for c in calls if c.name == answer_tool.name), None)
-        if final is not None:
-            given = str(final.arguments.get("answer", ""))
-            golds = gold_answers(self.task)
-            reward = self.score(self.task, given)
-            info["episode"] = {
-                "answer": given,
-                "correct": exact_match(given, golds) > 0,
-                "exact_match": exact_match(given, golds),
-                "f1": f1_score(given, golds),
-                "searches": self._searches,
-                "search_failures": self._failures,
-            }
-            return [], reward, True, False, info
+    def episode_metrics(self, answer: str, reward: float) -> dict[str, Any]:
+        golds = gold_answers(self.task or {})
+        return {
+            "answer": answer,
+            "correct": exact_match(answer, golds) > 0,
+            "exact_match": exact_match(answer, golds),
+            "f1": f1_score(answer, golds),
+            "searches": self._searches,
+            "search_failures": self._failures,
+        }
+
+    def run_tools(self, calls: list[ToolCall], info: dict[str, Any]) -> Messages:
+        # One batched request for all queries of the turn (one round trip to a server).
         results = self.searcher.run([str(c.arguments["query"]) for c in calls])
         self._searches += len(results)
         self._failures += sum(r.outcome is SearchOutcome.FAILED for r in results)
@@ -225,7 +197,7 @@ class SearchEnv(TaskEnv):
                 text = f"<{RESULT_TAG}>\n{text}\n</{RESULT_TAG}>"
             is_error = result.outcome in (SearchOutcome.FAILED, SearchOutcome.EMPTY_QUERY)
             observations.append(self.tool_format.render_result(ToolResult(call, text, is_error)))
-        return observations, 0.0, False, False, info
+        return observations
 
     def close(self) -> None:
         if not self._closed and self._owns_retriever:

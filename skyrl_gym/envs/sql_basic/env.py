@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from skyrl_gym.cache import cache_dir
 from skyrl_gym.envs.math.env import parse_number
 from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_gym.tool_env import ToolEnv, Tooling
@@ -20,11 +21,6 @@ from tools.sqlite import SQLiteReadOnly, sql_tool
 HERE = Path(__file__).parent
 SCHEMA_FILE = HERE / "schema.sql"
 TASKS_FILE = HERE / "tasks.jsonl"
-
-
-def cache_dir() -> Path:
-    """Where built artefacts go: `$SKYRL_CACHE`, else `~/.cache/skyrl`."""
-    return Path(os.environ.get("SKYRL_CACHE", Path.home() / ".cache" / "skyrl"))
 
 
 def bundled_database() -> Path:

@@ -7,20 +7,15 @@ folder; `bundled_tasks()` returns its task rows. Nothing is downloaded.
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import cache
 from pathlib import Path
 
+from skyrl_gym.cache import cache_dir
 from skyrl_gym.tasks import TaskRow, load_tasks
 
 HERE = Path(__file__).parent
 
 __all__ = ["bundled_root", "bundled_tasks", "cache_dir"]
-
-
-def cache_dir() -> Path:
-    """Where built artefacts go: `$SKYRL_CACHE`, else `~/.cache/skyrl`."""
-    return Path(os.environ.get("SKYRL_CACHE", Path.home() / ".cache" / "skyrl"))
 
 
 def _version() -> str:
