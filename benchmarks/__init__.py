@@ -7,6 +7,7 @@ JSON object on its last line. `skyrl bench NAME --json` runs `BENCHMARKS[NAME]`.
 # name -> "module:function"; the function takes no arguments and returns a `BenchReport`.
 BENCHMARKS: dict[str, str] = {
     "env": "benchmarks.env_step:run",
+    "sandbox": "benchmarks.sandbox_bench:run",
     "sql": "benchmarks.sql_bench:run",
     "search": "benchmarks.search_bench:run",
 }

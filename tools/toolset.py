@@ -46,6 +46,10 @@ class Toolset:
         problem = self.check(call)
         if problem is not None:
             return ToolResult(call, f"Error: {problem.message}", is_error=True)
+        if inspect.iscoroutinefunction(self.tools[call.name].fn):
+            raise TypeError(
+                f"tool {call.name!r} is async: run it with `await toolset.aexecute(call)`"
+            )
         try:
             output = self.tools[call.name](**call.arguments)
         except Exception as e:  # a tool's failure is the model's information, not a crash

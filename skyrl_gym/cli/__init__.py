@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 # command). Packages add their own line here.
 COMMAND_GROUPS: list[tuple[str, str, str]] = [
     ("env", "skyrl_gym.cli.env_cmd:app", "List, check and play environments."),
+    ("sandbox", "sandboxes.cli:app", "Run commands in sandboxes; list and reap them."),
     ("bench", "benchmarks.cli:bench", "Performance benchmarks (`skyrl bench NAME --json`)."),
     (
         "text2sql",

@@ -14,6 +14,18 @@ register(
     description="The math problems as single-turn episodes: reply ending in '#### <number>'.",
 )
 register(
+    "python",
+    "skyrl_gym.envs.python.env:PythonEnv",
+    description="Solve problems by running code in a persistent sandboxed Python interpreter.",
+    max_turns=8,
+)
+register(
+    "terminal",
+    "skyrl_gym.envs.terminal.env:TerminalEnv",
+    description="Shell tasks in a bwrap sandbox, graded by a check run in a fresh phase.",
+    max_turns=16,
+)
+register(
     "sql-basic",
     "skyrl_gym.envs.sql_basic.env:SQLBasicEnv",
     description="Questions over a bundled SQLite shop database through a read-only sql tool.",

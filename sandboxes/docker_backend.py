@@ -1,0 +1,355 @@
+"""The `docker` backend: a container per sandbox, through the docker SDK (imported lazily).
+
+Same semantics as bwrap: no network unless asked (`network_mode="none"`; with `network=True`
+the host's network, since engines here run with `--bridge=none`), a read-only root filesystem
+with a tmpfs `/tmp`, the workspace bind-mounted read-write from the host, memory/pids/CPU caps
+from the engine, all capabilities dropped. The engine is found through `DOCKER_HOST` (or the
+default socket). Each `exec` is a `docker exec` (~80 ms) whose output is read from the raw
+attach socket, so caps and timeouts hold even against a flood. Images come from `spec.image`;
+build them locally (`docker build` or `docker import`), since nothing can be pulled here.
+Containers carry their owner in labels: `reap_containers()` removes those of dead owners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import select
+import socket
+import time
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sandboxes import tracking
+from sandboxes._server import _Capture
+from sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
+from sandboxes.spec import BackendUnavailable, ExecResult, SandboxError, decode_capped
+
+LABEL = "skyrl.sandbox"
+_KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600; done"]
+_reaped_engines: set[str] = set()
+
+
+def docker_client() -> Any:
+    """A client for the engine in `DOCKER_HOST`, or `BackendUnavailable` saying what is wrong."""
+    try:
+        import docker
+    except ImportError:
+        raise BackendUnavailable(
+            "the docker backend needs the docker SDK: pip install 'skyrl-sdk[docker]'"
+        ) from None
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as e:
+        where = os.environ.get("DOCKER_HOST", "the default socket")
+        raise BackendUnavailable(
+            f"no Docker engine answers at {where} ({type(e).__name__}: {e}); start dockerd "
+            "or set DOCKER_HOST"
+        ) from None
+    return client
+
+
+def reap_containers(client: Any) -> list[str]:
+    """Remove sandbox containers whose owner process is dead; returns their names."""
+    removed = []
+    for info in client.api.containers(all=True, filters={"label": LABEL}):
+        labels = info.get("Labels") or {}
+        try:
+            pid = int(labels.get("skyrl.owner_pid", "0"))
+            start = labels.get("skyrl.owner_start")
+            start_time = int(start) if start and start != "None" else None
+        except ValueError:
+            continue
+        if pid and tracking.owner_alive(pid, start_time):
+            continue
+        with contextlib.suppress(Exception):
+            client.api.remove_container(info["Id"], force=True, v=True)
+            removed.append(labels.get(LABEL, info["Id"]))
+    return removed
+
+
+class DockerSandbox(Sandbox):
+    """A sandbox in a Docker container (see the module docstring)."""
+
+    backend = "docker"
+
+    def __init__(self, spec=None):
+        super().__init__(spec)
+        self._client: Any = None
+        self._container: str | None = None
+        self._record: tracking.SandboxRecord | None = None
+        self._workspace: Path | None = None
+        self._has_timeout = False
+
+    @property
+    def workdir(self) -> str:
+        return self.spec.workdir.rstrip("/")
+
+    @property
+    def host_workspace(self) -> Path | None:
+        return self._workspace
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+        if not self.spec.image:
+            raise ValueError("the docker backend needs SandboxSpec(image=...)")
+        self._started = True
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._launch), self.spec.start_timeout_s)
+        except BaseException as e:
+            await self.close()
+            if isinstance(e, SandboxError | asyncio.CancelledError | ValueError):
+                raise
+            raise SandboxError(f"docker sandbox failed to start: {type(e).__name__}: {e}") from e
+
+    def _launch(self) -> None:
+        spec = self.spec
+        client = self._client = docker_client()
+        base_url = client.api.base_url
+        if base_url not in _reaped_engines:
+            _reaped_engines.add(base_url)
+            reap_containers(client)
+        tracking.reap_at_startup()
+        owned = spec.workspace_dir is None
+        root = tracking.ensure_state_root()
+        workspace = root / self.id / "ws" if owned else Path(spec.workspace_dir).resolve()  # type: ignore[arg-type]
+        self._record = tracking.SandboxRecord.for_current_process(
+            self.id,
+            self.backend,
+            workspace=str(workspace) if owned else None,
+            container_id=self.id,
+            docker_host=os.environ.get("DOCKER_HOST") or None,
+        )
+        tracking.save(self._record, root)
+        workspace.mkdir(parents=True, exist_ok=True)
+        self._workspace = workspace
+        for rel, content in spec.files:
+            target = workspace / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        record = self._record
+        labels = {
+            LABEL: self.id,
+            "skyrl.owner_pid": str(record.owner_pid),
+            "skyrl.owner_start": str(record.owner_start),
+        }
+        kwargs: dict[str, Any] = {
+            "name": self.id,
+            "detach": True,
+            "labels": labels,
+            "network_mode": "host" if spec.network else "none",
+            "working_dir": self.workdir,
+            "volumes": {str(workspace): {"bind": self.workdir, "mode": "rw"}},
+            "read_only": True,
+            "tmpfs": {"/tmp": "", "/run": ""},
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "environment": self.base_env(),
+        }
+        if spec.memory_bytes:
+            kwargs["mem_limit"] = spec.memory_bytes
+            kwargs["memswap_limit"] = spec.memory_bytes
+        if spec.pids:
+            kwargs["pids_limit"] = spec.pids
+        if spec.cpus:
+            kwargs["nano_cpus"] = int(spec.cpus * 1e9)
+        if spec.disk_bytes:
+            kwargs["ulimits"] = [_ulimit("fsize", spec.disk_bytes)]
+        import docker.errors
+
+        try:  # checked first: `run` would try to pull, which cannot work offline
+            client.images.get(spec.image)
+        except docker.errors.ImageNotFound:
+            raise SandboxError(
+                f"docker image {spec.image!r} not found on the engine; build it locally "
+                "(docker build / docker import)"
+            ) from None
+        container = client.containers.run(spec.image, _KEEPALIVE, **kwargs)
+        self._container = container.id
+        probe = self._exec_blocking(["sh", "-c", "command -v timeout"], None, {}, None, 10, 4096)
+        self._has_timeout = probe[0] == 0
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._record is not None:
+            errors = await asyncio.to_thread(tracking.release, self._record)
+            if errors:
+                raise SandboxError("; ".join(errors))
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+
+    # ---- exec over the raw attach socket -----------------------------------------------------
+
+    def _exec_blocking(
+        self,
+        argv: list[str],
+        stdin: bytes | None,
+        env: dict[str, str],
+        cwd: str | None,
+        timeout: float,
+        limit: int,
+    ) -> tuple[int, _Capture, _Capture, bool, float]:
+        api = self._client.api
+        started = time.monotonic()
+        command = argv
+        if self._has_timeout:
+            command = ["timeout", "-s", "KILL", str(max(1, math.ceil(timeout))), *argv]
+        created = api.exec_create(
+            self._container,
+            command,
+            stdin=stdin is not None,
+            stdout=True,
+            stderr=True,
+            environment=env,
+            workdir=cwd,
+        )
+        exec_id = created["Id"]
+        conn = api.exec_start(exec_id, socket=True)
+        raw: socket.socket = getattr(conn, "_sock", conn)
+        out, err = _Capture(limit), _Capture(limit)
+        timed_out = False
+        try:
+            if stdin is not None:
+                raw.sendall(stdin)
+                with contextlib.suppress(OSError):
+                    raw.shutdown(socket.SHUT_WR)
+            # Client-side deadline: the in-container `timeout` kills the command, this bounds
+            # the wait even when orphans keep the stream open or `timeout` is missing.
+            deadline = started + timeout + 2.0
+            buf = bytearray()
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                ready, _, _ = select.select([raw], [], [], left)
+                if not ready:
+                    continue
+                chunk = raw.recv(1 << 16)
+                if not chunk:
+                    break
+                buf += chunk
+                while len(buf) >= 8:
+                    size = int.from_bytes(buf[4:8], "big")
+                    if len(buf) < 8 + size:
+                        break
+                    (out if buf[0] != 2 else err).add(bytes(buf[8 : 8 + size]))
+                    del buf[: 8 + size]
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
+        info = api.exec_inspect(exec_id)
+        code = info.get("ExitCode")
+        if info.get("Running") or code is None:
+            timed_out = True
+            pid = info.get("Pid")
+            if pid and os.path.exists(f"/proc/{pid}"):  # a local engine: end it ourselves
+                tracking.kill_quietly(pid)
+            code = -9
+        duration = time.monotonic() - started
+        if self._has_timeout and code == 137 and duration >= timeout:
+            timed_out, code = True, -9
+        return int(code), out, err, timed_out, duration
+
+    async def exec(
+        self,
+        cmd: Command,
+        *,
+        timeout: float | None = None,
+        stdin: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        self._check_usable()
+        argv = to_argv(cmd)
+        limit = self.spec.timeout_s if timeout is None else timeout
+        if not isinstance(limit, int | float) or limit <= 0:
+            raise ValueError(
+                f"exec() timeout must be a positive number of seconds, got {timeout!r}"
+            )
+        code, out, err, timed_out, duration = await asyncio.to_thread(
+            self._exec_blocking,
+            argv,
+            to_bytes(stdin, "stdin"),
+            self.base_env(env),
+            self.resolve(cwd) if cwd else self.workdir,
+            float(limit),
+            self.spec.output_limit_bytes,
+        )
+        stdout, out_cut = decode_capped(bytes(out.head), bytes(out.tail), out.total)
+        stderr, err_cut = decode_capped(bytes(err.head), bytes(err.tail), err.total)
+        return ExecResult(
+            exit_code=code,
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=timed_out,
+            truncated=out_cut or err_cut,
+            duration_s=duration,
+            stdout_bytes=out.total,
+            stderr_bytes=err.total,
+        )
+
+    async def _raw(self, argv: list[str], stdin: bytes | None, max_bytes: int) -> bytes:
+        """Run a helper command and return its complete stdout (errors become exceptions)."""
+        self._check_usable()
+        code, out, err, timed_out, _ = await asyncio.to_thread(
+            self._exec_blocking,
+            argv,
+            stdin,
+            self.base_env(),
+            None,
+            self.spec.timeout_s,
+            max_bytes + 1,
+        )
+        message = bytes(err.head).decode("utf-8", "replace").strip()
+        if code != 0 or timed_out:
+            if "No such file" in message or "can't open" in message or "not found" in message:
+                raise FileNotFoundError(message or f"{argv} failed")
+            if "Is a directory" in message:
+                raise IsADirectoryError(message)
+            if "denied" in message or "Read-only" in message:
+                raise PermissionError(message)
+            raise SandboxError(f"{argv[0]} failed in the container (exit {code}): {message}")
+        if out.total > max_bytes:
+            raise SandboxError(f"output larger than max_bytes={max_bytes}")
+        return bytes(out.head) + bytes(out.tail)
+
+    async def read_file(self, path: str, *, max_bytes: int = DEFAULT_MAX_READ) -> bytes:
+        return await self._raw(["cat", self.resolve(path)], None, max_bytes)
+
+    async def write_file(
+        self, path: str, data: str | bytes, *, mode: int = 0o644, parents: bool = True
+    ) -> None:
+        script = 'cat > "$1" && chmod "$2" "$1"'
+        if parents:
+            script = 'mkdir -p "$(dirname "$1")" && ' + script
+        await self._raw(
+            ["sh", "-c", script, "sh", self.resolve(path), f"{mode:o}"],
+            to_bytes(data, "data"),
+            1 << 20,
+        )
+
+    async def _get_archive(self, path: str) -> bytes:
+        pure = PurePosixPath(path)
+        return await self._raw(
+            ["tar", "-c", "-C", str(pure.parent), pure.name or "."], None, DEFAULT_MAX_READ
+        )
+
+    async def _put_archive(self, dest: str, data: bytes) -> None:
+        await self._raw(["sh", "-c", 'mkdir -p "$1" && tar -x -C "$1"', "sh", dest], data, 1 << 20)
+
+
+def _ulimit(name: str, value: int) -> Any:
+    import docker.types
+
+    return docker.types.Ulimit(name=name, soft=value, hard=value)

@@ -1,0 +1,217 @@
+"""What a sandbox is asked to be (`SandboxSpec`) and what one command gave back (`ExecResult`)."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+MiB = 1 << 20
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class SandboxError(RuntimeError):
+    """A sandbox could not be started, answered nonsense, or was used after `close()`."""
+
+
+class BackendUnavailable(SandboxError):
+    """The requested backend cannot run here (missing binary, SDK or engine); says how to fix it."""
+
+
+def _pairs(value: Any, what: str) -> tuple[tuple[str, Any], ...]:
+    if value is None:
+        return ()
+    items = value.items() if isinstance(value, Mapping) else value
+    try:
+        pairs = tuple(sorted((str(k), v) for k, v in items))
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"SandboxSpec.{what} must be a mapping or (key, value) pairs: {e}") from e
+    return pairs
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """How to build a sandbox. Frozen and hashable, so it can key a pool of warm sandboxes.
+
+    Sizes are in bytes and times in seconds; `None` means "no limit" for a cap.
+    """
+
+    image: str | None = None
+    """Docker image to run (docker backend only; required there)."""
+    rootfs: str | None = None
+    """Host directory mounted read-only as the sandbox's `/` (bwrap). None: the host's own
+    root, read-only, with `/root` and `/home` hidden."""
+    workdir: str = "/workspace"
+    """Absolute path of the writable workspace inside the sandbox; the default cwd of `exec`.
+    (The local backend has no mount namespace: there it is the host temp dir instead.)"""
+    workspace_dir: str | None = None
+    """Host directory to use as the workspace; it is kept at `close()`. None: a fresh temporary
+    directory that `close()` deletes."""
+    files: tuple[tuple[str, bytes], ...] = ()
+    """Files written into the workspace before the sandbox starts, as (relative path, content);
+    a dict {path: str | bytes} is accepted and normalised."""
+    network: bool = False
+    """Allow network access. Off by default: the sandbox gets its own empty network namespace
+    (only a loopback that is not the host's)."""
+    memory_bytes: int | None = 512 * MiB
+    """Memory cap for everything in the sandbox (cgroup v1 `memory.limit_in_bytes`; falls back
+    to RLIMIT_AS per command where cgroups are unavailable)."""
+    pids: int | None = 256
+    """Cap on live processes and threads (cgroup `pids.max`), so a fork bomb is contained."""
+    cpus: float | None = None
+    """CPU bandwidth in cores (cgroup `cpu.cfs_quota_us`); e.g. 0.5 is half a core."""
+    cpu_time_s: float | None = None
+    """CPU-time cap per command (RLIMIT_CPU): the command is killed after this much CPU."""
+    disk_bytes: int | None = None
+    """Size cap of the workspace. As root it is a size-limited tmpfs (writes beyond fail with
+    ENOSPC; its pages count against `memory_bytes`); otherwise RLIMIT_FSIZE per file."""
+    timeout_s: float = 30.0
+    """Default wall-clock limit of one `exec`; the command's process group is killed after it."""
+    start_timeout_s: float = 20.0
+    """How long starting the sandbox may take before it is abandoned."""
+    output_limit_bytes: int = 256 * 1024
+    """Bytes kept per stream (stdout, stderr) of one `exec`: the first three quarters and the
+    last quarter; the middle is dropped and replaced by a marker."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables of every command (on top of PATH, HOME, LANG); a dict is accepted."""
+    python: str = "python3"
+    """Interpreter that runs the in-sandbox command server (bwrap backend; must exist in the
+    root filesystem, Python >= 3.6)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", tuple((k, str(v)) for k, v in _pairs(self.env, "env")))
+        files = []
+        for path, content in _pairs(self.files, "files"):
+            if isinstance(content, str):
+                content = content.encode()
+            if not isinstance(content, bytes | bytearray):
+                raise TypeError(
+                    f"SandboxSpec.files[{path!r}] must be str or bytes, got {type(content).__name__}"
+                )
+            rel = PurePosixPath(path)
+            if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+                raise ValueError(
+                    f"SandboxSpec.files: {path!r} must be a relative path inside the workspace"
+                )
+            files.append((str(rel), bytes(content)))
+        object.__setattr__(self, "files", tuple(files))
+        if not self.workdir.startswith("/") or self.workdir.rstrip("/") in ("", "/proc", "/dev"):
+            raise ValueError(
+                f"SandboxSpec.workdir must be an absolute path other than /, /proc, /dev; got {self.workdir!r}"
+            )
+        for name in ("memory_bytes", "pids", "disk_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(
+                    f"SandboxSpec.{name} must be a positive int or None, got {value!r}"
+                )
+        if self.memory_bytes is not None and self.memory_bytes < 16 * MiB:
+            raise ValueError(
+                f"SandboxSpec.memory_bytes={self.memory_bytes} is below 16 MiB; the command server alone needs ~10 MiB"
+            )
+        if self.pids is not None and self.pids < 4:
+            raise ValueError(f"SandboxSpec.pids={self.pids} is too small (at least 4)")
+        for name in ("cpus", "cpu_time_s"):
+            value = getattr(self, name)
+            if value is not None and (not _finite(value) or value <= 0):
+                raise ValueError(
+                    f"SandboxSpec.{name} must be a positive number or None, got {value!r}"
+                )
+        for name in ("timeout_s", "start_timeout_s"):
+            value = getattr(self, name)
+            if not _finite(value) or value <= 0:
+                raise ValueError(f"SandboxSpec.{name} must be a positive number, got {value!r}")
+        if not isinstance(self.output_limit_bytes, int) or self.output_limit_bytes < 64:
+            raise ValueError(
+                f"SandboxSpec.output_limit_bytes must be an int >= 64, got {self.output_limit_bytes!r}"
+            )
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class ExecStatus(enum.Enum):
+    """How a command ended."""
+
+    OK = "ok"
+    """Exited with status 0."""
+    FAILED = "failed"
+    """Exited with a non-zero status."""
+    TIMEOUT = "timeout"
+    """Killed at its wall-clock timeout."""
+    KILLED = "killed"
+    """Killed by a signal: the memory cap (see `oom_killed`), the CPU-time cap, or itself."""
+    CANCELLED = "cancelled"
+    """The caller cancelled the `exec` (its asyncio task was cancelled)."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one `exec` returned. Output is text: invalid UTF-8 is replaced, never raised on."""
+
+    exit_code: int
+    """The exit status; negative -N when a signal N killed the command (as in `subprocess`)."""
+    stdout: str
+    """Standard output, capped at the spec's `output_limit_bytes` (see `truncated`)."""
+    stderr: str
+    """Standard error, capped likewise."""
+    timed_out: bool = False
+    """True when the wall-clock timeout killed the command."""
+    truncated: bool = False
+    """True when stdout or stderr exceeded the cap; the text then carries a
+    `[... N bytes truncated ...]` marker where bytes were dropped."""
+    duration_s: float = 0.0
+    """Wall time of the command inside the sandbox."""
+    oom_killed: bool = False
+    """True when the memory cgroup's OOM killer fired during the command."""
+    cancelled: bool = False
+    """True when the caller cancelled the command."""
+    stdout_bytes: int = 0
+    """Bytes the command wrote to stdout, before truncation."""
+    stderr_bytes: int = 0
+    """Bytes the command wrote to stderr, before truncation."""
+
+    @property
+    def status(self) -> ExecStatus:
+        """The outcome as an enum."""
+        if self.cancelled:
+            return ExecStatus.CANCELLED
+        if self.timed_out:
+            return ExecStatus.TIMEOUT
+        if self.exit_code < 0 or self.oom_killed:
+            return ExecStatus.KILLED
+        return ExecStatus.OK if self.exit_code == 0 else ExecStatus.FAILED
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited with status 0."""
+        return self.status is ExecStatus.OK
+
+    @property
+    def output(self) -> str:
+        """stdout followed by stderr, for showing to a model."""
+        if not self.stderr:
+            return self.stdout
+        if not self.stdout:
+            return self.stderr
+        sep = "" if self.stdout.endswith("\n") else "\n"
+        return f"{self.stdout}{sep}{self.stderr}"
+
+
+def decode_capped(head: bytes, tail: bytes, total: int) -> tuple[str, bool]:
+    """Text of a captured stream: head + marker + tail when bytes were dropped in between.
+
+    Bytes are decoded as UTF-8 with replacement, so a cut in the middle of a character or
+    binary output yields U+FFFD characters, never an exception.
+    """
+    dropped = total - len(head) - len(tail)
+    text = head.decode("utf-8", "replace")
+    if dropped <= 0:
+        return text + tail.decode("utf-8", "replace"), False
+    marker = f"\n[... {dropped} bytes truncated ...]\n"
+    return text + marker + tail.decode("utf-8", "replace"), True

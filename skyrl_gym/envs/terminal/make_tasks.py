@@ -1,0 +1,93 @@
+"""Regenerate `tasks.jsonl` (run `python -m skyrl_gym.envs.terminal.make_tasks`).
+
+The test suite checks, in real sandboxes, that every check fails on the starting workspace and
+passes after the reference `solution` runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+LOG = "\n".join(
+    f"2024-01-{d:02d} {'ERROR' if d % 3 == 0 else 'INFO'} job {d} {'failed' if d % 3 == 0 else 'ok'}"
+    for d in range(1, 29)
+)
+
+TASKS = [
+    {
+        "instruction": "Create a file hello.txt in the workspace containing exactly the line: hello world",
+        "files": {},
+        "check": 'test "$(cat hello.txt)" = "hello world"',
+        "solution": "echo 'hello world' > hello.txt",
+    },
+    {
+        "instruction": "Count the lines containing ERROR in app.log and write just that number to errors.txt.",
+        "files": {"app.log": LOG + "\n"},
+        "check": 'test "$(tr -d " \\n" < errors.txt)" = "$(grep -c ERROR app.log)"',
+        "solution": "grep -c ERROR app.log > errors.txt",
+    },
+    {
+        "instruction": "calc.py should print the sum of its two integer arguments (python3 calc.py 2 3 prints 5) but it has a bug. Fix it.",
+        "files": {"calc.py": "import sys\n\nprint(int(sys.argv[1]) - int(sys.argv[2]))\n"},
+        "check": 'test "$(python3 calc.py 2 3)" = 5 && test "$(python3 calc.py 40 -2)" = 38',
+        "solution": "sed -i 's/ - / + /' calc.py",
+    },
+    {
+        "instruction": "Rename every .txt file in the docs directory to have the extension .md instead.",
+        "files": {"docs/a.txt": "a\n", "docs/b.txt": "b\n", "docs/keep.rst": "k\n"},
+        "check": "test -f docs/a.md && test -f docs/b.md && test -f docs/keep.rst && ! ls docs/*.txt 2>/dev/null",
+        "solution": 'for f in docs/*.txt; do mv "$f" "${f%.txt}.md"; done',
+    },
+    {
+        "instruction": "Write an executable shell script sum.sh that prints the sum of all its integer arguments (./sum.sh 1 2 3 prints 6).",
+        "files": {},
+        "check": 'test -x sum.sh && test "$(./sum.sh 1 2 3)" = 6 && test "$(./sum.sh 10 -4)" = 6 && test "$(./sum.sh)" = 0',
+        "solution": "printf '#!/bin/sh\\ns=0\\nfor n in \"$@\"; do s=$((s + n)); done\\necho $s\\n' > sum.sh && chmod +x sum.sh",
+    },
+    {
+        "instruction": "data.csv has a header line and rows name,score. Write the name with the highest score to best.txt.",
+        "files": {"data.csv": "name,score\nada,91\nbob,78\ncyd,97\ndee,88\n"},
+        "check": 'test "$(tr -d " \\n" < best.txt)" = cyd',
+        "solution": "tail -n +2 data.csv | sort -t, -k2 -n | tail -1 | cut -d, -f1 > best.txt",
+    },
+    {
+        "instruction": "Create the directory tree project/src and project/tests, each containing an empty file named __init__.py.",
+        "files": {},
+        "check": "test -f project/src/__init__.py && test -f project/tests/__init__.py && test ! -s project/src/__init__.py",
+        "solution": "mkdir -p project/src project/tests && touch project/src/__init__.py project/tests/__init__.py",
+    },
+    {
+        "instruction": "Sort the words in words.txt (one per line) alphabetically, remove duplicates, and write the result to sorted.txt.",
+        "files": {"words.txt": "pear\napple\nfig\napple\nkiwi\nfig\nbanana\n"},
+        "check": 'test "$(cat sorted.txt)" = "$(printf "apple\\nbanana\\nfig\\nkiwi\\npear")"',
+        "solution": "sort -u words.txt > sorted.txt",
+    },
+    {
+        "instruction": "config.ini sets debug = true. Change it to debug = false without changing any other line.",
+        "files": {"config.ini": "[app]\nname = demo\ndebug = true\nport = 8080\n"},
+        "check": 'grep -qx "debug = false" config.ini && grep -qx "port = 8080" config.ini && grep -qx "name = demo" config.ini && ! grep -q "debug = true" config.ini',
+        "solution": "sed -i 's/^debug = true$/debug = false/' config.ini",
+    },
+    {
+        "instruction": "Write a Python module fib.py with a function fib(n) returning the n-th Fibonacci number (fib(0) = 0, fib(1) = 1). The grader runs its own tests.",
+        "files": {},
+        "check_files": {
+            "test_fib.py": "import sys\nsys.path.insert(0, '.')\nfrom fib import fib\nassert [fib(i) for i in range(10)] == [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]\nassert fib(90) == 2880067194370816120\nprint('ok')\n"
+        },
+        "check": 'python3 "$GRADER/test_fib.py"',
+        "solution": "printf 'def fib(n):\\n    a, b = 0, 1\\n    for _ in range(n):\\n        a, b = b, a + b\\n    return a\\n' > fib.py",
+    },
+]
+
+
+def main() -> None:
+    path = Path(__file__).with_name("tasks.jsonl")
+    with path.open("w") as f:
+        for i, task in enumerate(TASKS):
+            f.write(json.dumps({"task_id": f"terminal-{i:03d}", **task}) + "\n")
+    print(f"wrote {len(TASKS)} tasks to {path}")
+
+
+if __name__ == "__main__":
+    main()
