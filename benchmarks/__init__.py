@@ -8,6 +8,7 @@ JSON object on its last line. `skyrl bench NAME --json` runs `BENCHMARKS[NAME]`.
 BENCHMARKS: dict[str, str] = {
     "env": "benchmarks.env_step:run",
     "sandbox": "benchmarks.sandbox_bench:run",
+    "rollout": "benchmarks.rollout_bench:run",
     "sql": "benchmarks.sql_bench:run",
     "search": "benchmarks.search_bench:run",
 }

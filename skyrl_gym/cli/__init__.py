@@ -25,6 +25,13 @@ COMMAND_GROUPS: list[tuple[str, str, str]] = [
         "benchmarks.text2sql.cli:app",
         "Text-to-SQL evaluation (Spider, BIRD, SkyRL-SQL).",
     ),
+    (
+        "eval",
+        "agents.cli:eval_command",
+        "Evaluate a policy on an env (results.json, trajectories).",
+    ),
+    ("view", "agents.cli:view_command", "Render trajectories.jsonl as a static HTML report."),
+    ("serve", "agents.cli:serve_command", "Serve a local model over an OpenAI-compatible API."),
     ("search", "skyrl_gym.envs.search.cli:app", "Build, serve and query BM25 search indexes."),
 ]
 

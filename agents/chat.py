@@ -1,0 +1,175 @@
+"""Chat rendering with append-only tokenization (token in, token out).
+
+A multi-turn episode is one growing token sequence. The prompt is rendered once with the chat
+template; after that, the sequence only ever grows by appending:
+
+1. the ids the policy sampled, exactly as sampled (never decoded and re-encoded), then
+2. the chat template's *delta* for what follows: the end-of-assistant glue the model did not
+   produce itself, the observation messages, and the next generation prompt.
+
+The delta is found by rendering a small probe conversation - the episode's opening messages,
+an assistant placeholder, then the observation - and cutting the text after the placeholder.
+Its size does not depend on how many turns came before, so appending stays O(observation)
+per turn, and the trainer's ids equal the sampler's ids by construction.
+
+Why not re-render the whole conversation each turn: BPE is not a bijection (the same text has
+many tokenizations; a model may sample a non-canonical one) and templates rewrite assistant
+text (trimming whitespace, dropping reasoning), so re-tokenizing silently changes the tokens
+the trainer computes log-probabilities for. `retokenize_conversation` is that broken path,
+kept to demonstrate the failure in tests and as the cost baseline in benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tools.messages import Message
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# Rendered in the assistant slot of probe conversations. Plain letters: templates may trim
+# or escape content, and this survives every template we know.
+_PLACEHOLDER = "SKYRLASSISTANTPLACEHOLDER"
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be rendered append-only for this conversation."""
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """The opening of an episode, rendered and tokenized once."""
+
+    messages: tuple[Message, ...]
+    """The messages that were rendered (the anchor of every later delta)."""
+    text: str
+    """The template's text, ending with the generation prompt."""
+    token_ids: tuple[int, ...]
+    """`text` tokenized; the first ids the policy sees."""
+
+
+class ChatRenderer:
+    """Renders conversations for one tokenizer and chat template, append-only.
+
+    Stateless apart from the tokenizer, so one renderer serves all concurrent episodes.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        chat_template: str | None = None,
+        *,
+        extra_stop_token_ids: Sequence[int] = (),
+    ):
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
+        if not self.chat_template:
+            raise TemplateError(
+                f"tokenizer {type(tokenizer).__name__} has no chat template; pass chat_template="
+            )
+        self.stop_token_ids: tuple[int, ...] = self._find_stop_tokens(extra_stop_token_ids)
+        """Ids that end an assistant turn: EOS plus the template's end-of-turn token."""
+        self._stop_texts = {i: tokenizer.decode([i]) for i in self.stop_token_ids}
+        self.end_of_turn_id: int | None = self.stop_token_ids[-1] if self.stop_token_ids else None
+        """The id a model writes to end its turn (the template's marker, else EOS)."""
+
+    # -- rendering ------------------------------------------------------------------------
+
+    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+        """The template's text for `messages`."""
+        return self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            chat_template=self.chat_template,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+        )
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        """Tokenize template text; special tokens are in the text, so none are added."""
+        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ids, special tokens kept (the viewer and stop-string checks need them)."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+
+    def prompt(self, messages: Sequence[Message]) -> RenderedPrompt:
+        """Render and tokenize an episode's opening messages plus the generation prompt."""
+        text = self.render(messages, add_generation_prompt=True)
+        return RenderedPrompt(tuple(messages), text, self.encode(text))
+
+    def content_text(self, token_ids: Sequence[int]) -> str:
+        """The assistant message content for sampled ids: their text without a final stop
+        token (the template writes its own end-of-turn marker)."""
+        if token_ids and token_ids[-1] in self._stop_texts:
+            token_ids = token_ids[:-1]
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+
+    def turn_delta(
+        self,
+        prompt: RenderedPrompt,
+        generated: Sequence[int],
+        observation: Sequence[Message],
+    ) -> tuple[int, ...]:
+        """Ids to append after an assistant turn of `generated` ids so the sequence reads as
+        the template renders `[... assistant, *observation]` plus the generation prompt.
+
+        Only template text is tokenized here; `generated` is never touched.
+        """
+        anchor = prompt.messages
+        assistant: Message = {"role": "assistant", "content": _PLACEHOLDER}
+        after = self.render([*anchor, assistant, *observation], add_generation_prompt=True)
+        head = prompt.text + _PLACEHOLDER
+        if not after.startswith(head):
+            # The template renders earlier messages differently once more follow (e.g. it
+            # moves the system prompt next to the last user message): not append-only.
+            raise TemplateError(
+                "the chat template is not append-only: rendering an observation after an "
+                "assistant turn changes the text before it"
+            )
+        delta = after[len(head) :]
+        # The model may already have produced the template's end-of-turn token; do not add it
+        # twice (the sampled one stays, with loss mask 1).
+        if generated:
+            stop_text = self._stop_texts.get(generated[-1])
+            if stop_text and delta.startswith(stop_text):
+                delta = delta[len(stop_text) :]
+        return self.encode(delta)
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _find_stop_tokens(self, extra: Sequence[int]) -> tuple[int, ...]:
+        """EOS, plus the first special token the template writes after assistant content.
+
+        Found by rendering a probe: the token right after the placeholder is the end-of-turn
+        marker (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`, `</s>`) when it is special.
+        """
+        ids: list[int] = [*extra]
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.append(eos)
+        probe: list[Message] = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": _PLACEHOLDER},
+        ]
+        try:
+            text = self.render(probe, add_generation_prompt=False)
+        except Exception as e:  # jinja raise_exception: the template needs other roles
+            raise TemplateError(f"cannot render a probe conversation: {e}") from e
+        tail = text[text.index(_PLACEHOLDER) + len(_PLACEHOLDER) :]
+        special = set(getattr(self.tokenizer, "all_special_ids", ()))
+        tail_ids = self.encode(tail)
+        if tail_ids and tail_ids[0] in special:
+            ids.append(tail_ids[0])
+        return tuple(dict.fromkeys(ids))
+
+
+def retokenize_conversation(renderer: ChatRenderer, messages: Sequence[Message]) -> list[int]:
+    """The re-tokenizing path: render the whole conversation as text and tokenize it.
+
+    This is what drifts. It exists so tests can show it failing the conformance check and
+    benchmarks can measure its O(turns) cost per turn. Do not build trainers on it.
+    """
+    return list(renderer.encode(renderer.render(messages, add_generation_prompt=False)))

@@ -1,0 +1,203 @@
+"""`skyrl eval`, `skyrl view` and `skyrl serve`.
+
+Nothing heavy is imported at module level: torch and transformers load only when a command
+needs a model, so `skyrl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+console = Console()
+
+
+def _die(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(code)
+
+
+def eval_command(
+    env_id: str = typer.Argument(..., help="A registered env id (see `skyrl env list`)."),
+    policy: str = typer.Option(
+        ..., "--policy", "-p", help="Policy SPEC: tiny, DIR, URL or scripted:FILE."
+    ),
+    tasks: Path | None = typer.Option(
+        None, "--tasks", help="JSONL task rows (default: the env's own)."
+    ),
+    num: int | None = typer.Option(None, "--num", "-n", help="Evaluate the first N tasks."),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", help="Episodes running at once."),
+    out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Output directory."),
+    resume: bool = typer.Option(False, "--resume", help="Run only missing or errored episodes."),
+    max_turns: int = typer.Option(8, help="Assistant turns per episode."),
+    max_tokens: int = typer.Option(256, help="Tokens per assistant turn."),
+    timeout: float | None = typer.Option(None, help="Wall-clock seconds per episode."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature (0: greedy)."),
+    seed: int | None = typer.Option(None, help="Sampling seed."),
+    tokenizer: str | None = typer.Option(
+        None, help="Tokenizer dir (or 'tiny') for URL / scripted policies: enables token ids."
+    ),
+    api: str = typer.Option("auto", help="For URLs: auto, tokens or chat."),
+    model: str | None = typer.Option(None, help="For URLs: the served model name."),
+) -> None:
+    """Evaluate a policy on an env: progress, summary table, results.json, trajectories.jsonl."""
+    import skyrl_gym
+    from agents.evaluate import EvalError, load_policy, plan
+    from agents.policy import SamplingParams
+    from agents.rollout import RolloutLimits
+    from skyrl_gym.registry import EntryPointError, UnknownEnvError
+    from skyrl_gym.tasks import TaskError, load_tasks
+
+    try:
+        skyrl_gym.spec(env_id)
+        if tasks is not None:
+            rows = load_tasks(tasks)
+        else:
+            probe = skyrl_gym.make(env_id)
+            rows = list(getattr(probe.unwrapped, "tasks", ()))
+            probe.close()
+        rows = rows[:num] if num is not None else rows
+        the_plan = plan(rows, out, resume=resume)
+    except (UnknownEnvError, EntryPointError, TaskError, EvalError) as e:
+        _die(str(e))
+    if the_plan.kept:
+        console.print(
+            f"resuming: {len(the_plan.kept)} episode(s) kept, {len(the_plan.episodes)} to run"
+        )
+    try:
+        the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model)
+    except (EvalError, OSError, ValueError) as e:
+        _die(f"cannot load policy {policy!r}: {e}")
+    limits = RolloutLimits(max_turns=max_turns, max_tokens=max_tokens, timeout=timeout)
+    sampling = SamplingParams(temperature=temperature, seed=seed)
+    results = asyncio.run(
+        _run_with_progress(the_plan, env_id, the_policy, concurrency, limits, sampling)
+    )
+    _print_summary(results, env_id, the_policy.name)
+    console.print(
+        f"wrote {escape(str(out / 'results.json'))} and {escape(str(out / 'trajectories.jsonl'))}"
+    )
+
+
+async def _run_with_progress(the_plan, env_id, policy, concurrency, limits, sampling):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import skyrl_gym
+    from agents.evaluate import run_plan
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]:.3f}"),
+        TimeElapsedColumn(),
+    )
+    total_reward = sum(t.reward for t in the_plan.kept)
+    finished = len(the_plan.kept)
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task(
+            f"eval {env_id}",
+            total=the_plan.total,
+            completed=finished,
+            reward=total_reward / finished if finished else 0.0,
+        )
+
+        def on_done(trajectory) -> None:
+            nonlocal total_reward, finished
+            total_reward += trajectory.reward
+            finished += 1
+            progress.update(bar, advance=1, reward=total_reward / finished)
+
+        try:
+            return await run_plan(
+                the_plan,
+                lambda: skyrl_gym.make(env_id),
+                policy,
+                env_id=env_id,
+                concurrency=concurrency,
+                limits=limits,
+                sampling=sampling,
+                on_done=on_done,
+            )
+        finally:
+            await policy.aclose()
+
+
+def _print_summary(results, env_id: str, policy_name: str) -> None:
+    from agents.evaluate import summarize
+
+    s = summarize(results)
+    table = Table(title=f"skyrl eval {escape(env_id)}  ({escape(policy_name)})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("episodes", str(s.episodes))
+    table.add_row("mean reward", f"{s.mean_reward:.3f}")
+    table.add_row("success rate", f"{s.success_rate:.1%}")
+    table.add_row("mean turns", f"{s.mean_turns:.2f}")
+    table.add_row("stop reasons", ", ".join(f"{k} {v}" for k, v in s.stop_reasons.items()))
+    table.add_row("parse error rate", f"{s.parse_error_rate:.1%}")
+    table.add_row("generated tokens", str(s.generated_tokens))
+    table.add_row("mean episode time", f"{s.mean_duration_s:.2f} s")
+    table.add_row("trainable episodes", f"{s.trainable} / {s.episodes}")
+    if s.errored:
+        table.add_row("[red]errored[/]", f"{s.errored} (rerun with --resume)")
+    console.print(table)
+
+
+def view_command(
+    trajectories: Path = typer.Argument(..., help="A trajectories.jsonl file."),
+    output: Path = typer.Option(Path("report.html"), "--output", "-o", help="HTML file to write."),
+    tokenizer: str | None = typer.Option(
+        None, help="Tokenizer dir (or 'tiny') to show each token's text; ids otherwise."
+    ),
+    limit: int | None = typer.Option(None, help="Render at most this many episodes."),
+) -> None:
+    """Render trajectories as a static HTML page (messages, tokens, mask, logprobs, rewards)."""
+    from agents.trajectory import read_trajectories
+    from agents.viewer import render_html
+
+    if not trajectories.is_file():
+        _die(f"no such file: {trajectories}")
+    items = read_trajectories(trajectories)
+    if limit is not None:
+        items = items[:limit]
+    decode = None
+    if tokenizer is not None:
+        from agents.evaluate import load_renderer
+
+        renderer = load_renderer(tokenizer)
+        assert renderer is not None
+        decode = renderer.decode
+    output.write_text(render_html(items, decode=decode, title=trajectories.name), encoding="utf-8")
+    console.print(f"wrote {escape(str(output))} ({len(items)} episodes)")
+
+
+def serve_command(
+    model: str = typer.Option("tiny", "--model", "-m", help="'tiny' or a model directory."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8000, help="TCP port."),
+    name: str | None = typer.Option(
+        None, help="Model name clients use (default: 'tiny' or the dir name)."
+    ),
+    max_batch_size: int = typer.Option(16, help="Requests decoded together."),
+    device: str = typer.Option("cpu", help="torch device."),
+) -> None:
+    """Serve a local model over an OpenAI-compatible HTTP API (completions with token ids)."""
+    import uvicorn
+
+    from agents.evaluate import _tiny_dir
+    from agents.local_engine import LocalEngine
+    from agents.server import create_app
+
+    path = _tiny_dir() if model == "tiny" else Path(model)
+    if not path.is_dir():
+        _die(f"not a model directory: {path}")
+    engine = LocalEngine.from_pretrained(path, device=device, max_batch_size=max_batch_size)
+    served = name or ("tiny" if model == "tiny" else path.name)
+    console.print(f"serving {escape(str(path))} as {served!r} on http://{host}:{port}/v1")
+    uvicorn.run(create_app(engine, served), host=host, port=port, log_level="warning")

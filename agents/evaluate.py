@@ -1,0 +1,242 @@
+"""Evaluation runs: policy specs, resumable runs, summaries (the engine behind `skyrl eval`).
+
+An evaluation directory holds:
+- `trajectories.jsonl`: one line per finished episode, appended as each one finishes;
+- `results.json`: the summary and one row per episode, written when the run ends.
+
+Resuming reads `trajectories.jsonl`, keeps every episode that finished without an
+infrastructure error, and runs only the missing or errored ones.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.chat import ChatRenderer
+from agents.policy import Policy, SamplingParams
+from agents.rollout import RolloutLimits, run_episodes
+from agents.trajectory import (
+    Trajectory,
+    TrajectoryWriter,
+    latest_by_episode,
+    read_trajectories,
+)
+
+TRAJECTORIES = "trajectories.jsonl"
+RESULTS = "results.json"
+
+POLICY_SPEC_HELP = (
+    "tiny (a tiny model built locally), a model directory (or local:DIR), an "
+    "OpenAI-compatible URL (http://host:port/v1), or scripted:FILE (JSON actions)."
+)
+
+
+class EvalError(ValueError):
+    """The evaluation cannot start (bad spec, output dir in use, no tasks)."""
+
+
+# -- policies -----------------------------------------------------------------------------
+
+
+def load_renderer(tokenizer: str | None) -> ChatRenderer | None:
+    """A renderer from a tokenizer directory, `tiny`, or None."""
+    if tokenizer is None:
+        return None
+    from transformers import AutoTokenizer
+
+    path = _tiny_dir() if tokenizer == "tiny" else Path(tokenizer)
+    return ChatRenderer(AutoTokenizer.from_pretrained(path))
+
+
+def _tiny_dir() -> Path:
+    from agents.tiny import tiny_model_dir
+
+    return tiny_model_dir()
+
+
+def load_policy(
+    spec: str,
+    *,
+    tokenizer: str | None = None,
+    api: str = "auto",
+    model: str | None = None,
+    device: str = "cpu",
+) -> Policy:
+    """Build the policy a spec names (see `POLICY_SPEC_HELP`)."""
+    if spec.startswith(("http://", "https://")):
+        from agents.openai_client import ApiMode, OpenAIClient
+
+        return OpenAIClient(spec, model=model, renderer=load_renderer(tokenizer), api=ApiMode(api))
+    if spec.startswith("scripted:"):
+        from agents.scripted import ScriptedPolicy
+
+        return ScriptedPolicy.from_file(spec.removeprefix("scripted:"), load_renderer(tokenizer))
+    from agents.local_engine import LocalEngine
+
+    if spec == "tiny":
+        return LocalEngine.from_pretrained(_tiny_dir(), device=device, name="tiny")
+    path = Path(spec.removeprefix("local:"))
+    if not path.is_dir():
+        raise EvalError(f"policy spec {spec!r}: not a URL, scripted:FILE, 'tiny' or a directory")
+    return LocalEngine.from_pretrained(path, device=device)
+
+
+# -- summaries ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """Aggregate numbers over the episodes of a run."""
+
+    episodes: int
+    """Episodes in the summary."""
+    mean_reward: float
+    """Mean episode reward."""
+    success_rate: float
+    """Fraction of episodes the env judged successful."""
+    mean_turns: float
+    """Mean assistant turns per episode."""
+    stop_reasons: dict[str, int]
+    """Episodes per stop reason."""
+    parse_error_rate: float
+    """Unparseable replies per turn."""
+    generated_tokens: int
+    """Sampled tokens over all episodes."""
+    mean_duration_s: float
+    """Mean wall-clock seconds per episode."""
+    errored: int
+    """Episodes that ended in an env or policy error (rerun by `--resume`)."""
+    trainable: int
+    """Episodes with exact token ids and logprobs."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(trajectories: Sequence[Trajectory]) -> EvalSummary:
+    """Summary numbers for a set of trajectories."""
+    n = len(trajectories)
+    turns = sum(len(t.turns) for t in trajectories)
+
+    def mean(values: list[float]) -> float:
+        return statistics.fmean(values) if values else 0.0
+
+    return EvalSummary(
+        episodes=n,
+        mean_reward=mean([t.reward for t in trajectories]),
+        success_rate=mean([float(t.success) for t in trajectories]),
+        mean_turns=mean([float(len(t.turns)) for t in trajectories]),
+        stop_reasons=dict(Counter(t.stop_reason.value for t in trajectories).most_common()),
+        parse_error_rate=sum(t.parse_errors for t in trajectories) / turns if turns else 0.0,
+        generated_tokens=sum(t.num_generated_tokens for t in trajectories),
+        mean_duration_s=mean([t.duration_s for t in trajectories]),
+        errored=sum(t.stop_reason.is_error for t in trajectories),
+        trainable=sum(t.trainable for t in trajectories),
+    )
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """What an evaluation run will do, decided before any episode starts."""
+
+    out_dir: Path
+    """Where `trajectories.jsonl` and `results.json` go."""
+    episodes: list[tuple[str, dict[str, Any]]]
+    """(episode_id, task) pairs still to run."""
+    kept: list[Trajectory] = field(default_factory=list)
+    """Finished episodes carried over from an earlier run (`--resume`)."""
+    total: int = 0
+    """Episodes in the whole evaluation (kept + to run)."""
+
+
+def plan(tasks: Sequence[dict[str, Any]], out_dir: str | Path, *, resume: bool = False) -> EvalPlan:
+    """Decide which episodes to run; refuses to mix runs unless `resume`."""
+    out = Path(out_dir)
+    path = out / TRAJECTORIES
+    if not tasks:
+        raise EvalError("no tasks to evaluate")
+    episodes = [(str(t["task_id"]), t) for t in tasks]
+    if len({e for e, _ in episodes}) != len(episodes):
+        raise EvalError("task ids must be unique")
+    previous: dict[str, Trajectory] = {}
+    if path.exists() and path.stat().st_size > 0:
+        if not resume:
+            raise EvalError(f"{path} already has results: pass --resume, or choose another --out")
+        previous = latest_by_episode(read_trajectories(path))
+    wanted = {e for e, _ in episodes}
+    kept = [t for e, t in previous.items() if e in wanted and not t.stop_reason.is_error]
+    done = {t.episode_id for t in kept}
+    return EvalPlan(out, [(e, t) for e, t in episodes if e not in done], kept, len(episodes))
+
+
+async def run_plan(
+    the_plan: EvalPlan,
+    make_env: Callable[[], Any],
+    policy: Policy,
+    *,
+    env_id: str,
+    concurrency: int = 8,
+    limits: RolloutLimits | None = None,
+    sampling: SamplingParams | None = None,
+    on_done: Callable[[Trajectory], None] | None = None,
+) -> list[Trajectory]:
+    """Run the plan's episodes, streaming each to `trajectories.jsonl`; then write
+    `results.json` over every episode of the evaluation (kept + new)."""
+    the_plan.out_dir.mkdir(parents=True, exist_ok=True)
+    with TrajectoryWriter(the_plan.out_dir / TRAJECTORIES) as writer:
+        new = await run_episodes(
+            make_env,
+            policy,
+            the_plan.episodes,
+            concurrency=concurrency,
+            limits=limits,
+            sampling=sampling,
+            env_id=env_id,
+            writer=writer,
+            on_done=on_done,
+        )
+    order = {e: i for i, (e, _) in enumerate(the_plan.episodes)}
+    everything = sorted(
+        [*the_plan.kept, *new], key=lambda t: (t.episode_id not in order, t.episode_id)
+    )
+    write_results(the_plan.out_dir, everything, env_id=env_id, policy=policy.name)
+    return everything
+
+
+def write_results(
+    out_dir: Path, trajectories: Sequence[Trajectory], *, env_id: str, policy: str
+) -> None:
+    """Write `results.json`: the summary plus one row per episode."""
+    rows = [
+        {
+            "episode_id": t.episode_id,
+            "task_id": t.task_id,
+            "reward": t.reward,
+            "success": t.success,
+            "stop_reason": t.stop_reason.value,
+            "turns": len(t.turns),
+            "generated_tokens": t.num_generated_tokens,
+            "duration_s": round(t.duration_s, 4),
+            "trainable": t.trainable,
+            "error": t.error,
+        }
+        for t in trajectories
+    ]
+    data = {
+        "env": env_id,
+        "policy": policy,
+        "summary": summarize(trajectories).to_json(),
+        "episodes": rows,
+    }
+    tmp = out_dir / (RESULTS + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out_dir / RESULTS)

@@ -1,0 +1,118 @@
+"""`ScriptedPolicy`: replays given actions (tests, oracle baselines, `env play` transcripts)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from agents.chat import ChatRenderer
+from agents.policy import Completion, FinishReason, GenerationContext, PolicyError, SamplingParams
+
+Action = str | Sequence[int]
+"""A reply as text (tokenized canonically) or as exact token ids (any segmentation)."""
+
+Script = Sequence[Action] | Mapping[str, Sequence[Action]] | Callable[[GenerationContext], Action]
+"""The same actions for every task, actions per `task_id`, or a function of the context."""
+
+
+class ScriptedPolicy:
+    """Replays a script. With a renderer it is token-native: text actions are tokenized,
+    id actions are used as given, and the end-of-turn token is appended, like a model that
+    stops. Its logprobs are 0.0: a deterministic policy gives its own action probability 1.
+    """
+
+    def __init__(
+        self,
+        script: Script,
+        *,
+        renderer: ChatRenderer | None = None,
+        name: str = "scripted",
+        delay_s: float = 0.0,
+        policy_version: int = 0,
+    ):
+        self.script = script
+        self._renderer = renderer
+        self.name = name
+        self.delay_s = delay_s
+        """Seconds each generate call waits (simulates model latency)."""
+        self.policy_version = policy_version
+        self.calls = 0
+        """Number of generate calls served (tests read it)."""
+
+    @property
+    def renderer(self) -> ChatRenderer | None:
+        return self._renderer
+
+    @classmethod
+    def from_file(cls, path: str | Path, renderer: ChatRenderer | None = None) -> ScriptedPolicy:
+        """Load `{"actions": [...] | {task_id: [...]}, "delay_s": 0.0}` from a JSON file."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if isinstance(data, list):
+            data = {"actions": data}
+        if not isinstance(data, dict) or "actions" not in data:
+            raise ValueError(f"{path}: expected a JSON object with an 'actions' field")
+        actions = data["actions"]
+        if isinstance(actions, dict):
+            actions = {str(k): v for k, v in actions.items()}
+        return cls(
+            actions,
+            renderer=renderer,
+            name=f"scripted:{Path(path).name}",
+            delay_s=float(data.get("delay_s", 0.0)),
+        )
+
+    def action_for(self, context: GenerationContext | None) -> Action:
+        """The scripted action for this turn; `PolicyError` when the script has none."""
+        turn = context.turn if context is not None else self.calls
+        if callable(self.script):
+            if context is None:
+                raise PolicyError("a callable script needs the generation context")
+            return self.script(context)
+        actions: Sequence[Action]
+        if isinstance(self.script, Mapping):
+            if context is None or context.task_id not in self.script:
+                task = context.task_id if context else "?"
+                raise PolicyError(f"the script has no actions for task {task!r}")
+            actions = self.script[context.task_id]
+        else:
+            actions = self.script
+        if turn >= len(actions):
+            raise PolicyError(f"the script has {len(actions)} action(s); turn {turn} asked for")
+        return actions[turn]
+
+    async def generate(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        context: GenerationContext | None = None,
+    ) -> Completion:
+        action = self.action_for(context)
+        self.calls += 1
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        renderer = self._renderer
+        if renderer is None:
+            if not isinstance(action, str):
+                raise PolicyError("token-id actions need a renderer (a tokenizer)")
+            return Completion(
+                (), None, action, FinishReason.STOP, self.policy_version, text_only=True
+            )
+        ids = list(renderer.encode(action)) if isinstance(action, str) else list(action)
+        finish = FinishReason.STOP
+        if renderer.end_of_turn_id is not None and (not ids or ids[-1] != renderer.end_of_turn_id):
+            ids.append(renderer.end_of_turn_id)
+        if len(ids) > sampling.max_tokens:
+            ids, finish = ids[: sampling.max_tokens], FinishReason.LENGTH
+        return Completion(
+            token_ids=tuple(ids),
+            logprobs=(0.0,) * len(ids),
+            text=renderer.content_text(ids),
+            finish_reason=finish,
+            policy_version=self.policy_version,
+        )
+
+    async def aclose(self) -> None:
+        return None

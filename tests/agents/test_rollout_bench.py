@@ -1,0 +1,33 @@
+"""`skyrl bench rollout --json`: the last line is one JSON object with the promised keys."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+KEYS = {
+    "episodes_per_s",
+    "env_steps_per_s",
+    "append_ms_per_turn_8",
+    "append_ms_per_turn_128",
+    "append_growth_128_vs_8",
+}
+
+
+@pytest.mark.slow
+def test_bench_rollout_json_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "skyrl_gym.cli", "bench", "rollout", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result) == KEYS
+    assert result["episodes_per_s"] > 0 and result["env_steps_per_s"] >= result["episodes_per_s"]
+    # Append-only bookkeeping does not grow with the history (generous bound: noisy machines).
+    assert result["append_growth_128_vs_8"] < 2.0
