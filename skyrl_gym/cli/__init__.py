@@ -33,6 +33,11 @@ COMMAND_GROUPS: list[tuple[str, str, str]] = [
     ("view", "agents.cli:view_command", "Render trajectories.jsonl as a static HTML report."),
     ("serve", "agents.cli:serve_command", "Serve a local model over an OpenAI-compatible API."),
     ("search", "skyrl_gym.envs.search.cli:app", "Build, serve and query BM25 search indexes."),
+    (
+        "harbor",
+        "benchmarks.harbor.cli:app",
+        "Run and grade Harbor task folders (Terminal-Bench style).",
+    ),
 ]
 
 _LAZY = {name: (target, help_text) for name, target, help_text in COMMAND_GROUPS}

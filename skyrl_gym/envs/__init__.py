@@ -26,6 +26,12 @@ register(
     max_turns=16,
 )
 register(
+    "harbor",
+    "skyrl_gym.envs.harbor.env:HarborEnv",
+    description="Harbor task folders (Terminal-Bench style) graded by their own tests/test.sh.",
+    max_turns=30,
+)
+register(
     "sql-basic",
     "skyrl_gym.envs.sql_basic.env:SQLBasicEnv",
     description="Questions over a bundled SQLite shop database through a read-only sql tool.",

@@ -1,0 +1,87 @@
+"""`skyrl harbor run`: play Harbor task folders with an agent in our sandboxes and grade them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(
+    help="Run Harbor task folders (Terminal-Bench style) in sandboxes and grade them.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+
+
+@app.callback()
+def _group() -> None:
+    """Run Harbor task folders (Terminal-Bench style) in sandboxes and grade them."""
+
+
+@app.command("run")
+def run_command(
+    path: Path = typer.Option(..., "--path", "-p", help="A task folder or a folder of tasks."),
+    agent: str = typer.Option("oracle", "--agent", "-a", help="oracle, nop or llm."),
+    policy: str | None = typer.Option(
+        None, "--policy", help="llm agent: policy SPEC (tiny, DIR, URL or scripted:FILE)."
+    ),
+    backend: str = typer.Option("bwrap", "--backend", help="bwrap or docker."),
+    concurrency: int = typer.Option(4, "--n-concurrent", "-n", help="Trials running at once."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (job.json, trial folders)."),
+    rootfs: str | None = typer.Option(
+        None, help="bwrap: root filesystem to use instead of the host's."
+    ),
+    timeout_multiplier: float = typer.Option(1.0, help="Scale agent and verifier timeouts."),
+    max_turns: int = typer.Option(30, help="llm agent: assistant turns per trial."),
+    max_tokens: int = typer.Option(1024, help="llm agent: tokens per turn."),
+) -> None:
+    """Run every task under PATH with one agent; write DIR/job.json and a trial folder each."""
+    from benchmarks.harbor.job import JobConfig, run_job, summary_table
+
+    if not path.exists():
+        raise typer.BadParameter(f"{path} does not exist", param_hint="--path")
+    try:
+        config = JobConfig(
+            path=path,
+            out=out,
+            agent=agent,
+            backend=backend,
+            concurrency=concurrency,
+            policy=policy,
+            rootfs=rootfs,
+            timeout_multiplier=timeout_multiplier,
+            max_turns=max_turns,
+            max_tokens=max_tokens,
+        )
+    except ValueError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from None
+
+    if config.backend.value == "docker":
+        from sandboxes import BackendUnavailable
+        from sandboxes.docker_backend import docker_client
+
+        try:
+            docker_client().close()
+        except BackendUnavailable as e:
+            console.print(
+                f"[yellow]skipped:[/yellow] the docker backend cannot run here: {escape(str(e))}"
+            )
+            raise typer.Exit(2) from None
+
+    def progress(trial) -> None:
+        reward = "-" if trial.reward is None else f"{trial.reward:g}"
+        error = f" [red]{trial.error.value}[/red]" if trial.error else ""
+        console.print(f"  {escape(trial.task)}: reward {reward}{error}")
+
+    try:
+        job = asyncio.run(run_job(config, on_trial=progress))
+    except FileNotFoundError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from None
+    console.print(summary_table(job))
+    console.print(f"wrote {escape(str(out / 'job.json'))}")

@@ -1,0 +1,434 @@
+"""Trials and jobs over Harbor task folders.
+
+A trial = one task played by one agent: start the environment, run the agent phase under the
+agent timeout, run the verifier phase, write `<trial>/result.json` (plus `agent/`,
+`verifier/`, `artifacts/` copied from /logs). A job = every task under a path, `n`
+trials at a time; it writes `<out>/job.json` (`mean_reward`, `trials`), `<out>/
+trajectories.jsonl` (llm agent) and a summary table. No trial's failure stops a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import secrets
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harbor.agents import AgentFailure, AgentKind, AgentOutcome, run_llm, run_oracle
+from sandboxes import Backend, SandboxError
+from skyrl_gym.envs.harbor.runtime import HarborRuntime, TaskEnvironmentError, VerifierResult
+from skyrl_gym.envs.harbor.task import TaskFormatError, find_task_dirs, load_task
+
+JOB_FILE = "job.json"
+RESULT_FILE = "result.json"
+TRAJECTORIES = "trajectories.jsonl"
+
+
+class TrialError(enum.StrEnum):
+    """The short kind of a trial's error (`error` in job.json)."""
+
+    INVALID_TASK = "invalid_task"
+    """The task folder is malformed (bad task.toml, missing test.sh, unknown schema, ...)."""
+    ENVIRONMENT = "environment_error"
+    """The environment could not be built or started."""
+    AGENT_TIMEOUT = "agent_timeout"
+    """The agent ran past its timeout (still graded)."""
+    AGENT_NONZERO_EXIT = "agent_nonzero_exit"
+    """The agent's command exited non-zero (still graded)."""
+    AGENT_ERROR = "agent_error"
+    """The agent failed (still graded)."""
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    """test.sh ran past the verifier timeout; no reward."""
+    REWARD_FILE_NOT_FOUND = "reward_file_not_found"
+    """test.sh wrote no reward file; no reward."""
+    REWARD_FILE_EMPTY = "reward_file_empty"
+    """The reward file is empty; no reward."""
+    REWARD_PARSE_ERROR = "reward_parse_error"
+    """The reward file is malformed; no reward."""
+    VERIFIER_SANDBOX_ERROR = "verifier_sandbox_error"
+    """The verifier's sandbox failed; no reward."""
+    INTERNAL = "internal_error"
+    """Anything else (a bug); see `error_message` and exception.txt."""
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """What a job runs."""
+
+    path: str | Path
+    """A task folder, or a folder of task folders."""
+    out: str | Path
+    """Output folder (job.json, per-trial folders, trajectories.jsonl)."""
+    agent: AgentKind = AgentKind.ORACLE
+    """oracle, nop or llm."""
+    backend: Backend = Backend.BWRAP
+    """bwrap (host root filesystem or `rootfs`) or docker (Dockerfile built locally)."""
+    concurrency: int = 4
+    """Trials running at once."""
+    policy: str | None = None
+    """Policy SPEC for the llm agent (see `skyrl eval --help`)."""
+    rootfs: str | None = None
+    """bwrap: root filesystem to use instead of the host's."""
+    timeout_multiplier: float = 1.0
+    """Scales the agent and verifier timeouts of every task."""
+    max_turns: int = 30
+    """llm agent: assistant turns per trial."""
+    max_tokens: int = 1024
+    """llm agent: tokens per assistant turn."""
+    network: bool | None = None
+    """Force network on/off (None: each task's `network_mode`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agent", AgentKind(self.agent))
+        object.__setattr__(self, "backend", Backend(self.backend))
+        if self.backend is Backend.LOCAL:
+            raise ValueError("Harbor tasks need an isolated backend: bwrap or docker")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.timeout_multiplier <= 0:
+            raise ValueError(f"timeout_multiplier must be positive, got {self.timeout_multiplier}")
+        if self.agent is AgentKind.LLM and not self.policy:
+            raise ValueError("the llm agent needs a policy (--policy SPEC)")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One trial, as written to `<trial>/result.json`."""
+
+    task: str
+    """Task name (its folder name)."""
+    trial_name: str
+    """`<task>__<random>`: the trial's folder under the job's output."""
+    task_path: str
+    """The task folder."""
+    agent: str
+    """oracle, nop or llm."""
+    backend: str
+    """bwrap or docker."""
+    reward: float | None
+    """The trial's reward (`reward` of reward.json, or reward.txt); None without one."""
+    rewards: dict[str, float] | None
+    """Every key of reward.json (`{"reward": x}` for reward.txt); None without a reward."""
+    error: TrialError | None
+    """The most important error: a verifier/environment/task error (no reward), else an agent
+    error (reward still valid), else None."""
+    error_message: str = ""
+    """Details of `error`."""
+    agent_error: TrialError | None = None
+    """What went wrong in the agent phase (graded anyway)."""
+    environment_notes: tuple[str, ...] = ()
+    """What of the task's environment could not be applied (bwrap backend), one line each."""
+    verifier_exit_code: int | None = None
+    """test.sh's exit status (ignored for the reward, as in Harbor)."""
+    started_at: float = 0.0
+    """Unix time the trial started."""
+    environment_setup_s: float = 0.0
+    """Seconds to build / start the environment."""
+    agent_execution_s: float = 0.0
+    """Seconds of the agent phase."""
+    verifier_s: float = 0.0
+    """Seconds of the verifier phase."""
+    duration_s: float = 0.0
+    """Seconds for the whole trial."""
+
+    @property
+    def reward_valid(self) -> bool:
+        """True when the verifier produced a reward."""
+        return self.reward is not None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["error"] = self.error.value if self.error else None
+        data["agent_error"] = self.agent_error.value if self.agent_error else None
+        data["environment_notes"] = list(self.environment_notes)
+        data["reward_valid"] = self.reward_valid
+        return data
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A job's outcome, as written to `<out>/job.json`."""
+
+    agent: str
+    """The agent that played."""
+    backend: str
+    """The sandbox backend."""
+    path: str
+    """The task or dataset folder."""
+    trials: tuple[TrialResult, ...]
+    """One per task, in task order."""
+    duration_s: float = 0.0
+    """Wall-clock seconds of the job."""
+
+    @property
+    def mean_reward(self) -> float:
+        """Mean reward over all trials; a trial without a reward counts as 0."""
+        if not self.trials:
+            return 0.0
+        return sum(t.reward or 0.0 for t in self.trials) / len(self.trials)
+
+    @property
+    def errors_by_kind(self) -> dict[str, int]:
+        """Trials per error kind."""
+        return dict(Counter(t.error.value for t in self.trials if t.error is not None))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "backend": self.backend,
+            "path": self.path,
+            "n_trials": len(self.trials),
+            "n_errors": sum(t.error is not None for t in self.trials),
+            "mean_reward": self.mean_reward,
+            "errors_by_kind": self.errors_by_kind,
+            "duration_s": self.duration_s,
+            "trials": [
+                {
+                    "task": t.task,
+                    "reward": t.reward,
+                    "rewards": t.rewards,
+                    "error": t.error.value if t.error else None,
+                    "trial_name": t.trial_name,
+                }
+                for t in self.trials
+            ],
+        }
+
+
+_AGENT_ERRORS = {
+    AgentFailure.TIMEOUT: TrialError.AGENT_TIMEOUT,
+    AgentFailure.NONZERO_EXIT: TrialError.AGENT_NONZERO_EXIT,
+    AgentFailure.ERROR: TrialError.AGENT_ERROR,
+}
+
+
+async def run_trial(
+    task_dir: Path,
+    config: JobConfig,
+    out: Path,
+    *,
+    policy: Any = None,
+    on_trajectory: Callable[[Any], None] | None = None,
+) -> TrialResult:
+    """Run one trial; never raises for trial failures (they are in the result)."""
+    trial_name = f"{task_dir.name}__{secrets.token_hex(4)[:7]}"
+    trial_dir = out / trial_name
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    started, t0 = time.time(), time.perf_counter()
+    base = {
+        "task": task_dir.name,
+        "trial_name": trial_name,
+        "task_path": str(task_dir),
+        "agent": config.agent.value,
+        "backend": config.backend.value,
+        "started_at": started,
+    }
+    try:
+        task = load_task(task_dir)
+    except TaskFormatError as e:
+        result = TrialResult(
+            **base, reward=None, rewards=None, error=TrialError.INVALID_TASK, error_message=str(e)
+        )
+        return _write_trial(trial_dir, result)
+    scale = config.timeout_multiplier
+    agent_timeout = task.agent.timeout_s * scale if task.agent.timeout_s else None
+    if scale != 1.0:
+        task = replace(
+            task, verifier=replace(task.verifier, timeout_s=task.verifier.timeout_s * scale)
+        )
+    timings = {"environment_setup_s": 0.0, "agent_execution_s": 0.0, "verifier_s": 0.0}
+    env = None
+    runtime: HarborRuntime | None = None
+    outcome = AgentOutcome()
+    verified: VerifierResult | None = None
+    error: TrialError | None = None
+    message = ""
+    try:
+        if config.agent is AgentKind.LLM:
+            from skyrl_gym.envs.harbor.env import HarborEnv
+
+            env = HarborEnv(
+                [{"task_id": task.name, "path": str(task.path)}],
+                backend=config.backend,
+                rootfs=config.rootfs,
+                network=config.network,
+            )
+            row = env.tasks[0]
+            t1 = time.perf_counter()
+            outcome = await run_llm(
+                env,
+                policy,
+                row,
+                timeout_s=agent_timeout,
+                max_turns=config.max_turns,
+                max_tokens=config.max_tokens,
+            )
+            timings["agent_execution_s"] = time.perf_counter() - t1
+            runtime = env.runtime
+            if env.start_error is not None or runtime is None:
+                raise TaskEnvironmentError(env.start_error or "the environment did not start")
+            if outcome.trajectory is not None and on_trajectory is not None:
+                on_trajectory(outcome.trajectory)
+            t2 = time.perf_counter()
+            verified = await env.averify()
+            timings["verifier_s"] = time.perf_counter() - t2
+        else:
+            runtime = HarborRuntime(
+                task, backend=config.backend, rootfs=config.rootfs, network=config.network
+            )
+            t1 = time.perf_counter()
+            await runtime.start(with_solution=config.agent is AgentKind.ORACLE)
+            timings["environment_setup_s"] = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            if config.agent is AgentKind.ORACLE:
+                try:
+                    async with asyncio.timeout(agent_timeout and agent_timeout + 10):
+                        outcome = await run_oracle(runtime, agent_timeout)
+                except TimeoutError:
+                    outcome = AgentOutcome(AgentFailure.TIMEOUT, f"agent ran past {agent_timeout}s")
+            timings["agent_execution_s"] = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            verified = await runtime.verify()
+            timings["verifier_s"] = time.perf_counter() - t2
+    except (TaskEnvironmentError, SandboxError, OSError) as e:
+        error, message = TrialError.ENVIRONMENT, f"{type(e).__name__}: {e}"
+    except Exception as e:  # a bug: record it, keep the job going
+        error, message = TrialError.INTERNAL, f"{type(e).__name__}: {e}"
+        (trial_dir / "exception.txt").write_text(traceback.format_exc())
+    finally:
+        notes: tuple[str, ...] = tuple(runtime.notes) if runtime is not None else ()
+        if runtime is not None:
+            with contextlib.suppress(Exception):
+                runtime.copy_logs(trial_dir)
+        if env is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(env.close)
+        elif runtime is not None:
+            with contextlib.suppress(Exception):
+                await runtime.close()
+    if outcome.trajectory is not None:
+        from benchmarks.harbor.atif import to_atif
+
+        agent_dir = trial_dir / "agent"
+        agent_dir.mkdir(parents=True, exist_ok=True)
+        (agent_dir / "trajectory.json").write_text(
+            json.dumps(to_atif(outcome.trajectory), indent=2)
+        )
+    agent_error = _AGENT_ERRORS[outcome.failure] if outcome.failure else None
+    if error is None and verified is not None and verified.error is not None:
+        error, message = TrialError(verified.error.value), verified.message
+    if error is None and agent_error is not None:
+        error, message = agent_error, outcome.message
+    result = TrialResult(
+        **base,
+        reward=verified.reward if verified is not None else None,
+        rewards=verified.rewards if verified is not None else None,
+        error=error,
+        error_message=message,
+        agent_error=agent_error,
+        environment_notes=notes,
+        verifier_exit_code=verified.exit_code if verified is not None else None,
+        duration_s=time.perf_counter() - t0,
+        **timings,
+    )
+    return _write_trial(trial_dir, result)
+
+
+def _write_trial(trial_dir: Path, result: TrialResult) -> TrialResult:
+    (trial_dir / RESULT_FILE).write_text(json.dumps(result.to_json(), indent=2))
+    return result
+
+
+async def run_job(
+    config: JobConfig,
+    *,
+    policy: Any = None,
+    on_trial: Callable[[TrialResult], None] | None = None,
+) -> JobResult:
+    """Run every task under `config.path`; write job.json and return the result.
+
+    `policy` (an `agents.Policy`) overrides `config.policy` for the llm agent.
+    """
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    task_dirs = find_task_dirs(config.path)
+    if config.agent is AgentKind.LLM and policy is None:
+        from agents.evaluate import load_policy
+
+        policy = load_policy(config.policy or "")
+    writer = None
+    if config.agent is AgentKind.LLM:
+        from agents.trajectory import TrajectoryWriter
+
+        writer = TrajectoryWriter(out / TRAJECTORIES)
+    limit = asyncio.Semaphore(config.concurrency)
+    t0 = time.perf_counter()
+
+    async def one(task_dir: Path) -> TrialResult:
+        async with limit:
+            result = await run_trial(
+                task_dir, config, out, policy=policy, on_trajectory=writer.write if writer else None
+            )
+        if on_trial is not None:
+            on_trial(result)
+        return result
+
+    try:
+        results: Sequence[TrialResult] = await asyncio.gather(*(one(d) for d in task_dirs))
+    finally:
+        if writer is not None:
+            writer.close()
+    job = JobResult(
+        agent=config.agent.value,
+        backend=config.backend.value,
+        path=str(Path(config.path).resolve()),
+        trials=tuple(results),
+        duration_s=time.perf_counter() - t0,
+    )
+    (out / JOB_FILE).write_text(json.dumps(job.to_json(), indent=2))
+    return job
+
+
+def summary_table(job: JobResult) -> Any:
+    """A rich table: one row per trial, then the mean reward and errors by kind."""
+    from rich.table import Table
+
+    table = Table(title=f"harbor: {job.agent} on {Path(job.path).name} ({job.backend})")
+    table.add_column("task")
+    table.add_column("reward", justify="right")
+    table.add_column("rewards")
+    table.add_column("error")
+    table.add_column("s", justify="right")
+    for t in job.trials:
+        extra = {k: v for k, v in (t.rewards or {}).items() if k != "reward"}
+        table.add_row(
+            t.task,
+            "-" if t.reward is None else f"{t.reward:g}",
+            ", ".join(f"{k}={v:g}" for k, v in extra.items()),
+            t.error.value if t.error else "",
+            f"{t.duration_s:.1f}",
+        )
+    errors = ", ".join(f"{k}: {v}" for k, v in sorted(job.errors_by_kind.items())) or "none"
+    table.caption = (
+        f"mean reward {job.mean_reward:.3f} over {len(job.trials)} trial(s); errors: {errors}"
+    )
+    return table
+
+
+__all__ = [
+    "JobConfig",
+    "JobResult",
+    "TrialError",
+    "TrialResult",
+    "run_job",
+    "run_trial",
+    "summary_table",
+]

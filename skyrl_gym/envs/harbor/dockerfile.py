@@ -1,0 +1,209 @@
+"""What of a task's Dockerfile can be applied without building an image (bwrap backend).
+
+The bwrap backend runs tasks on the host's root filesystem (or a configured one), so a
+Dockerfile is read, not built: `WORKDIR` and `ENV` are applied, `COPY`/`ADD` of build-context
+files into the working directory are applied, `RUN` steps are run in the sandbox before the
+agent starts unless they need a package registry or the network, and everything else is
+reported as not applied, with the reason.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+# Commands that install packages or fetch things: a RUN using them needs a registry.
+_NETWORK_WORDS = re.compile(
+    r"(^|[\s;&|(`])(apt-get|apt|apk|yum|dnf|zypper|pip|pip3|pipx|uv|uvx|conda|mamba|npm|npx|"
+    r"yarn|pnpm|curl|wget|cargo|gem|go get|go install|git clone|git fetch|git pull|"
+    r"add-apt-repository)(\s|$)"
+)
+
+
+class StepKind(enum.Enum):
+    """What a setup step does."""
+
+    COPY = "copy"
+    """Copy build-context files into the workspace."""
+    RUN = "run"
+    """Run a shell command in the sandbox before the agent starts."""
+
+
+@dataclass(frozen=True)
+class SetupStep:
+    """One applicable Dockerfile instruction, in order."""
+
+    kind: StepKind
+    """COPY or RUN."""
+    line: int
+    """Line number in the Dockerfile."""
+    command: str = ""
+    """The shell command (RUN)."""
+    sources: tuple[str, ...] = ()
+    """Build-context paths (COPY), relative to environment/."""
+    dest: str = ""
+    """Absolute destination inside the sandbox (COPY)."""
+    workdir: str = "/app"
+    """WORKDIR in effect for this step."""
+
+
+@dataclass(frozen=True)
+class DockerfilePlan:
+    """What the bwrap backend applies from a Dockerfile, and what it cannot."""
+
+    base_image: str | None
+    """The (last) FROM image; never pulled by the bwrap backend."""
+    workdir: str | None
+    """The last WORKDIR (None: not set)."""
+    env: tuple[tuple[str, str], ...]
+    """ENV variables, in order."""
+    steps: tuple[SetupStep, ...]
+    """COPY and RUN steps to apply, in order."""
+    not_applied: tuple[str, ...]
+    """One line per instruction that could not be applied, saying why."""
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, instruction text) with continuations joined and comments dropped."""
+    out: list[tuple[int, str]] = []
+    buf: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if not buf and (not stripped or stripped.startswith("#")):
+            continue
+        if buf and stripped.startswith("#"):
+            continue
+        if not buf:
+            start = number
+        if stripped.endswith("\\"):
+            buf.append(stripped[:-1])
+            continue
+        buf.append(stripped)
+        out.append((start, " ".join(p.strip() for p in buf if p.strip())))
+        buf = []
+    if buf:
+        out.append((start, " ".join(buf)))
+    return out
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        return env.get(name, "")
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", sub, value)
+
+
+def _env_pairs(args: str) -> list[tuple[str, str]]:
+    words = shlex.split(args)
+    if words and "=" not in words[0]:  # legacy `ENV KEY value with spaces`
+        return [(words[0], args.split(None, 1)[1].strip() if len(words) > 1 else "")]
+    return [tuple(w.split("=", 1)) for w in words if "=" in w]  # type: ignore[misc]
+
+
+def _json_or_words(args: str) -> list[str]:
+    if args.startswith("["):
+        import json
+
+        try:
+            value = json.loads(args)
+            if isinstance(value, list):
+                return [str(v) for v in value]
+        except ValueError:
+            pass
+    return shlex.split(args)
+
+
+def needs_network(command: str) -> bool:
+    """True when a RUN command installs packages or downloads (it needs a registry)."""
+    return bool(_NETWORK_WORDS.search(command))
+
+
+def plan_dockerfile(path: Path, default_workdir: str = "/app") -> DockerfilePlan:
+    """Read a Dockerfile and decide what the bwrap backend can apply."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    base: str | None = None
+    workdir: str | None = None
+    env: dict[str, str] = {}
+    args: dict[str, str] = {}
+    steps: list[SetupStep] = []
+    skipped: list[str] = []
+    for line, instruction in _logical_lines(text):
+        keyword, _, rest = instruction.partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        here = f"Dockerfile:{line} {keyword}"
+        current = workdir or default_workdir
+        if keyword == "FROM":
+            base = rest.split()[0] if rest else None
+            if " AS " in rest.upper() and base is not None:
+                base = rest.split()[0]
+            skipped.append(
+                f"{here} {base}: base image not used (no image is built; commands run on the "
+                "sandbox's root filesystem)"
+            )
+        elif keyword == "ARG":
+            name, _, default = rest.partition("=")
+            args[name.strip()] = default.strip().strip('"')
+        elif keyword == "WORKDIR":
+            target = _expand(rest.strip('"'), {**args, **env})
+            workdir = str(PurePosixPath(current) / target) if not target.startswith("/") else target
+        elif keyword == "ENV":
+            for key, value in _env_pairs(rest):
+                env[key] = _expand(value, {**args, **env})
+        elif keyword in ("COPY", "ADD"):
+            words = [w for w in _json_or_words(rest) if not w.startswith("--")]
+            flags = [w for w in shlex.split(rest) if w.startswith("--")]
+            if any(f.startswith("--from") for f in flags):
+                skipped.append(f"{here} {rest}: copies from another build stage or image")
+                continue
+            if len(words) < 2:
+                skipped.append(f"{here} {rest}: needs a source and a destination")
+                continue
+            *sources, dest = words
+            if any(re.match(r"^[a-z]+://", s) for s in sources):
+                skipped.append(f"{here} {rest}: downloads a URL (needs the network)")
+                continue
+            dest = _expand(dest, {**args, **env})
+            absolute = dest if dest.startswith("/") else str(PurePosixPath(current) / dest)
+            if absolute.endswith("/") or dest.endswith("/") or len(sources) > 1:
+                absolute = absolute.rstrip("/") + "/"
+            steps.append(
+                SetupStep(
+                    StepKind.COPY, line, sources=tuple(sources), dest=absolute, workdir=current
+                )
+            )
+        elif keyword == "RUN":
+            command = rest
+            if command.startswith("["):
+                command = shlex.join(_json_or_words(command))
+            if command.startswith("--"):
+                skipped.append(f"{here} {rest}: RUN flags (--mount, --network) are not supported")
+                continue
+            if needs_network(command):
+                skipped.append(
+                    f"{here} {command}: needs a package registry or the network; not run "
+                    "(the sandbox's root filesystem must already provide what it installs)"
+                )
+                continue
+            steps.append(SetupStep(StepKind.RUN, line, command=command, workdir=current))
+        elif keyword in ("CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "STOPSIGNAL"):
+            continue  # no effect on a task's commands
+        else:  # USER, SHELL, VOLUME, HEALTHCHECK, ONBUILD, heredocs, ...
+            skipped.append(f"{here} {rest}: not supported by the bwrap backend")
+    return DockerfilePlan(
+        base_image=base,
+        workdir=workdir,
+        env=tuple(env.items()),
+        steps=tuple(steps),
+        not_applied=tuple(skipped),
+    )
+
+
+def inside(path: str, root: str) -> bool:
+    """True when absolute posix `path` is `root` or below it."""
+    p, r = PurePosixPath(path), PurePosixPath(root)
+    return p == r or r in p.parents

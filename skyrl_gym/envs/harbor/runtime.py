@@ -1,0 +1,709 @@
+"""Run one Harbor trial's environment in our sandboxes: agent phase, then verifier phase.
+
+Inside the environment the usual Harbor paths exist: the task's working directory (`/app`
+by convention), `/logs/agent`, `/logs/verifier`, `/logs/artifacts`, `/solution` (oracle only)
+and, for the verifier phase only, `/tests`.
+
+Grading follows Harbor's verifier, with one stricter rule: the agent's sandbox is closed first
+(every process it left is killed), then a fresh sandbox opens on the same working directory
+with an empty `/logs/verifier` and the task's `tests/` uploaded only now, so nothing the agent
+wrote under `/logs/verifier` (or leaves running) can count. `test.sh` runs under the verifier
+timeout; its exit status is ignored and the reward comes from `reward.json` (a flat object of
+numbers, which wins) or `reward.txt` (one number).
+
+Backends:
+- `bwrap`: the host's root filesystem read-only (or `rootfs`); the Dockerfile is read, not
+  built (see `dockerfile.plan_dockerfile`), and what could not be applied is in `notes`.
+- `docker`: the Dockerfile is built on the local engine (or `docker_image` is used when the
+  engine has it; nothing can be pulled offline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import hashlib
+import io
+import json
+import math
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sandboxes import Backend, Sandbox, SandboxError, SandboxSpec, create_sandbox
+from sandboxes.bwrap import BwrapSandbox
+from skyrl_gym.envs.harbor.dockerfile import SetupStep, StepKind, inside, plan_dockerfile
+from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode
+
+LOGS = "/logs"
+AGENT_LOGS = "/logs/agent"
+VERIFIER_LOGS = "/logs/verifier"
+ARTIFACTS = "/logs/artifacts"
+TESTS = "/tests"
+SOLUTION = "/solution"
+SANDBOX_UID = 65534  # bwrap sandboxes started by root run as `nobody`
+NO_LIMIT_S = 7 * 24 * 3600.0
+_OUTPUT_TAIL = 4000
+
+
+class TaskEnvironmentError(RuntimeError):
+    """The task's environment could not be built or started."""
+
+
+class VerifierError(enum.StrEnum):
+    """Why a verifier phase gave no valid reward (Harbor's verifier errors)."""
+
+    TIMEOUT = "verifier_timeout"
+    """test.sh ran past `[verifier].timeout_sec` and was killed."""
+    REWARD_FILE_NOT_FOUND = "reward_file_not_found"
+    """Neither /logs/verifier/reward.json nor reward.txt exists after test.sh."""
+    REWARD_FILE_EMPTY = "reward_file_empty"
+    """reward.txt (or reward.json) is empty."""
+    REWARD_PARSE_ERROR = "reward_parse_error"
+    """The reward file is not one finite number / a flat object of finite numbers."""
+    SANDBOX_ERROR = "verifier_sandbox_error"
+    """The verifier's sandbox failed (could not start, died)."""
+
+
+class RewardFileError(ValueError):
+    """A reward file is missing or malformed; `kind` says which."""
+
+    def __init__(self, kind: VerifierError, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def read_rewards(verifier_dir: Path) -> dict[str, float]:
+    """Harbor's reward parse: reward.json (flat object of finite numbers) wins over reward.txt
+    (one finite float); a .txt becomes `{"reward": x}`."""
+    as_json, as_text = verifier_dir / "reward.json", verifier_dir / "reward.txt"
+    if as_json.is_file():
+        raw = as_json.read_text(encoding="utf-8", errors="replace")
+        if not raw.strip():
+            raise RewardFileError(VerifierError.REWARD_FILE_EMPTY, "reward.json is empty")
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise RewardFileError(
+                VerifierError.REWARD_PARSE_ERROR, f"reward.json is not JSON: {e}"
+            ) from None
+        if not isinstance(data, dict) or not data:
+            raise RewardFileError(
+                VerifierError.REWARD_PARSE_ERROR, "reward.json must be a non-empty flat object"
+            )
+        rewards = {}
+        for key, value in data.items():
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                raise RewardFileError(
+                    VerifierError.REWARD_PARSE_ERROR,
+                    f"reward.json: {key!r} must be a finite number, got {value!r}",
+                )
+            rewards[str(key)] = float(value)
+        return rewards
+    if as_text.is_file():
+        raw = as_text.read_text(encoding="utf-8", errors="replace")
+        if not raw.strip():
+            raise RewardFileError(VerifierError.REWARD_FILE_EMPTY, "reward.txt is empty")
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise RewardFileError(
+                VerifierError.REWARD_PARSE_ERROR, f"reward.txt is not a number: {raw[:80]!r}"
+            ) from None
+        if not math.isfinite(value):
+            raise RewardFileError(
+                VerifierError.REWARD_PARSE_ERROR, f"reward.txt is not finite: {raw[:80]!r}"
+            )
+        return {"reward": value}
+    raise RewardFileError(
+        VerifierError.REWARD_FILE_NOT_FOUND,
+        "test.sh wrote neither /logs/verifier/reward.json nor /logs/verifier/reward.txt",
+    )
+
+
+def primary_reward(rewards: Mapping[str, float]) -> float:
+    """The trial's reward: the `reward` key, else the only value, else the mean of all."""
+    if "reward" in rewards:
+        return rewards["reward"]
+    values = list(rewards.values())
+    return values[0] if len(values) == 1 else sum(values) / len(values)
+
+
+@dataclass(frozen=True)
+class VerifierResult:
+    """What the verifier phase gave."""
+
+    rewards: dict[str, float] | None
+    """Every key of reward.json (or `{"reward": x}` from reward.txt); None without a reward."""
+    error: VerifierError | None
+    """Why there is no valid reward (None when there is one)."""
+    message: str = ""
+    """Details of the error."""
+    exit_code: int | None = None
+    """test.sh's exit status (ignored for the reward, as in Harbor)."""
+    duration_s: float = 0.0
+    """Wall time of the verifier phase."""
+    output_tail: str = ""
+    """The end of test.sh's combined output (the full text is test-stdout.txt)."""
+
+    @property
+    def reward(self) -> float | None:
+        """`primary_reward(rewards)`, or None when the verifier failed."""
+        return None if self.rewards is None else primary_reward(self.rewards)
+
+
+class _BoundBwrap(BwrapSandbox):
+    """A bwrap sandbox with extra host directories bound read-write at given paths."""
+
+    def __init__(self, spec: SandboxSpec, binds: Mapping[str, Path]):
+        super().__init__(spec)
+        self._binds = dict(binds)
+
+    def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
+        argv = super()._server_argv(workspace, python_args)
+        at = argv.index("--chdir")
+        extra = [
+            a
+            for inside_path, host in self._binds.items()
+            for a in ("--bind", str(host), inside_path)
+        ]
+        return argv[:at] + extra + argv[at:]
+
+
+def _give(path: Path) -> None:
+    """Hand a host tree to the sandbox user (bwrap as root runs commands as `nobody`)."""
+    if os.geteuid() != 0:
+        return
+    os.chown(path, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+    if path.is_dir() and not path.is_symlink():
+        for base, dirs, files in os.walk(path):
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    os.chown(
+                        os.path.join(base, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False
+                    )
+
+
+def _fresh_dir(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    path.chmod(0o755)
+    _give(path)
+    return path
+
+
+@dataclass
+class HarborRuntime:
+    """The environment of one trial. `start()`, act in `sandbox`, `verify()`, `close()`."""
+
+    task: HarborTask
+    """The task being run."""
+    backend: Backend = Backend.BWRAP
+    """`bwrap` or `docker`."""
+    rootfs: str | None = None
+    """bwrap: a root filesystem to use instead of the host's."""
+    network: bool | None = None
+    """Force network on/off (None: the task's `network_mode`)."""
+    exec_timeout_s: float = 600.0
+    """Default limit of one command."""
+    notes: list[str] = field(default_factory=list)
+    """What of the task's environment could not be applied, one line each."""
+    sandbox: Sandbox | None = None
+    """The agent phase's sandbox (None before `start` and after the agent phase)."""
+    verifier_result: VerifierResult | None = None
+    """Set once `verify` has run."""
+
+    def __post_init__(self) -> None:
+        self.backend = Backend(self.backend)
+        if self.backend is Backend.LOCAL:
+            raise ValueError("Harbor tasks need an isolated backend: bwrap or docker")
+        self._work = Path(tempfile.mkdtemp(prefix="skyrl-harbor-"))
+        self._work.chmod(0o711)  # a bwrap sandbox running as nobody must traverse it
+        self.workdir = self.task.environment.workdir or DEFAULT_WORKDIR
+        self._env: dict[str, str] = {}
+        self._image: str | None = None
+        self._shell = "bash"
+        self._agent_phase_over = False
+        self._closed = False
+        self.solution_uploaded = False
+
+    # ---- host paths ---------------------------------------------------------------------------
+
+    @property
+    def app_dir(self) -> Path:
+        """Host directory holding the task's working directory."""
+        return self._work / "app"
+
+    @property
+    def agent_logs_dir(self) -> Path:
+        """Host copy of /logs/agent."""
+        return self._work / "logs" / "agent"
+
+    @property
+    def verifier_logs_dir(self) -> Path:
+        """Host copy of /logs/verifier from the verifier phase."""
+        return self._work / "logs" / "verifier"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        """Host copy of /logs/artifacts."""
+        return self._work / "logs" / "artifacts"
+
+    def _real(self, path: str) -> str:
+        """Where a Harbor path lives inside the sandbox (docker keeps them under /tmp)."""
+        if self.backend is Backend.DOCKER:
+            return f"/tmp/harbor{path}"
+        return path
+
+    # ---- the agent phase ----------------------------------------------------------------------
+
+    def _spec(self, env: Mapping[str, str]) -> SandboxSpec:
+        settings = self.task.environment
+        network = (
+            settings.network_mode is NetworkMode.PUBLIC if self.network is None else self.network
+        )
+        return SandboxSpec(
+            image=self._image,
+            rootfs=self.rootfs,
+            workdir=self.workdir,
+            workspace_dir=str(self.app_dir),
+            network=network,
+            memory_bytes=(settings.memory_mb or 2048) << 20,
+            pids=1024,
+            cpus=settings.cpus,
+            timeout_s=self.exec_timeout_s,
+            start_timeout_s=min(max(settings.build_timeout_s, 20.0), 300.0),
+            env=dict(env),
+        )
+
+    async def _open(self, binds: Mapping[str, Path], env: Mapping[str, str]) -> Sandbox:
+        spec = self._spec(env)
+        if self.backend is Backend.BWRAP:
+            sandbox: Sandbox = _BoundBwrap(spec, binds)
+            try:
+                await sandbox.start()
+            except BaseException:
+                await sandbox.close()
+                raise
+        else:
+            sandbox = await create_sandbox(spec, Backend.DOCKER)
+            dirs = " ".join(self._real(p) for p in (AGENT_LOGS, VERIFIER_LOGS, ARTIFACTS))
+            made = await sandbox.exec(f"mkdir -p {dirs} {self._real(TESTS)} {self._real(SOLUTION)}")
+            if not made.ok:
+                await sandbox.close()
+                raise TaskEnvironmentError(f"cannot create the /logs folders: {made.output[-500:]}")
+        return sandbox
+
+    async def start(self, *, with_solution: bool = False) -> Sandbox:
+        """Prepare the environment and open the agent phase's sandbox.
+
+        `with_solution` mounts the task's solution/ at /solution (the oracle agent).
+        """
+        if self.sandbox is not None:
+            return self.sandbox
+        if self.task.environment.gpus:
+            self.notes.append(f"[environment].gpus={self.task.environment.gpus}: no GPUs here")
+        if self.task.environment.network_mode is NetworkMode.ALLOWLIST and self.network is None:
+            self.notes.append("[environment].network_mode=allowlist: not supported, network off")
+        for what, user in (("agent", self.task.agent.user), ("verifier", self.task.verifier.user)):
+            if user and self.backend is Backend.BWRAP:
+                self.notes.append(f"[{what}].user={user!r}: bwrap runs commands as one user")
+        for d in (self.app_dir, self.agent_logs_dir, self.artifacts_dir):
+            _fresh_dir(d)
+        for d in (self.app_dir.parent, self.agent_logs_dir.parent):
+            d.chmod(0o755)
+        if self.backend is Backend.BWRAP:
+            sandbox = await self._start_bwrap(with_solution)
+        else:
+            sandbox = await self._start_docker(with_solution)
+        self.sandbox = sandbox
+        return sandbox
+
+    async def _start_bwrap(self, with_solution: bool) -> Sandbox:
+        task = self.task
+        plan = None
+        if task.dockerfile is not None:
+            plan = plan_dockerfile(task.dockerfile)
+            self.notes.extend(plan.not_applied)
+            if plan.workdir and not task.environment.workdir:
+                self.workdir = plan.workdir
+            self._env.update(plan.env)
+        elif task.environment.docker_image:
+            self.notes.append(
+                f"docker_image {task.environment.docker_image}: not used by the bwrap backend"
+            )
+        if self.workdir.rstrip("/") in ("", "/proc", "/dev"):
+            self.notes.append(f"WORKDIR {self.workdir}: not usable as a workspace; using /app")
+            self.workdir = DEFAULT_WORKDIR
+        self._env.update(task.environment.env)
+        binds = {
+            AGENT_LOGS: self.agent_logs_dir,
+            VERIFIER_LOGS: _fresh_dir(self._work / "agent-phase-verifier"),
+            ARTIFACTS: self.artifacts_dir,
+        }
+        if with_solution and task.solution_dir is not None:
+            shutil.copytree(task.solution_dir, self._work / "solution")
+            binds[SOLUTION] = self._work / "solution"
+            _give(self._work / "solution")
+            self.solution_uploaded = True
+        started = time.monotonic()
+        sandbox = await self._open(binds, self._env)
+        try:
+            await self._detect_shell(sandbox)
+            if plan is not None:
+                deadline = started + task.environment.build_timeout_s
+                await self._apply_steps(sandbox, plan.steps, deadline)
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    async def _apply_steps(
+        self, sandbox: Sandbox, steps: Sequence[SetupStep], deadline: float
+    ) -> None:
+        context = self.task.environment_dir
+        for step in steps:
+            where = f"Dockerfile:{step.line} {step.kind.value.upper()}"
+            if step.kind is StepKind.COPY:
+                if not inside(step.dest.rstrip("/") or "/", self.workdir):
+                    self.notes.append(
+                        f"{where} to {step.dest}: outside the writable workspace {self.workdir}"
+                    )
+                    continue
+                problem = self._copy_in(context, step.sources, step.dest)
+                if problem:
+                    self.notes.append(f"{where}: {problem}")
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TaskEnvironmentError(
+                    f"environment setup ran past build_timeout_sec={self.task.environment.build_timeout_s}"
+                )
+            cwd = step.workdir if inside(step.workdir, self.workdir) else self.workdir
+            if cwd != self.workdir:
+                await sandbox.exec(["mkdir", "-p", cwd], timeout=30)
+            result = await sandbox.exec(["/bin/sh", "-c", step.command], timeout=left, cwd=cwd)
+            if result.timed_out:
+                raise TaskEnvironmentError(
+                    f"{where} {step.command!r} ran past build_timeout_sec="
+                    f"{self.task.environment.build_timeout_s}"
+                )
+            if not result.ok:
+                self.notes.append(
+                    f"{where} {step.command}: failed in the sandbox (exit {result.exit_code}): "
+                    f"{result.output.strip()[-300:]}"
+                )
+
+    def _copy_in(self, context: Path, sources: tuple[str, ...], dest: str) -> str | None:
+        rel = PurePosixPath(dest.rstrip("/") or "/").relative_to(self.workdir)
+        target = self.app_dir / rel
+        matched: list[Path] = []
+        for source in sources:
+            found = (
+                sorted(context.glob(source))
+                if any(c in source for c in "*?[")
+                else [context / source]
+            )
+            found = [
+                p for p in found if p.exists() and p.resolve().is_relative_to(context.resolve())
+            ]
+            if not found:
+                return f"source {source!r} not found in environment/"
+            matched += found
+        as_dir = dest.endswith("/") or len(matched) > 1 or target.is_dir()
+        for src in matched:
+            if src.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(src, target, dirs_exist_ok=True, symlinks=True)
+            else:
+                final = target / src.name if as_dir else target
+                final.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, final)
+        _give(self.app_dir)
+        return None
+
+    # ---- docker -------------------------------------------------------------------------------
+
+    async def _start_docker(self, with_solution: bool) -> Sandbox:
+        from sandboxes.docker_backend import docker_client
+
+        client = await asyncio.to_thread(docker_client)
+        try:
+            base = await asyncio.wait_for(
+                asyncio.to_thread(self._docker_image, client), self.task.environment.build_timeout_s
+            )
+        except TimeoutError:
+            raise TaskEnvironmentError(
+                f"docker build ran past build_timeout_sec={self.task.environment.build_timeout_s}"
+            ) from None
+        try:
+            config = client.images.get(base).attrs.get("Config") or {}
+            image_workdir = config.get("WorkingDir") or ""
+            if not self.task.environment.workdir and image_workdir not in ("", "/"):
+                self.workdir = image_workdir
+            for item in config.get("Env") or []:
+                key, _, value = item.partition("=")
+                self._env[key] = value
+            self._env.update(self.task.environment.env)
+            self._image = await asyncio.to_thread(self._link_image, client, base)
+            await asyncio.to_thread(self._seed_workspace, client, self._image)
+        finally:
+            client.close()
+        sandbox = await self._open({}, self._env)
+        try:
+            await self._detect_shell(sandbox)
+            if with_solution and self.task.solution_dir is not None:
+                await sandbox.upload(self.task.solution_dir, self._real(SOLUTION))
+                self.solution_uploaded = True
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    def _docker_image(self, client: Any) -> str:
+        import docker.errors
+
+        settings, dockerfile = self.task.environment, self.task.dockerfile
+        if settings.docker_image:
+            try:
+                client.images.get(settings.docker_image)
+                return settings.docker_image
+            except docker.errors.ImageNotFound:
+                if dockerfile is None:
+                    raise TaskEnvironmentError(
+                        f"docker_image {settings.docker_image!r} is not on the engine and cannot "
+                        "be pulled (no registry); build or import it locally"
+                    ) from None
+                self.notes.append(
+                    f"docker_image {settings.docker_image}: not on the engine; building the Dockerfile"
+                )
+        if dockerfile is None:
+            raise TaskEnvironmentError(
+                "the docker backend needs environment/Dockerfile or [environment].docker_image"
+            )
+        digest = hashlib.sha256()
+        for p in sorted(self.task.environment_dir.rglob("*")):
+            if p.is_file():
+                digest.update(str(p.relative_to(self.task.environment_dir)).encode())
+                digest.update(p.read_bytes())
+        tag = f"skyrl-harbor/{self.task.name.lower()}:{digest.hexdigest()[:12]}"
+        try:
+            client.images.get(tag)
+            return tag
+        except docker.errors.ImageNotFound:
+            pass
+        try:
+            client.images.build(
+                path=str(self.task.environment_dir), tag=tag, rm=True, forcerm=True, pull=False
+            )
+        except docker.errors.BuildError as e:
+            log = "".join(str(c.get("stream") or c.get("error") or "") for c in e.build_log)
+            raise TaskEnvironmentError(
+                f"docker build of environment/ failed: {e.msg}\n{log[-1500:]}"
+            ) from None
+        except docker.errors.APIError as e:
+            raise TaskEnvironmentError(f"docker build of environment/ failed: {e}") from None
+        return tag
+
+    def _link_image(self, client: Any, base: str) -> str:
+        """An image on top of `base` whose /logs, /tests, /solution point into the writable /tmp
+        (the docker sandbox's root filesystem is read-only)."""
+        import docker.errors
+
+        image_id = client.images.get(base).id
+        tag = f"skyrl-harbor-links:{image_id.split(':')[-1][:16]}"
+        try:
+            client.images.get(tag)
+            return tag
+        except docker.errors.ImageNotFound:
+            pass
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            dockerfile = f"FROM {image_id}\nCOPY links/ /\n".encode()
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(dockerfile)
+            tar.addfile(info, io.BytesIO(dockerfile))
+            for name in ("logs", "tests", "solution"):
+                link = tarfile.TarInfo(f"links/{name}")
+                link.type, link.linkname = tarfile.SYMTYPE, f"/tmp/harbor/{name}"
+                tar.addfile(link)
+        buf.seek(0)
+        try:
+            client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, pull=False)
+        except (docker.errors.BuildError, docker.errors.APIError) as e:
+            raise TaskEnvironmentError(f"cannot add the Harbor paths to the image: {e}") from None
+        return tag
+
+    def _seed_workspace(self, client: Any, image: str) -> None:
+        """Copy the image's working directory into the host workspace that will be mounted
+        over it, so the task's files are there."""
+        import docker.errors
+
+        container = client.containers.create(image, command=["true"])
+        try:
+            stream, _ = container.get_archive(self.workdir)
+            data = b"".join(stream)
+        except docker.errors.NotFound:
+            return
+        finally:
+            container.remove(force=True)
+        staging = self._work / "seed"
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(staging, filter="data")
+        root = staging / PurePosixPath(self.workdir).name
+        if root.is_dir():
+            shutil.copytree(root, self.app_dir, dirs_exist_ok=True, symlinks=True)
+        shutil.rmtree(staging, ignore_errors=True)
+
+    async def _detect_shell(self, sandbox: Sandbox) -> None:
+        probe = await sandbox.exec(["/bin/sh", "-c", "command -v bash"], timeout=30)
+        self._shell = "bash" if probe.ok else "sh"
+
+    def script_command(self, host_script: Path, inside_path: str) -> str:
+        """The command that runs a script as its `#!` line says (else with `shell`)."""
+        with contextlib.suppress(OSError):
+            with host_script.open("rb") as f:
+                first = f.readline(256).decode("utf-8", "replace").strip()
+            if first.startswith("#!") and first[2:].strip():
+                return f"{first[2:].strip()} {inside_path}"
+        return f"{self._shell} {inside_path}"
+
+    @property
+    def shell(self) -> str:
+        """`bash` when the environment has it, else `sh`."""
+        return self._shell
+
+    # ---- the verifier phase -------------------------------------------------------------------
+
+    async def end_agent_phase(self) -> None:
+        """Close the agent's sandbox: every process it started is killed. Idempotent."""
+        if self._agent_phase_over:
+            return
+        self._agent_phase_over = True
+        sandbox, self.sandbox = self.sandbox, None
+        if sandbox is None:
+            return
+        try:
+            if self.backend is Backend.DOCKER and not sandbox.closed:
+                with contextlib.suppress(Exception):
+                    await sandbox.download(self._real(AGENT_LOGS), self.agent_logs_dir.parent)
+                with contextlib.suppress(Exception):
+                    await sandbox.download(self._real(ARTIFACTS), self.artifacts_dir.parent)
+        finally:
+            await sandbox.close()
+
+    async def verify(self) -> VerifierResult:
+        """End the agent phase, then run tests/test.sh in a fresh sandbox and read the reward.
+
+        Never raises for verifier failures: they are in `VerifierResult.error`.
+        """
+        if self.verifier_result is not None:
+            return self.verifier_result
+        await self.end_agent_phase()
+        started = time.monotonic()
+        result = await self._verify(started)
+        self.verifier_result = result
+        return result
+
+    async def _verify(self, started: float) -> VerifierResult:
+        task = self.task
+        timeout = task.verifier.timeout_s
+        verifier_dir = _fresh_dir(self.verifier_logs_dir)  # stale rewards never count
+        # The script is run through its own #! line: the docker sandbox's /tmp is noexec.
+        run = self.script_command(task.tests_dir / "test.sh", f"{TESTS}/test.sh")
+        command = (
+            f"chmod +x {TESTS}/test.sh 2>/dev/null; ({run}) > {VERIFIER_LOGS}/test-stdout.txt 2>&1"
+        )
+        env = {**self._env, **task.verifier.env}
+        sandbox: Sandbox | None = None
+        try:
+            if self.backend is Backend.BWRAP:
+                tests = self._work / "tests"
+                shutil.rmtree(tests, ignore_errors=True)
+                shutil.copytree(task.tests_dir, tests)  # uploaded only now
+                tests.chmod(0o755)
+                _give(tests)
+                binds = {
+                    AGENT_LOGS: self.agent_logs_dir,
+                    VERIFIER_LOGS: verifier_dir,
+                    ARTIFACTS: self.artifacts_dir,
+                    TESTS: tests,
+                }
+                sandbox = await self._open(binds, env)
+            else:
+                sandbox = await self._open({}, env)
+                await sandbox.upload(task.tests_dir, self._real(TESTS))
+            ran = await asyncio.wait_for(
+                sandbox.exec(
+                    [self._shell, "-c", command], timeout=timeout, env=dict(task.verifier.env)
+                ),
+                timeout + 30,
+            )
+            if self.backend is Backend.DOCKER:
+                with contextlib.suppress(Exception):
+                    await sandbox.download(self._real(VERIFIER_LOGS), verifier_dir.parent)
+        except (TimeoutError, SandboxError, OSError) as e:
+            if isinstance(e, TimeoutError):
+                return VerifierResult(
+                    None,
+                    VerifierError.TIMEOUT,
+                    f"test.sh ran past {timeout:g}s",
+                    duration_s=time.monotonic() - started,
+                )
+            return VerifierResult(
+                None,
+                VerifierError.SANDBOX_ERROR,
+                f"{type(e).__name__}: {e}",
+                duration_s=time.monotonic() - started,
+            )
+        finally:
+            if sandbox is not None:
+                await sandbox.close()
+        output = ""
+        with contextlib.suppress(OSError):
+            output = (verifier_dir / "test-stdout.txt").read_text(errors="replace")[-_OUTPUT_TAIL:]
+        duration = time.monotonic() - started
+        if ran.timed_out:
+            return VerifierResult(
+                None,
+                VerifierError.TIMEOUT,
+                f"test.sh ran past [verifier].timeout_sec={timeout:g}s and was killed",
+                exit_code=None,
+                duration_s=duration,
+                output_tail=output,
+            )
+        try:
+            rewards = read_rewards(verifier_dir)
+        except RewardFileError as e:
+            return VerifierResult(None, e.kind, str(e), ran.exit_code, duration, output)
+        return VerifierResult(rewards, None, "", ran.exit_code, duration, output)
+
+    async def close(self) -> None:
+        """Close any open sandbox and delete the trial's scratch files. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.end_agent_phase()
+        finally:
+            shutil.rmtree(self._work, ignore_errors=True)
+
+    def copy_logs(self, trial_dir: Path) -> None:
+        """Copy /logs/agent, /logs/verifier and /logs/artifacts into `trial_dir` (Harbor's
+        `agent/`, `verifier/`, `artifacts/`)."""
+        for src, name in (
+            (self.agent_logs_dir, "agent"),
+            (self.verifier_logs_dir, "verifier"),
+            (self.artifacts_dir, "artifacts"),
+        ):
+            if src.is_dir():
+                shutil.copytree(src, trial_dir / name, dirs_exist_ok=True, symlinks=True)
+            else:
+                (trial_dir / name).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,384 @@
+"""Read a Harbor task folder (Terminal-Bench 2 style) without importing Harbor.
+
+    <task>/task.toml            settings (schema 1.0, 1.1 or 1.4; unknown keys ignored)
+    <task>/instruction.md       what the agent is told (leading canary comment lines dropped)
+    <task>/environment/         Dockerfile and its build context (optional)
+    <task>/tests/test.sh        the verifier; writes /logs/verifier/reward.txt or reward.json
+    <task>/solution/solve.sh    reference solution, run by the `oracle` agent (optional)
+
+Every problem raises `TaskFormatError`, whose message names the file and the field.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+"""task.toml schema versions this reader understands (1.0 used `version = ...`)."""
+DEFAULT_VERIFIER_TIMEOUT_S = 600.0
+DEFAULT_BUILD_TIMEOUT_S = 600.0
+DEFAULT_WORKDIR = "/app"
+
+
+class TaskFormatError(ValueError):
+    """A task folder is malformed. `file` and `field` say where."""
+
+    def __init__(self, task_dir: Path, file: str, problem: str, field: str | None = None):
+        where = f"{file}: {field}" if field else file
+        super().__init__(f"{task_dir.name}/{where}: {problem}")
+        self.task_dir = task_dir
+        self.file = file
+        self.field = field
+        self.problem = problem
+
+
+class NetworkMode(enum.StrEnum):
+    """Network access of the task's environment (`[environment].network_mode`)."""
+
+    PUBLIC = "public"
+    """Full network access (Harbor's default)."""
+    NO_NETWORK = "no-network"
+    """No network at all."""
+    ALLOWLIST = "allowlist"
+    """Only `allowed_hosts` (not supported by our sandboxes: treated as no network)."""
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """`[agent]` of task.toml."""
+
+    timeout_s: float | None = None
+    """Wall-clock limit of the agent phase (None: no limit)."""
+    user: str | None = None
+    """User the agent runs as (None: the environment's default)."""
+
+
+@dataclass(frozen=True)
+class VerifierSettings:
+    """`[verifier]` of task.toml."""
+
+    timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S
+    """Wall-clock limit of the verifier phase."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment of test.sh, after `${VAR}` / `${VAR:-default}` substitution from the host."""
+    user: str | None = None
+    """User the verifier runs as (None: the environment's default)."""
+
+
+@dataclass(frozen=True)
+class EnvironmentSettings:
+    """`[environment]` of task.toml."""
+
+    build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
+    """Limit on building / starting the environment."""
+    docker_image: str | None = None
+    """Prebuilt image; the Dockerfile is then optional."""
+    os: str = "linux"
+    """Target OS of the task (only `linux` runs here)."""
+    cpus: float | None = None
+    """CPU cores."""
+    memory_mb: int | None = None
+    """Memory cap in MiB (legacy `memory = "2G"` is converted)."""
+    storage_mb: int | None = None
+    """Disk size in MiB (legacy `storage = "10G"` is converted)."""
+    gpus: int = 0
+    """GPUs the task wants."""
+    network_mode: NetworkMode = NetworkMode.PUBLIC
+    """Network access (legacy `allow_internet` maps to public / no-network)."""
+    workdir: str | None = None
+    """Working directory of every command; overrides the Dockerfile's WORKDIR."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables of every command in the environment."""
+
+
+@dataclass(frozen=True)
+class HarborTask:
+    """One parsed task folder."""
+
+    name: str
+    """The folder name (Harbor's task name)."""
+    path: Path
+    """Absolute path of the task folder."""
+    schema_version: str
+    """task.toml schema version (`1.0` ... `1.4`)."""
+    instruction: str
+    """instruction.md without its leading canary lines."""
+    agent: AgentSettings
+    """`[agent]` settings."""
+    verifier: VerifierSettings
+    """`[verifier]` settings."""
+    environment: EnvironmentSettings
+    """`[environment]` settings."""
+    solution_env: Mapping[str, str]
+    """`[solution].env`: environment of solve.sh."""
+    metadata: Mapping[str, Any]
+    """`[metadata]`, free-form (difficulty, category, tags, ...)."""
+    package_name: str | None = None
+    """`[task].name` (e.g. `terminal-bench/fix-git`), when given."""
+
+    @property
+    def tests_dir(self) -> Path:
+        """tests/ (uploaded to /tests only for the verifier phase)."""
+        return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path | None:
+        """solution/ when it holds solve.sh, else None."""
+        return self.path / "solution" if (self.path / "solution" / "solve.sh").is_file() else None
+
+    @property
+    def environment_dir(self) -> Path:
+        """environment/ (Dockerfile and build context)."""
+        return self.path / "environment"
+
+    @property
+    def dockerfile(self) -> Path | None:
+        """environment/Dockerfile, when there is one."""
+        path = self.environment_dir / "Dockerfile"
+        return path if path.is_file() else None
+
+
+# ---- reading -------------------------------------------------------------------------------------
+
+_CANARY = re.compile(r"canary", re.IGNORECASE)
+_COMMENT = re.compile(r"^\s*(#|<!--|//)")
+_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+
+
+def strip_canary(text: str) -> str:
+    """Drop leading comment lines that carry a canary string (and blank lines around them)."""
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and (
+        not lines[i].strip() or (_COMMENT.match(lines[i]) and _CANARY.search(lines[i]))
+    ):
+        i += 1
+    return "".join(lines[i:]) if i else text
+
+
+def resolve_template(value: str, environ: Mapping[str, str] | None = None) -> str:
+    """Substitute `${VAR}` and `${VAR:-default}` from `environ` (default: the host's)."""
+    env = os.environ if environ is None else environ
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        return default if default is not None else ""
+
+    return _TEMPLATE.sub(sub, value)
+
+
+class _Section:
+    """Typed access to one table of task.toml; errors name the file and the field."""
+
+    def __init__(self, task_dir: Path, name: str, data: Any):
+        self.task_dir, self.name = task_dir, name
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise TaskFormatError(task_dir, "task.toml", "must be a table", f"[{name}]")
+        self.data: dict[str, Any] = data
+
+    def _fail(self, key: str, problem: str) -> TaskFormatError:
+        where = f"[{self.name}].{key}" if self.name else key
+        return TaskFormatError(self.task_dir, "task.toml", problem, where)
+
+    def number(self, key: str, default: float | None, *, positive: bool = True) -> float | None:
+        value = self.data.get(key, default)
+        if value is None:
+            return None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise self._fail(key, f"must be a number, got {value!r}")
+        if positive and value <= 0:
+            raise self._fail(key, f"must be positive, got {value!r}")
+        return float(value)
+
+    def integer(self, key: str, default: int | None) -> int | None:
+        value = self.data.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._fail(key, f"must be a non-negative integer, got {value!r}")
+        return value
+
+    def string(self, key: str, default: str | None = None) -> str | None:
+        value = self.data.get(key, default)
+        if value is not None and not isinstance(value, str):
+            raise self._fail(key, f"must be a string, got {value!r}")
+        return value
+
+    def env(self, key: str = "env") -> dict[str, str]:
+        value = self.data.get(key) or {}
+        if not isinstance(value, dict):
+            raise self._fail(key, f"must be a table of strings, got {value!r}")
+        out = {}
+        for k, v in value.items():
+            if not isinstance(v, str | int | float) or isinstance(v, bool):
+                raise self._fail(f"{key}.{k}", f"must be a string, got {v!r}")
+            out[str(k)] = resolve_template(str(v))
+        return out
+
+    def size_mb(self, key: str, legacy: str) -> int | None:
+        if key in self.data:
+            return self.integer(key, None)
+        value = self.data.get(legacy)
+        if value is None:
+            return None
+        m = _SIZE.match(str(value))
+        if not m:
+            raise self._fail(legacy, f"must be a size such as '2G' or '512M', got {value!r}")
+        scale = {"": 1 / (1 << 20), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1 << 20}
+        return max(1, int(float(m.group(1)) * scale[m.group(2).upper()]))
+
+
+def _read_toml(task_dir: Path) -> dict[str, Any]:
+    path = task_dir / "task.toml"
+    if not path.is_file():
+        raise TaskFormatError(task_dir, "task.toml", "missing (every task needs one)")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise TaskFormatError(task_dir, "task.toml", "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise TaskFormatError(task_dir, "task.toml", f"invalid TOML ({e})") from None
+
+
+def _schema_version(task_dir: Path, data: dict[str, Any]) -> str:
+    key = "schema_version" if "schema_version" in data else "version"
+    raw = data.get(key, SCHEMA_VERSIONS[-1])
+    version = str(raw).strip()
+    if version not in SCHEMA_VERSIONS:
+        raise TaskFormatError(
+            task_dir,
+            "task.toml",
+            f"unknown schema version {raw!r}; this reader knows {', '.join(SCHEMA_VERSIONS)}",
+            key,
+        )
+    return version
+
+
+def _network_mode(section: _Section) -> NetworkMode:
+    if "network_mode" in section.data:
+        raw = section.string("network_mode")
+        try:
+            return NetworkMode(raw)
+        except ValueError:
+            choices = ", ".join(m.value for m in NetworkMode)
+            raise section._fail("network_mode", f"must be one of {choices}, got {raw!r}") from None
+    if "allow_internet" in section.data:
+        allow = section.data["allow_internet"]
+        if not isinstance(allow, bool):
+            raise section._fail("allow_internet", f"must be true or false, got {allow!r}")
+        return NetworkMode.PUBLIC if allow else NetworkMode.NO_NETWORK
+    return NetworkMode.PUBLIC
+
+
+def load_task(path: str | os.PathLike[str]) -> HarborTask:
+    """Parse one task folder; `TaskFormatError` names the file and field of any problem."""
+    task_dir = Path(path).resolve()
+    if not task_dir.is_dir():
+        raise TaskFormatError(task_dir, ".", "not a directory")
+    data = _read_toml(task_dir)
+    version = _schema_version(task_dir, data)
+    agent = _Section(task_dir, "agent", data.get("agent"))
+    verifier = _Section(task_dir, "verifier", data.get("verifier"))
+    environment = _Section(task_dir, "environment", data.get("environment"))
+    solution = _Section(task_dir, "solution", data.get("solution"))
+    package = _Section(task_dir, "task", data.get("task"))
+    metadata = _Section(task_dir, "metadata", data.get("metadata")).data
+
+    os_name = environment.string("os", "linux") or "linux"
+    if os_name != "linux":
+        raise TaskFormatError(
+            task_dir, "task.toml", f"only linux tasks run here, got {os_name!r}", "[environment].os"
+        )
+    workdir = environment.string("workdir")
+    if workdir is not None and not workdir.startswith("/"):
+        raise environment._fail("workdir", f"must be an absolute path, got {workdir!r}")
+    env_settings = EnvironmentSettings(
+        build_timeout_s=environment.number("build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S)
+        or DEFAULT_BUILD_TIMEOUT_S,
+        docker_image=environment.string("docker_image"),
+        os=os_name,
+        cpus=environment.number("cpus", None),
+        memory_mb=environment.size_mb("memory_mb", "memory"),
+        storage_mb=environment.size_mb("storage_mb", "storage"),
+        gpus=environment.integer("gpus", 0) or 0,
+        network_mode=_network_mode(environment),
+        workdir=workdir,
+        env=environment.env(),
+    )
+
+    instruction_path = task_dir / "instruction.md"
+    if not instruction_path.is_file():
+        raise TaskFormatError(task_dir, "instruction.md", "missing (the agent's instruction)")
+    try:
+        instruction = strip_canary(instruction_path.read_text(encoding="utf-8")).strip()
+    except UnicodeDecodeError:
+        raise TaskFormatError(task_dir, "instruction.md", "not UTF-8 text") from None
+    if not instruction:
+        raise TaskFormatError(task_dir, "instruction.md", "empty")
+    if not (task_dir / "tests" / "test.sh").is_file():
+        raise TaskFormatError(task_dir, "tests/test.sh", "missing (the verifier's entry point)")
+    if (task_dir / "solution").is_dir() and not (task_dir / "solution" / "solve.sh").is_file():
+        raise TaskFormatError(task_dir, "solution/solve.sh", "missing from solution/")
+
+    return HarborTask(
+        name=task_dir.name,
+        path=task_dir,
+        schema_version=version,
+        instruction=instruction,
+        agent=AgentSettings(timeout_s=agent.number("timeout_sec", None), user=agent.string("user")),
+        verifier=VerifierSettings(
+            timeout_s=verifier.number("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S)
+            or DEFAULT_VERIFIER_TIMEOUT_S,
+            env=verifier.env(),
+            user=verifier.string("user"),
+        ),
+        environment=env_settings,
+        solution_env=solution.env(),
+        metadata=dict(metadata),
+        package_name=package.string("name"),
+    )
+
+
+def is_task_dir(path: Path) -> bool:
+    """True when `path` looks like a task folder (it has a task.toml)."""
+    return (path / "task.toml").is_file()
+
+
+def find_task_dirs(path: str | os.PathLike[str]) -> list[Path]:
+    """A task folder itself, or the task folders directly inside a dataset folder (sorted).
+
+    A subfolder counts when it has task.toml, instruction.md or tests/, so a malformed task
+    is still listed (and then fails to load with its own error).
+    """
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"no task or dataset folder at {root}")
+    if is_task_dir(root):
+        return [root]
+    found = [
+        p
+        for p in sorted(root.iterdir())
+        if p.is_dir()
+        and not p.name.startswith(".")
+        and any((p / name).exists() for name in ("task.toml", "instruction.md", "tests"))
+    ]
+    if not found:
+        raise FileNotFoundError(f"{root} holds no task folders (folders with a task.toml)")
+    return found

@@ -1,0 +1,20 @@
+#!/bin/bash
+cat > /app/stats.py <<'PY'
+"""Small statistics helpers."""
+
+
+def mean(values):
+    if not values:
+        return None
+    return sum(values) / len(values)
+
+
+def median(values):
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+PY

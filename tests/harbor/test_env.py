@@ -1,0 +1,42 @@
+"""The `harbor` env: registered, passes the env checker, playable by the agent loop."""
+
+from __future__ import annotations
+
+import skyrl_gym
+from agents.rollout import rollout
+from agents.scripted import ScriptedPolicy
+from skyrl_gym.checker import check_env
+from skyrl_gym.envs.harbor.env import HarborEnv, task_rows
+from tests.harbor.conftest import ANSWER, arun, bash_call, make_task, needs_bwrap
+
+pytestmark = needs_bwrap
+
+
+def test_registered_env_passes_check_env():
+    env = skyrl_gym.make("harbor")
+    try:
+        assert len(env.unwrapped.tasks) >= 8
+        check_env(env)
+    finally:
+        env.close()
+
+
+def test_episode_reward_comes_from_the_tasks_verifier(tmp_path):
+    make_task(tmp_path, "done-file")
+    rows = task_rows(tmp_path)
+    assert rows == [{"task_id": "done-file", "path": str(tmp_path / "done-file")}]
+    for actions, want in [
+        ([bash_call("echo ok > done.txt && pwd"), ANSWER], 1.0),
+        ([bash_call("echo 1 > /logs/verifier/reward.txt"), ANSWER], 0.0),
+    ]:
+        env = HarborEnv(rows)
+        try:
+            traj = arun(rollout(env, ScriptedPolicy(actions), rows[0], max_turns=4), 60)
+            assert traj.reward == want and traj.stop_reason.value == "done"
+            assert traj.turns[0].observation[0]["content"].strip() in ("/app", "[no output]")
+            assert env.verifier_result is not None and env.verifier_result.rewards == {
+                "reward": want
+            }
+        finally:
+            env.close()
+            env.close()
