@@ -33,6 +33,7 @@ COMMAND_GROUPS: list[tuple[str, str, str]] = [
     ("view", "agents.cli:view_command", "Render trajectories.jsonl as a static HTML report."),
     ("serve", "agents.cli:serve_command", "Serve a local model over an OpenAI-compatible API."),
     ("search", "skyrl_gym.envs.search.cli:app", "Build, serve and query BM25 search indexes."),
+    ("swebench", "benchmarks.swebench.cli:app", "SWE-bench: evaluate patches, run agents."),
     (
         "harbor",
         "benchmarks.harbor.cli:app",

@@ -32,6 +32,12 @@ register(
     max_turns=30,
 )
 register(
+    "swe",
+    "skyrl_gym.envs.swe.env:SWEEnv",
+    description="SWE-bench: fix an issue in a sandboxed repository; reward = resolved check.",
+    max_turns=30,
+)
+register(
     "sql-basic",
     "skyrl_gym.envs.sql_basic.env:SQLBasicEnv",
     description="Questions over a bundled SQLite shop database through a read-only sql tool.",

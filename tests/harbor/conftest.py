@@ -1,5 +1,5 @@
-"""Helpers for Harbor tests: build task folders on the fly; sandbox fixtures are shared with
-tests/sandboxes (bwrap probe, dockerd with a local busybox image)."""
+"""Helpers for Harbor tests: build task folders on the fly. The sandbox fixtures (bwrap probe,
+one dockerd with a local busybox image per test session) live in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import textwrap
 from pathlib import Path
 
-from tests.sandboxes.conftest import arun, docker_engine, needs_bwrap
+from tests.conftest import arun, needs_bwrap
 
-__all__ = ["arun", "bash_call", "docker_engine", "make_task", "needs_bwrap"]
+__all__ = ["arun", "bash_call", "make_task", "needs_bwrap"]
 
 DEFAULT_TOML = """\
 schema_version = "1.4"

@@ -18,7 +18,7 @@ from sandboxes import (
     create_sandbox,
     records,
 )
-from tests.sandboxes.conftest import arun, needs_bwrap
+from tests.conftest import arun, needs_bwrap
 
 
 @needs_bwrap

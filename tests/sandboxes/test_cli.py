@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.sandbox_bench import run as bench_run
-from tests.sandboxes.conftest import needs_bwrap
+from tests.conftest import needs_bwrap
 
 pytestmark = needs_bwrap
 ROOT = Path(__file__).parents[2]

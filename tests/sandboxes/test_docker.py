@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes import ExecStatus, SandboxError, SandboxSpec, create_sandbox, reap
-from tests.sandboxes.conftest import arun
+from tests.conftest import arun
 
 pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("docker")]
 
@@ -63,9 +63,11 @@ def test_docker_isolation_network_readonly_root_and_caps(
             blocked = await sb.exec(fetch, timeout=10)
             readonly = await sb.exec("touch /etc/x")
             hog = await sb.exec("dd if=/dev/zero of=/dev/null bs=200M count=1", timeout=20)
-            forks = await sb.exec("for i in $(seq 40); do sleep 3 & done; wait", timeout=20)
             loop = await sb.exec("while :; do :; done", timeout=1)
             flood = await sb.exec("head -c 10000000 /dev/zero", timeout=30)
+            # Last: while the fork bomb's children live, even `docker exec` cannot start
+            # (runc needs a pid in the container's cgroup).
+            forks = await sb.exec("for i in $(seq 40); do sleep 3 & done; wait", timeout=20)
         async with create_sandbox(
             SandboxSpec(image=docker_engine, network=True), backend="docker"
         ) as sb:

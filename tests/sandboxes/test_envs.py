@@ -12,7 +12,7 @@ from skyrl_gym.checker import run_checks
 from skyrl_gym.envs.python.env import bundled_tasks as python_tasks
 from skyrl_gym.envs.terminal.env import TerminalEnv
 from skyrl_gym.envs.terminal.env import bundled_tasks as terminal_tasks
-from tests.sandboxes.conftest import arun, needs_bwrap
+from tests.conftest import arun, needs_bwrap
 from tools.python_exec import python_tool
 
 pytestmark = needs_bwrap

@@ -7,7 +7,7 @@ import tempfile
 import time
 
 from sandboxes import ExecStatus, SandboxSpec, create_sandbox
-from tests.sandboxes.conftest import arun, needs_bwrap, processes_matching
+from tests.conftest import arun, needs_bwrap, processes_matching
 
 pytestmark = needs_bwrap
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sandboxes import reap, records
 from sandboxes.tracking import owner_alive
-from tests.sandboxes.conftest import needs_bwrap, processes_matching
+from tests.conftest import needs_bwrap, processes_matching
 
 OWNER = """
 import asyncio, json, sys

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sandboxes import SandboxSpec, create_sandbox
-from tests.sandboxes.conftest import arun, needs_bwrap
+from tests.conftest import arun, needs_bwrap
 from tools import ToolCall, Toolset
 from tools.bash import bash_tool
 from tools.files import file_tools

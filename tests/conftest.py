@@ -1,4 +1,4 @@
-"""Fixtures for sandbox tests: real bwrap sandboxes, and a real dockerd started here.
+"""Shared test fixtures: real bwrap sandboxes, and a real dockerd started here.
 
 Docker tests all live in `xdist_group("docker")`, so under `-n 2 --dist loadgroup` a single
 worker starts the engine. The `docker_engine` fixture installs `docker.io` and

@@ -1,0 +1,632 @@
+"""Evaluate SWE-bench predictions in sandboxes, the way the official harness does.
+
+Per instance: a workspace holding the repository at `base_commit` (bwrap/local: fetched from a
+local git repository or GitHub into a host directory, run with the host's Python; docker: the
+instance image's `/testbed`), then in a sandbox with no network:
+
+1. the model patch is applied with the official fallbacks (`git apply`, `git apply --3way`,
+   `git apply --reject`, `patch --batch --forward --fuzz=5`), the tree reset between tries,
+   and "already applied" accepted (`git apply --check --reverse`);
+2. the eval script resets the files the test patch touches to `base_commit`, applies the
+   test patch, runs the tests between the official output markers and records their exit code;
+3. `swebench`'s `get_eval_report` grades the log (FAIL_TO_PASS must pass, PASS_TO_PASS must
+   keep passing).
+
+`run_evaluation` writes `OUT/report.json` with the official summary keys and, per instance,
+`OUT/logs/<instance_id>/` (`patch.diff`, `eval.sh`, `test_output.txt`, `run_instance.log`,
+`report.json`). Each instance has its own timeout, and a failing instance never stops the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import os
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from benchmarks.swebench import grading
+from benchmarks.swebench.instances import Prediction, SWEInstance
+from benchmarks.swebench.repos import RepoError, materialize, path_exists_at
+from sandboxes import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_sandbox
+from sandboxes.spec import DEFAULT_PATH
+
+APPLY_COMMANDS = (
+    "git apply --verbose",
+    "git apply --verbose --3way",
+    "git apply --verbose --reject",
+    "patch --batch --forward --fuzz=5 -p1 -i",
+)
+"""Ways to apply a model patch, tried in order (the official harness's chain)."""
+
+RESET_TREE = "git checkout -- . ; git clean -fdq"
+DEFAULT_TEST_CMD = "python3 -m pytest --no-header -rA --tb=no -p no:cacheprovider"
+"""Test command for repositories without a known command: pytest with the `-rA` summary the
+pytest log parser reads."""
+TESTBED = "/testbed"
+SCHEMA_VERSION = 2
+
+# Test commands of repositories whose suites do not run under plain pytest (their parsers
+# expect these runners' output). Directives for django are dotted test modules.
+_KNOWN_TEST_CMDS = {
+    "django/django": "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1",
+    "sympy/sympy": "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose",
+}
+
+
+class Outcome(enum.StrEnum):
+    """How the evaluation of one instance ended."""
+
+    RESOLVED = "resolved"
+    """The patch applied and every FAIL_TO_PASS and PASS_TO_PASS test passed."""
+    UNRESOLVED = "unresolved"
+    """The patch applied and the tests ran, but not all required tests passed."""
+    EMPTY_PATCH = "empty_patch"
+    """The prediction had no patch; nothing was run."""
+    PATCH_APPLY_FAILED = "patch_apply_failed"
+    """No way of applying the patch worked."""
+    TIMEOUT = "timeout"
+    """The instance ran past its time limit."""
+    ERROR = "error"
+    """Infrastructure or harness failure (repository missing, sandbox failed, ...)."""
+    SKIPPED = "skipped"
+    """Not run: the backend or the instance's image is not available here."""
+
+    @property
+    def completed(self) -> bool:
+        """True when the tests ran and were graded (the official `completed_ids`)."""
+        return self in (Outcome.RESOLVED, Outcome.UNRESOLVED)
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """How instances are evaluated."""
+
+    backend: str = Backend.BWRAP.value
+    """Sandbox backend: `bwrap` (default), `local` (trusted code only) or `docker`."""
+    repos_dir: str | None = None
+    """Directory of local git repositories (`<owner>__<name>` or `<name>`); bwrap/local."""
+    allow_clone: bool = False
+    """Fetch repositories missing from `repos_dir` from GitHub (needs network)."""
+    timeout_s: float = 1800.0
+    """Wall-clock limit per instance (workspace, patch, tests)."""
+    apply_timeout_s: float = 120.0
+    """Limit for each patch-apply command."""
+    workers: int = 2
+    """Instances evaluated at once."""
+    python: str = sys.executable
+    """Interpreter (with pytest) that runs the tests in bwrap/local sandboxes; see
+    `python_env`."""
+    memory_bytes: int | None = 4 << 30
+    """Memory cap of an evaluation sandbox."""
+    pids: int | None = 1024
+    """Process cap of an evaluation sandbox."""
+    keep_workspaces: bool = False
+    """Keep each host workspace after its evaluation (for debugging)."""
+
+
+@dataclass(frozen=True)
+class InstanceResult:
+    """The evaluation of one prediction."""
+
+    instance_id: str
+    """The instance evaluated."""
+    outcome: Outcome
+    """How it ended."""
+    model_name_or_path: str = ""
+    """The prediction's system name."""
+    apply_command: str | None = None
+    """The command that applied the patch (None when none did)."""
+    report: dict[str, Any] = field(default_factory=dict)
+    """`swebench`'s per-instance report (empty when the tests never ran)."""
+    error: str | None = None
+    """What went wrong, for errors, timeouts, skips and failed applies."""
+    duration_s: float = 0.0
+    """Wall-clock seconds spent on the instance."""
+    log_dir: str | None = None
+    """Where its logs are."""
+
+    @property
+    def resolved(self) -> bool:
+        """True when the instance is resolved."""
+        return self.outcome is Outcome.RESOLVED
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> InstanceResult:
+        """Read back what `to_json` wrote (the full report is not kept)."""
+        return cls(
+            instance_id=data["instance_id"],
+            outcome=Outcome(data["outcome"]),
+            model_name_or_path=data.get("model_name_or_path", ""),
+            apply_command=data.get("apply_command"),
+            report={"tests_status": data.get("tests_status") or {}},
+            error=data.get("error"),
+            duration_s=float(data.get("duration_s", 0.0)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable summary."""
+        tests = self.report.get("tests_status") or {}
+        return {
+            "instance_id": self.instance_id,
+            "outcome": self.outcome.value,
+            "model_name_or_path": self.model_name_or_path,
+            "resolved": self.resolved,
+            "apply_command": self.apply_command,
+            "error": self.error,
+            "duration_s": round(self.duration_s, 3),
+            "tests_status": tests,
+        }
+
+
+# ---- the host Python in a sandbox ---------------------------------------------------------
+
+_HIDDEN_IN_BWRAP = ("/root/", "/home/", "/tmp/", "/run/")
+
+
+@cache
+def python_env(python: str = sys.executable) -> dict[str, str]:
+    """Environment that makes `python3` in a bwrap sandbox the host interpreter `python`.
+
+    A virtualenv whose base interpreter lives where bwrap hides host files (`/root`,
+    `/home`, e.g. pyenv) cannot run inside; then the system `python3` of the same minor
+    version runs with the virtualenv's site-packages on PYTHONPATH instead.
+    """
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    bin_dir = os.path.dirname(python)
+    real = os.path.realpath(python)
+    if not real.startswith(_HIDDEN_IN_BWRAP):
+        env["PATH"] = f"{bin_dir}:{DEFAULT_PATH}"
+        return env
+    info = subprocess.run(
+        [
+            python,
+            "-c",
+            "import site,sys;print(sys.version_info[:2]);print(*site.getsitepackages(),sep=':')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.splitlines()
+    system = shutil.which("python3", path=DEFAULT_PATH)
+    if len(info) == 2 and system and not os.path.realpath(system).startswith(_HIDDEN_IN_BWRAP):
+        same = subprocess.run(
+            [system, "-c", "import sys;print(sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
+        if same == info[0]:
+            visible = [p for p in info[1].split(":") if p and not p.startswith(_HIDDEN_IN_BWRAP)]
+            env["PYTHONPATH"] = ":".join(visible)
+    env["PATH"] = DEFAULT_PATH
+    return env
+
+
+# ---- eval script ------------------------------------------------------------------------
+
+
+def _heredoc(text: str) -> str:
+    while True:
+        tag = f"EOF_{secrets.token_hex(6)}"
+        if tag not in text:
+            return tag
+
+
+def instance_test_command(instance: SWEInstance) -> str:
+    """The command line that runs the instance's tests (without output redirection)."""
+    cmd = instance.test_cmd or _KNOWN_TEST_CMDS.get(instance.repo, DEFAULT_TEST_CMD)
+    directives = instance.test_directives
+    if directives is None:
+        directives = instance.test_targets
+        if instance.repo == "django/django" and instance.test_cmd is None:
+            directives = [
+                d.removeprefix("tests/").removesuffix(".py").replace("/", ".") for d in directives
+            ]
+    return " ".join([cmd, *(shlex.quote(d) for d in directives)])
+
+
+def build_eval_script(
+    instance: SWEInstance,
+    *,
+    workdir: str,
+    existing_test_files: Sequence[str] | None = None,
+    activate: str = "",
+) -> str:
+    """The bash script that resets the test files, applies the test patch, and runs the tests.
+
+    `existing_test_files` are the test-patch files present at `base_commit` (reset with
+    `git checkout`); the others are deleted before the test patch creates them. None: all
+    are taken to exist.
+    """
+    c = grading.constants()
+    files = instance.test_files
+    existing = list(files if existing_test_files is None else existing_test_files)
+    new = [f for f in files if f not in existing]
+    quoted = " ".join(shlex.quote(f) for f in existing)
+    base = shlex.quote(instance.base_commit)
+    lines = [
+        "#!/bin/bash",
+        "set -uo pipefail",
+        f"cd {shlex.quote(workdir)}",
+        *([activate] if activate else []),
+        "git -c core.fileMode=false status --short",
+        f"git -c core.fileMode=false diff --stat {base}",
+    ]
+    if existing:
+        lines.append(
+            f"git checkout -q {base} -- {quoted} || {{ echo '{c.RESET_FAILED}'; exit 1; }}"
+        )
+    if new:
+        lines.append("rm -rf -- " + " ".join(shlex.quote(f) for f in new))
+    if instance.test_patch.strip():
+        tag = _heredoc(instance.test_patch)
+        patch = (
+            instance.test_patch
+            if instance.test_patch.endswith("\n")
+            else instance.test_patch + "\n"
+        )
+        lines += [
+            f"git apply -v - <<'{tag}' || {{ echo '{c.RESET_FAILED}'; exit 1; }}",
+            patch + tag,
+        ]
+    lines += [
+        f"echo '{c.START_TEST_OUTPUT}'",
+        instance_test_command(instance),
+        "status=$?",
+        f"echo '{c.END_TEST_OUTPUT}'",
+        f'echo "{c.TEST_EXIT_CODE}: $status"',
+    ]
+    if existing:
+        lines.append(f"git checkout -q {base} -- {quoted}")
+    return "\n".join(lines) + "\n"
+
+
+_CONDA = (
+    "if [ -f /opt/miniconda3/bin/activate ]; then "
+    "source /opt/miniconda3/bin/activate && conda activate testbed; fi"
+)
+
+
+def docker_image(instance: SWEInstance) -> str:
+    """The instance's image: its `image` field, else the official Docker Hub name."""
+    if instance.image:
+        return instance.image
+    return (
+        f"swebench/sweb.eval.x86_64.{instance.instance_id.replace('__', '_1776_')}:latest".lower()
+    )
+
+
+# ---- one instance -----------------------------------------------------------------------
+
+
+class _Log:
+    def __init__(self, log_dir: Path | None):
+        self.dir = log_dir
+        self.lines: list[str] = []
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, message: str) -> None:
+        self.lines.append(f"[{time.strftime('%H:%M:%S')}] {message}")
+        self.write("run_instance.log", "\n".join(self.lines) + "\n")
+
+    def write(self, name: str, text: str) -> Path | None:
+        if self.dir is None:
+            return None
+        path = self.dir / name
+        path.write_text(text, encoding="utf-8", errors="replace")
+        return path
+
+
+class _Skip(BackendUnavailable):
+    pass
+
+
+def _docker_workspace(image: str, dest: Path) -> None:
+    """Copy `/testbed` out of a local image into `dest` (nothing is pulled)."""
+    import io
+    import tarfile
+
+    from sandboxes.docker_backend import docker_client
+
+    try:
+        client = docker_client()
+    except BackendUnavailable as e:
+        raise _Skip(f"docker backend unavailable: {e}") from None
+    import docker.errors
+
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise _Skip(f"docker image {image} is not on the engine (nothing is pulled)") from None
+    container = client.containers.create(image, "true")
+    try:
+        stream, _ = container.get_archive(TESTBED)
+        data = b"".join(stream)
+    finally:
+        container.remove(force=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            member.name = member.name.partition("/")[2]
+        tar.extractall(dest, members=[m for m in tar.getmembers() if m.name], filter="tar")
+
+
+def prepare_workspace(
+    instance: SWEInstance, workspace: str | Path, config: HarnessConfig
+) -> tuple[SandboxSpec, str]:
+    """Fill the host directory `workspace` with the repository at `base_commit`.
+
+    Returns the spec of a sandbox that mounts it at /testbed, and the shell line that
+    activates the tests' environment (docker images: their conda env; else empty).
+    Raises `RepoError`, or `BackendUnavailable` when the backend or image is missing.
+    """
+    common: dict[str, Any] = {
+        "workspace_dir": str(workspace),
+        "workdir": TESTBED,
+        "network": False,
+        "memory_bytes": config.memory_bytes,
+        "pids": config.pids,
+        "timeout_s": config.apply_timeout_s,
+        "start_timeout_s": 60.0,
+    }
+    if config.backend == Backend.DOCKER:
+        _docker_workspace(docker_image(instance), Path(workspace))
+        return SandboxSpec(image=docker_image(instance), **common), _CONDA
+    materialize(instance, workspace, repos_dir=config.repos_dir, allow_clone=config.allow_clone)
+    return SandboxSpec(env=python_env(config.python), **common), ""
+
+
+async def _apply_patch(sb: Sandbox, patch_path: str, timeout: float, log: _Log) -> str | None:
+    """Apply the patch at `patch_path` with the fallback chain; the command that worked."""
+    last = ""
+    for attempt, command in enumerate(APPLY_COMMANDS):
+        if attempt:
+            await sb.exec(["bash", "-c", RESET_TREE], timeout=timeout)
+        result = await sb.exec(["bash", "-c", f"{command} {patch_path}"], timeout=timeout)
+        if result.ok:
+            log(f"applied with `{command}`:\n{result.output.strip()}")
+            return command
+        last = result.output.strip()
+        log(f"`{command}` failed (exit {result.exit_code}):\n{last[-3000:]}")
+    await sb.exec(["bash", "-c", RESET_TREE], timeout=timeout)
+    check = await sb.exec(["git", "apply", "--check", "--reverse", patch_path], timeout=timeout)
+    if check.ok:
+        log("patch already applied (git apply --check --reverse)")
+        return "already applied"
+    return None
+
+
+async def evaluate_instance(
+    instance: SWEInstance,
+    prediction: Prediction,
+    config: HarnessConfig | None = None,
+    log_dir: str | Path | None = None,
+) -> InstanceResult:
+    """Evaluate one prediction; never raises for the instance's own failures."""
+    config = config or HarnessConfig()
+    t0 = time.perf_counter()
+    log = _Log(Path(log_dir) if log_dir is not None else None)
+    iid = instance.instance_id
+
+    def done(outcome: Outcome, **kw: Any) -> InstanceResult:
+        if kw.get("error"):
+            log(f"{outcome.value}: {kw['error']}")
+        return InstanceResult(
+            iid,
+            outcome,
+            prediction.model_name_or_path,
+            duration_s=time.perf_counter() - t0,
+            log_dir=str(log.dir) if log.dir else None,
+            **kw,
+        )
+
+    if prediction.is_empty:
+        return done(Outcome.EMPTY_PATCH)
+    log.write("patch.diff", prediction.model_patch or "")
+    workspace = Path(tempfile.mkdtemp(prefix=f"skyrl-swe-{iid[:40]}-"))
+    try:
+        # The tests get what is left of the instance's time; the outer limit adds a grace
+        # period so a timed-out test run is still graded and logged.
+        deadline = t0 + config.timeout_s
+        async with asyncio.timeout(config.timeout_s + 30):
+            return await _evaluate_in_sandbox(
+                instance, prediction, config, workspace, log, done, deadline
+            )
+    except TimeoutError:
+        log.write("test_output.txt", f"{grading.constants().TESTS_TIMEOUT}\n")
+        return done(Outcome.TIMEOUT, error=f"instance exceeded {config.timeout_s:g}s")
+    except _Skip as e:
+        return done(Outcome.SKIPPED, error=str(e))
+    except BackendUnavailable as e:
+        return done(Outcome.SKIPPED, error=f"{config.backend} backend unavailable: {e}")
+    except RepoError as e:
+        return done(Outcome.ERROR, error=str(e))
+    except Exception as e:  # an instance's failure never stops the run
+        return done(Outcome.ERROR, error=f"{type(e).__name__}: {e}")
+    finally:
+        if not config.keep_workspaces:
+            shutil.rmtree(workspace, ignore_errors=True)
+
+
+async def _evaluate_in_sandbox(
+    instance: SWEInstance,
+    prediction: Prediction,
+    config: HarnessConfig,
+    workspace: Path,
+    log: _Log,
+    done: Callable[..., InstanceResult],
+    deadline: float,
+) -> InstanceResult:
+    c = grading.constants()
+    spec, activate = await asyncio.to_thread(prepare_workspace, instance, workspace, config)
+    log(f"workspace for {instance.repo}@{instance.base_commit[:12]} ready ({config.backend})")
+    if config.backend == Backend.DOCKER:
+        existing = None
+    else:
+        existing = await asyncio.to_thread(
+            path_exists_at, workspace, instance.base_commit, instance.test_files
+        )
+    async with create_sandbox(spec, config.backend) as sb:
+        scratch = f"/tmp/skyrl-swe-{secrets.token_hex(4)}"
+        patch_path = f"{scratch}/patch.diff"
+        patch = prediction.model_patch or ""
+        await sb.write_file(patch_path, patch if patch.endswith("\n") else patch + "\n")
+        applied = await _apply_patch(sb, patch_path, config.apply_timeout_s, log)
+        if applied is None:
+            log.write("test_output.txt", f"{c.APPLY_PATCH_FAIL}\n")
+            return done(Outcome.PATCH_APPLY_FAILED, error="the patch does not apply")
+        script = build_eval_script(
+            instance, workdir=sb.workdir, existing_test_files=existing, activate=activate
+        )
+        if config.backend == Backend.DOCKER and instance.eval_script:
+            script = instance.eval_script
+            if c.TEST_EXIT_CODE not in script:
+                log("note: the instance's eval script does not record the test exit code")
+        log.write("eval.sh", script)
+        await sb.write_file(f"{scratch}/eval.sh", script)
+        out_file = f"{scratch}/test_output.txt"
+        result = await sb.exec(
+            ["bash", "-c", f"bash {scratch}/eval.sh > {out_file} 2>&1"],
+            timeout=max(1.0, deadline - time.perf_counter()),
+        )
+        try:
+            output = (await sb.read_file(out_file)).decode("utf-8", "replace")
+        except Exception as e:
+            output = f"[test output unreadable: {e}]\n"
+        if result.timed_out:
+            output += f"\n{c.TESTS_TIMEOUT}\n"
+    path = log.write("test_output.txt", output)
+    if path is None:
+        tmp = workspace.parent / f"{workspace.name}.test_output.txt"
+        tmp.write_text(output, encoding="utf-8")
+        path = tmp
+    try:
+        report = await asyncio.to_thread(grading.eval_report, instance, prediction, path)
+    finally:
+        if log.dir is None:
+            path.unlink(missing_ok=True)
+    if log.dir is not None:
+        log.write("report.json", json.dumps({instance.instance_id: report}, indent=2) + "\n")
+    if result.timed_out:
+        return done(Outcome.TIMEOUT, apply_command=applied, report=report, error="tests timed out")
+    outcome = Outcome.RESOLVED if report.get("resolved") else Outcome.UNRESOLVED
+    log(f"{outcome.value} (exit code {result.exit_code})")
+    problem = None
+    if not report.get("patch_successfully_applied"):
+        problem = "the test output could not be graded (see test_output.txt)"
+    return done(outcome, apply_command=applied, report=report, error=problem)
+
+
+# ---- a run ------------------------------------------------------------------------------
+
+
+def make_report(
+    instances: Sequence[SWEInstance],
+    predictions: Mapping[str, Prediction],
+    results: Sequence[InstanceResult],
+) -> dict[str, Any]:
+    """The summary report: the official keys, plus outcomes and reasons per instance."""
+    by_id = {r.instance_id: r for r in results}
+    ids = [i.instance_id for i in instances]
+
+    def having(*outcomes: Outcome) -> list[str]:
+        return sorted(i for i in ids if i in by_id and by_id[i].outcome in outcomes)
+
+    completed = sorted(i for i in ids if i in by_id and by_id[i].outcome.completed)
+    resolved = having(Outcome.RESOLVED)
+    errors = having(Outcome.ERROR, Outcome.TIMEOUT, Outcome.PATCH_APPLY_FAILED)
+    skipped = having(Outcome.SKIPPED)
+    incomplete = sorted({i for i in ids if i not in by_id} | set(skipped))
+    empty = having(Outcome.EMPTY_PATCH)
+    submitted = sorted(i for i in ids if i in predictions)
+    return {
+        "total_instances": len(ids),
+        "submitted_instances": len(submitted),
+        "completed_instances": len(completed),
+        "resolved_instances": len(resolved),
+        "unresolved_instances": len(having(Outcome.UNRESOLVED)),
+        "empty_patch_instances": len(empty),
+        "error_instances": len(errors),
+        "completed_ids": completed,
+        "incomplete_ids": incomplete,
+        "empty_patch_ids": empty,
+        "submitted_ids": submitted,
+        "resolved_ids": resolved,
+        "unresolved_ids": having(Outcome.UNRESOLVED),
+        "error_ids": errors,
+        "schema_version": SCHEMA_VERSION,
+        "patch_apply_failed_ids": having(Outcome.PATCH_APPLY_FAILED),
+        "timeout_ids": having(Outcome.TIMEOUT),
+        "skipped_ids": skipped,
+        "resolved_rate": len(resolved) / len(ids) if ids else 0.0,
+        "reasons": {r.instance_id: r.error for r in results if r.error},
+        "instances": {r.instance_id: r.to_json() for r in results},
+    }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What `run_evaluation` produced."""
+
+    report: dict[str, Any]
+    """The summary written to `report.json`."""
+    results: list[InstanceResult]
+    """One result per evaluated instance, in input order."""
+    report_path: Path
+    """Where the report is."""
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe version of an id."""
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text) or "_"
+
+
+async def run_evaluation(
+    instances: Sequence[SWEInstance],
+    predictions: Mapping[str, Prediction],
+    out_dir: str | Path,
+    config: HarnessConfig | None = None,
+    *,
+    on_done: Callable[[InstanceResult], None] | None = None,
+) -> RunResult:
+    """Evaluate every instance that has a prediction; write `out_dir/report.json` and logs."""
+    config = config or HarnessConfig()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    gate = asyncio.Semaphore(max(1, config.workers))
+    todo = [i for i in instances if i.instance_id in predictions]
+
+    async def one(instance: SWEInstance) -> InstanceResult:
+        async with gate:
+            log_dir = out / "logs" / safe_name(instance.instance_id)
+            result = await evaluate_instance(
+                instance, predictions[instance.instance_id], config, log_dir
+            )
+        if on_done is not None:
+            on_done(result)
+        return result
+
+    results = list(await asyncio.gather(*(one(i) for i in todo)))
+    report = make_report(instances, predictions, results)
+    path = write_json(out / "report.json", report)
+    return RunResult(report, results, path)
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """Write JSON atomically (a reader never sees half a file)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,1 @@
+"""The `swe` env: SWE-bench instances in sandboxed repositories (see `env.py`)."""
