@@ -325,11 +325,7 @@ class ServerSandbox(Sandbox):
     ) -> ExecResult:
         self._check_usable()
         argv = to_argv(cmd)
-        limit = self.spec.timeout_s if timeout is None else timeout
-        if not isinstance(limit, int | float) or limit <= 0:
-            raise ValueError(
-                f"exec() timeout must be a positive number of seconds, got {timeout!r}"
-            )
+        limit = self._exec_limit(timeout)
         spec = self.spec
         request: dict[str, Any] = {
             "op": "exec",

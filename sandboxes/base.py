@@ -110,6 +110,15 @@ class Sandbox(abc.ABC):
         if not self._started:
             raise SandboxError(f"sandbox {self.id} was never started: await sandbox.start() first")
 
+    def _exec_limit(self, timeout: float | None) -> float:
+        """The wall-clock limit of one exec: `timeout`, else the spec's default."""
+        limit = self.spec.timeout_s if timeout is None else timeout
+        if not isinstance(limit, int | float) or limit <= 0:
+            raise ValueError(
+                f"exec() timeout must be a positive number of seconds, got {timeout!r}"
+            )
+        return float(limit)
+
     # ---- commands and files -----------------------------------------------------------------
 
     @property

@@ -272,11 +272,7 @@ class DockerSandbox(Sandbox):
     ) -> ExecResult:
         self._check_usable()
         argv = to_argv(cmd)
-        limit = self.spec.timeout_s if timeout is None else timeout
-        if not isinstance(limit, int | float) or limit <= 0:
-            raise ValueError(
-                f"exec() timeout must be a positive number of seconds, got {timeout!r}"
-            )
+        limit = self._exec_limit(timeout)
         code, out, err, timed_out, duration = await asyncio.to_thread(
             self._exec_blocking,
             argv,

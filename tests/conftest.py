@@ -32,7 +32,7 @@ IMAGE = "skyrl-test-busybox:latest"
 APT = ["apt-get", "-o", "DPkg::Lock::Timeout=600", "-q", "-y"]
 
 
-def arun(coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+def arun(coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
     """Run a coroutine to completion with a hard timeout (so no test can hang)."""
     return asyncio.run(asyncio.wait_for(coro, timeout))
 

@@ -7,12 +7,8 @@ safe under pytest-xdist.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
-import subprocess
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -21,28 +17,9 @@ pytest.importorskip("swebench", reason="the swebench extra is not installed")
 from benchmarks.swebench.bundled.build import INSTANCES_FILE, ensure_repos
 from benchmarks.swebench.harness import HarnessConfig
 from benchmarks.swebench.instances import SWEInstance, load_instances
+from tests.conftest import arun, needs_bwrap
 
-T = TypeVar("T")
-
-
-def arun(coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
-    """Run a coroutine with a hard timeout (no test can hang)."""
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-def _bwrap_problem() -> str | None:
-    if not shutil.which("bwrap"):
-        return "bwrap is not installed (apt-get install bubblewrap)"
-    probe = subprocess.run(
-        ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"], capture_output=True, timeout=30
-    )
-    if probe.returncode != 0:
-        return f"bwrap cannot create namespaces here: {probe.stderr.decode(errors='replace')}"
-    return None
-
-
-_PROBLEM = _bwrap_problem()
-needs_bwrap = pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")
+__all__ = ["arun", "by_id", "hermes", "needs_bwrap"]
 
 
 @pytest.fixture(scope="session")
