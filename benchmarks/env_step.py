@@ -2,9 +2,11 @@
 
 Both sides do the same work per episode: build the env from the registry, start it on a task,
 and score one final answer (correct, so the full reward path runs). Ours is `math-answer`
-(through `make`, so with its order-enforcing, turn-limit and episode-stats wrappers); the peer
-is `skyrl_gym.make("gsm8k")` + `init` + `step`, run in its own virtualenv. Rounds alternate
-between the two to spread machine noise; the median round counts.
+(through `make`, so with its `EpisodeGuard`: order enforcement, turn limit, episode stats);
+the peer is `skyrl_gym.make("gsm8k")` + `init` + `step`, run in its own virtualenv. Rounds
+alternate between the two to spread machine noise; the median round counts. Rates are per
+second of the process's own CPU time, so other jobs on the machine do not skew the ratio
+(wall-clock rates are printed too).
 """
 
 from __future__ import annotations
@@ -34,16 +36,18 @@ def once():
 for _ in range(2000):
     once()
 seconds = float(sys.argv[1])
-n, start = 0, time.perf_counter()
+n, start, cpu = 0, time.perf_counter(), time.process_time()
 while time.perf_counter() - start < seconds:
     for _ in range(500):
         once()
     n += 500
-print(json.dumps({"steps_per_s": n / (time.perf_counter() - start)}))
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+print(json.dumps({"cpu_steps_per_s": n / cpu, "wall_steps_per_s": n / wall}))
 """
 
 
-def _ours(seconds: float) -> float:
+def _ours(seconds: float) -> tuple[float, float]:
+    """(episodes per CPU second, episodes per wall second)."""
     import skyrl_gym
 
     task = {
@@ -63,44 +67,46 @@ def _ours(seconds: float) -> float:
 
     for _ in range(2000):
         once()
-    n, start = 0, time.perf_counter()
+    n, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         for _ in range(500):
             once()
         n += 500
-    return n / (time.perf_counter() - start)
+    return n / (time.process_time() - cpu), n / (time.perf_counter() - start)
 
 
 def run() -> BenchReport:
-    ours_rounds: list[float] = []
-    peer_rounds: list[float] = []
+    ours_rounds: list[tuple[float, float]] = []
+    peer_rounds: list[tuple[float, float]] = []
     peer_error = None
     for _ in range(ROUNDS):
         ours_rounds.append(_ours(ROUND_SECONDS))
         if peer_error is None:
             try:
-                peer_rounds.append(
-                    run_in_peer("skyrl-gym", PEER_SCRIPT, str(ROUND_SECONDS))["steps_per_s"]
-                )
+                got = run_in_peer("skyrl-gym", PEER_SCRIPT, str(ROUND_SECONDS))
+                peer_rounds.append((got["cpu_steps_per_s"], got["wall_steps_per_s"]))
             except PeerUnavailable as e:
                 peer_error = str(e).splitlines()[0]
-    ours = statistics.median(ours_rounds)
-    peer = statistics.median(peer_rounds) if peer_rounds else None
+    ours = statistics.median(r[0] for r in ours_rounds)
+    ours_wall = statistics.median(r[1] for r in ours_rounds)
+    peer = statistics.median(r[0] for r in peer_rounds) if peer_rounds else None
+    peer_wall = statistics.median(r[1] for r in peer_rounds) if peer_rounds else None
     ratio = ours / peer if peer else None
+
+    def fmt(x: float | None) -> str:
+        return f"{x:,.0f}" if x else "n/a"
+
     rows = [
-        (
-            "episodes/s (make + reset + answer step)",
-            f"{ours:,.0f}",
-            f"{peer:,.0f}" if peer else "n/a",
-        ),
-        ("µs per episode", f"{1e6 / ours:.1f}", f"{1e6 / peer:.1f}" if peer else "n/a"),
+        ("episodes / CPU second (make + reset + answer)", fmt(ours), fmt(peer)),
+        ("episodes / wall second", fmt(ours_wall), fmt(peer_wall)),
+        ("µs of CPU per episode", f"{1e6 / ours:.1f}", f"{1e6 / peer:.1f}" if peer else "n/a"),
         ("ratio ours / skyrl-gym (target >= 1.0)", f"{ratio:.2f}" if ratio else "n/a", ""),
     ]
     notes = [
-        f"median of {ROUNDS} alternating rounds of {ROUND_SECONDS:g} s; baseline: PyPI skyrl-gym gsm8k "
-        "in its own virtualenv (.venvs/skyrl-gym)",
-        f"ours rounds: {', '.join(f'{r:,.0f}' for r in ours_rounds)}",
-        f"peer rounds: {', '.join(f'{r:,.0f}' for r in peer_rounds) or peer_error}",
+        f"median of {ROUNDS} alternating rounds of {ROUND_SECONDS:g} s; baseline: PyPI skyrl-gym "
+        "gsm8k in its own virtualenv (.venvs/skyrl-gym)",
+        f"ours per CPU s: {', '.join(fmt(r[0]) for r in ours_rounds)}",
+        f"peer per CPU s: {', '.join(fmt(r[0]) for r in peer_rounds) or peer_error}",
     ]
     return BenchReport(
         name="env",
@@ -109,6 +115,8 @@ def run() -> BenchReport:
             "ours_steps_per_s": round(ours, 1),
             "skyrl_gym_steps_per_s": round(peer, 1) if peer else None,
             "ratio": round(ratio, 3) if ratio else None,
+            "ours_wall_steps_per_s": round(ours_wall, 1),
+            "skyrl_gym_wall_steps_per_s": round(peer_wall, 1) if peer_wall else None,
         },
         notes=notes,
     )
