@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from sandboxes._process import SANDBOX_UID, ServerSandbox
-from sandboxes.spec import BackendUnavailable
+from sandboxes.spec import BackendUnavailable, SandboxError
 
 # Host paths never exposed: credentials and per-user files, and the sockets under /run.
 _HIDDEN = {"proc", "dev", "tmp", "run", "root", "home", "lost+found", "sys"}
@@ -72,6 +72,9 @@ class BwrapSandbox(ServerSandbox):
         root = spec.rootfs or "/"
         if spec.rootfs and not os.path.isdir(spec.rootfs):
             raise BackendUnavailable(f"SandboxSpec.rootfs {spec.rootfs!r} is not a directory")
+        for path in spec.ro_binds:
+            if not os.path.isdir(path):
+                raise SandboxError(f"SandboxSpec.ro_binds: {path!r} is not a directory on the host")
         prefix: list[str] = []
         if os.geteuid() == 0:
             setpriv = shutil.which("setpriv")
@@ -99,6 +102,7 @@ class BwrapSandbox(ServerSandbox):
             "/tmp",
             "--tmpfs",
             "/run",
+            *(arg for path in spec.ro_binds for arg in ("--ro-bind", path, path)),
             "--bind",
             str(workspace),
             self.workdir,

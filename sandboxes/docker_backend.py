@@ -146,7 +146,10 @@ class DockerSandbox(Sandbox):
             "labels": labels,
             "network_mode": "host" if spec.network else "none",
             "working_dir": self.workdir,
-            "volumes": {str(workspace): {"bind": self.workdir, "mode": "rw"}},
+            "volumes": {
+                str(workspace): {"bind": self.workdir, "mode": "rw"},
+                **{path: {"bind": path, "mode": "ro"} for path in self.spec.ro_binds},
+            },
             "read_only": True,
             "tmpfs": {"/tmp": "", "/run": ""},
             "cap_drop": ["ALL"],

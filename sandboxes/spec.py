@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -81,8 +82,19 @@ class SandboxSpec:
     python: str = "python3"
     """Interpreter that runs the in-sandbox command server (bwrap backend; must exist in the
     root filesystem, Python >= 3.6)."""
+    ro_binds: tuple[str, ...] = ()
+    """Host directories mounted read-only at the same path inside the sandbox, on top of what
+    the backend hides (`/tmp`, `/root`, `/home`): e.g. a virtualenv the commands need. The
+    local backend needs none; docker adds them as read-only volumes."""
 
     def __post_init__(self) -> None:
+        binds = (self.ro_binds,) if isinstance(self.ro_binds, str) else tuple(self.ro_binds)
+        for path in binds:
+            if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") == "":
+                raise ValueError(
+                    f"SandboxSpec.ro_binds: {path!r} must be an absolute path other than /"
+                )
+        object.__setattr__(self, "ro_binds", tuple(os.path.normpath(p) for p in binds))
         object.__setattr__(self, "env", tuple((k, str(v)) for k, v in _pairs(self.env, "env")))
         files = []
         for path, content in _pairs(self.files, "files"):

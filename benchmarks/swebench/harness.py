@@ -107,7 +107,7 @@ class HarnessConfig:
     """Instances evaluated at once."""
     python: str = sys.executable
     """Interpreter (with pytest) that runs the tests in bwrap/local sandboxes; see
-    `python_env`."""
+    `host_python`."""
     memory_bytes: int | None = 4 << 30
     """Memory cap of an evaluation sandbox."""
     pids: int | None = 1024
@@ -175,20 +175,33 @@ class InstanceResult:
 _HIDDEN_IN_BWRAP = ("/root/", "/home/", "/tmp/", "/run/")
 
 
-@cache
-def python_env(python: str = sys.executable) -> dict[str, str]:
-    """Environment that makes `python3` in a bwrap sandbox the host interpreter `python`.
+@dataclass(frozen=True)
+class HostPython:
+    """How commands in a bwrap sandbox run the host's Python environment as `python3`."""
 
-    A virtualenv whose base interpreter lives where bwrap hides host files (`/root`,
-    `/home`, e.g. pyenv) cannot run inside; then the system `python3` of the same minor
+    env: dict[str, str]
+    """PATH (and PYTHONPATH where needed) for the sandbox's commands."""
+    ro_binds: tuple[str, ...]
+    """Host directories the sandbox must mount read-only for that environment to be visible."""
+
+
+@cache
+def host_python(python: str = sys.executable) -> HostPython:
+    """Make `python3` in a bwrap sandbox the host interpreter `python`, packages included.
+
+    bwrap hides `/tmp`, `/root` and `/home`. A virtualenv whose own directory lies there (a
+    checkout under /tmp) is mounted back read-only. A virtualenv whose *base* interpreter lies
+    there (pyenv under /root) cannot run inside; then the system `python3` of the same minor
     version runs with the virtualenv's site-packages on PYTHONPATH instead.
     """
     env = {"PYTHONDONTWRITEBYTECODE": "1"}
     bin_dir = os.path.dirname(python)
+    venv_root = os.path.dirname(bin_dir)
+    binds = (venv_root,) if venv_root.startswith(_HIDDEN_IN_BWRAP) else ()
     real = os.path.realpath(python)
     if not real.startswith(_HIDDEN_IN_BWRAP):
         env["PATH"] = f"{bin_dir}:{DEFAULT_PATH}"
-        return env
+        return HostPython(env, binds)
     info = subprocess.run(
         [
             python,
@@ -208,10 +221,17 @@ def python_env(python: str = sys.executable) -> dict[str, str]:
             timeout=60,
         ).stdout.strip()
         if same == info[0]:
-            visible = [p for p in info[1].split(":") if p and not p.startswith(_HIDDEN_IN_BWRAP)]
+            # The venv's packages, mounted back where bwrap would hide them; the base
+            # interpreter's own site-packages (under pyenv in /root) stay hidden.
+            site_dirs = [p for p in info[1].split(":") if p]
+            visible = [
+                p
+                for p in site_dirs
+                if not p.startswith(_HIDDEN_IN_BWRAP) or p.startswith(venv_root + "/")
+            ]
             env["PYTHONPATH"] = ":".join(visible)
     env["PATH"] = DEFAULT_PATH
-    return env
+    return HostPython(env, binds)
 
 
 # ---- eval script ------------------------------------------------------------------------
@@ -385,7 +405,8 @@ def prepare_workspace(
         _docker_workspace(docker_image(instance), Path(workspace))
         return SandboxSpec(image=docker_image(instance), **common), _CONDA
     materialize(instance, workspace, repos_dir=config.repos_dir, allow_clone=config.allow_clone)
-    return SandboxSpec(env=python_env(config.python), **common), ""
+    host = host_python(config.python)
+    return SandboxSpec(env=host.env, ro_binds=host.ro_binds, **common), ""
 
 
 async def _apply_patch(sb: Sandbox, patch_path: str, timeout: float, log: _Log) -> str | None:

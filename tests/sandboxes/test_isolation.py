@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
+from pathlib import Path
 
 from sandboxes import ExecStatus, SandboxSpec, create_sandbox
 from tests.conftest import arun, needs_bwrap, processes_matching
@@ -176,3 +178,40 @@ def test_processes_left_running_are_gone_after_close() -> None:
     while processes_matching(f"sleep {marker}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert processes_matching(f"sleep {marker}") == []
+
+
+def test_ro_binds_bring_back_a_hidden_host_directory_read_only() -> None:
+    # Under /tmp, which the sandbox hides; readable by the sandbox's unprivileged uid.
+    shared = Path(tempfile.mkdtemp(prefix="skyrl-ro-bind-", dir="/tmp"))
+    os.chmod(shared, 0o755)
+    (shared / "marker.txt").write_text("visible")
+
+    async def go():
+        async with create_sandbox(SandboxSpec()) as sb:
+            hidden = await sb.exec(f"cat {shared}/marker.txt")
+        async with create_sandbox(SandboxSpec(ro_binds=(str(shared),))) as sb:
+            shown = await sb.exec(f"cat {shared}/marker.txt")
+            write = await sb.exec(f"touch {shared}/new")
+        return hidden, shown, write
+
+    hidden, shown, write = arun(go())
+    assert hidden.exit_code != 0
+    assert shown.exit_code == 0 and shown.stdout == "visible"
+    assert write.exit_code != 0 and not (shared / "new").exists()
+    shutil.rmtree(shared)
+
+
+def test_ro_binds_must_be_absolute_directories() -> None:
+    import pytest
+
+    from sandboxes import SandboxError
+
+    with pytest.raises(ValueError, match="must be an absolute path"):
+        SandboxSpec(ro_binds=("relative/path",))
+
+    async def go():
+        async with create_sandbox(SandboxSpec(ro_binds=("/nonexistent-dir",))):
+            pass
+
+    with pytest.raises(SandboxError, match="is not a directory"):
+        arun(go())
