@@ -39,6 +39,7 @@ COMMAND_GROUPS: list[tuple[str, str, str]] = [
         "benchmarks.harbor.cli:app",
         "Run and grade Harbor task folders (Terminal-Bench style).",
     ),
+    ("train", "trainer.cli:train_command", "Train a policy with the async RL trainer (YAML config)."),
 ]
 
 _LAZY = {name: (target, help_text) for name, target, help_text in COMMAND_GROUPS}
@@ -98,11 +99,11 @@ def _root() -> None:
 
 
 @app.command()
-def demo(episodes: int = typer.Option(16, help="Episodes to run.")) -> None:
+def demo(steps: int = typer.Option(100, help="Optimizer steps to train.")) -> None:
     """Run the main job on embedded defaults (no downloads, CPU only)."""
     from skyrl_gym.demo import run_demo
 
-    run_demo(episodes=episodes)
+    run_demo(steps=steps)
 
 
 def main() -> None:

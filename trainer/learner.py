@@ -1,0 +1,423 @@
+"""`Learner`: a single-process torch learner for causal LMs on `TrainingSample`s.
+
+One `train_step` is one batch of samples with one advantage each:
+
+    1. pad the samples into micro-batches; forward the policy -> per-token logprobs
+       (logits divided by the sampling temperature, so they compare with the sampler's)
+    2. truncated IS weights min(exp(learner - sampler), cap) for every generated token:
+       tokens an older policy version produced (async) are re-weighted toward this one
+    3. policy loss (PPO clip or IS), + KL to the initial policy, - entropy bonus,
+       reduced over the whole batch, backward per micro-batch (gradient accumulation)
+    4. clip the global grad norm, optimizer step, scheduler step; version += 1
+
+LoRA (`peft`, the `lora` extra) trains adapters only; `engine_weights()` then merges them
+into full weights, so inference engines never need to know about adapters.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agents.trajectory import TrainingSample
+from trainer import losses
+from trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, PolicyLoss, Schedule
+
+
+@dataclass(frozen=True)
+class LearnerStats:
+    """What one `train_step` did (token averages over generated tokens)."""
+
+    loss: float
+    """Total loss (policy + KL - entropy), batch-reduced."""
+    policy_loss: float
+    """The policy-gradient term alone."""
+    kl_ref: float
+    """Mean KL estimate to the initial policy (0 when `kl_coef` is 0)."""
+    kl_sampler: float
+    """Mean k3 KL between the learner's and the sampler's token logprobs (drift + staleness)."""
+    entropy: float
+    """Mean per-token entropy of the policy."""
+    clip_fraction: float
+    """Share of tokens whose PPO ratio was clipped."""
+    tis_clip_fraction: float
+    """Share of tokens whose truncated IS weight hit `tis_cap`."""
+    ratio_mean: float
+    """Mean policy ratio seen by the loss."""
+    grad_norm: float
+    """Global gradient norm before clipping."""
+    lr: float
+    """Learning rate used for this step."""
+    tokens: int
+    """Generated (trained) tokens in the batch."""
+    sequences: int
+    """Samples in the batch."""
+    staleness_mean: float
+    """Mean over generated tokens of (learner version - producing version)."""
+    staleness_max: int
+    """Largest staleness of any generated token."""
+    duration_s: float
+    """Wall time of the step."""
+
+
+class Learner:
+    """Owns the trained model, its optimizer and scheduler, and the policy version."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        algorithm: AlgorithmConfig,
+        optim: OptimConfig,
+        lora: LoRAConfig | None = None,
+        temperature: float = 1.0,
+        pad_token_id: int = 0,
+        total_steps: int = 1,
+        micro_batch_size: int = 64,
+    ):
+        self.algorithm = algorithm
+        self.temperature = temperature
+        self.pad_token_id = pad_token_id
+        self.micro_batch_size = micro_batch_size
+        self.version = 0
+        """Policy version of the current weights: optimizer steps (batches) applied so far."""
+        self.lora = lora is not None and lora.enabled
+        if self.lora:
+            assert lora is not None
+            model = _wrap_lora(model, lora)
+        self.model = model.train()
+        # KL needs the initial policy: with LoRA it is the base model (adapters disabled);
+        # otherwise a frozen copy.
+        self.ref_model = None
+        if algorithm.kl_coef > 0 and not self.lora:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+        )
+        self.grad_clip = optim.grad_clip
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, _schedule(optim.schedule, optim.warmup_steps, total_steps)
+        )
+        self.reduction = losses.Reduction(algorithm.reduction.value)
+        self.kl_estimator = losses.KLEstimator(algorithm.kl_estimator)
+
+    # -- one step -------------------------------------------------------------------------
+
+    def train_step(
+        self, samples: Sequence[TrainingSample], advantages: Sequence[float]
+    ) -> LearnerStats:
+        """Train on one batch (one advantage per sample); bumps `version` by one."""
+        if len(samples) != len(advantages) or not samples:
+            raise ValueError("train_step needs one advantage per sample, and at least one sample")
+        started = time.perf_counter()
+        n_minibatches = min(self.algorithm.mini_batches, len(samples))
+        proximal = None
+        if n_minibatches > 1:
+            # PPO's "old" policy is the one before this batch's first update.
+            proximal = self._logprobs_no_grad(samples)
+        acc = _Accumulator()
+        grad_norm = 0.0
+        lr = self.optimizer.param_groups[0]["lr"]
+        order = list(range(len(samples)))
+        chunks = [order[i::n_minibatches] for i in range(n_minibatches)]
+        for chunk in chunks:
+            mb_samples = [samples[i] for i in chunk]
+            mb_adv = [advantages[i] for i in chunk]
+            mb_prox = None if proximal is None else [proximal[i] for i in chunk]
+            self.optimizer.zero_grad(set_to_none=True)
+            self._accumulate(mb_samples, mb_adv, mb_prox, acc)
+            grad_norm = self._clip_and_step()
+        self.scheduler.step()
+        self.version += 1
+        return acc.stats(grad_norm, lr, time.perf_counter() - started, self.version - 1)
+
+    def _accumulate(
+        self,
+        samples: Sequence[TrainingSample],
+        advantages: Sequence[float],
+        proximal: Sequence[torch.Tensor] | None,
+        acc: _Accumulator,
+    ) -> None:
+        total_tokens = sum(sum(s.loss_mask[1:]) for s in samples)
+        total_seqs = len(samples)
+        for start in range(0, len(samples), self.micro_batch_size):
+            idx = range(start, min(start + self.micro_batch_size, len(samples)))
+            batch = _pad([samples[i] for i in idx], self.pad_token_id)
+            adv = torch.tensor([advantages[i] for i in idx], dtype=torch.float32)
+            logits = self._logits(self.model, batch)
+            logprobs = losses.token_logprobs(logits, batch.targets)
+            mask = batch.mask
+            sampler = batch.sampler_logprobs
+            detached = logprobs.detach()
+            is_weights, _ = losses.truncated_is_weights(
+                detached, sampler, cap=self.algorithm.tis_cap
+            )
+            tis_hits = _sum((torch.exp(detached - sampler) > self.algorithm.tis_cap).float(), mask)
+            old = (
+                detached
+                if proximal is None
+                else _pad_rows([proximal[i - idx.start] for i in idx], detached)
+            )
+            kwargs = {"reduction": self.reduction, "normalizer": self.algorithm.normalizer}
+            if self.algorithm.loss is PolicyLoss.PPO:
+                pg, pstats = losses.ppo_clip_loss(
+                    logprobs,
+                    old,
+                    adv,
+                    mask,
+                    clip_low=self.algorithm.clip_low,
+                    clip_high=self.algorithm.clip_high,
+                    dual_clip=self.algorithm.dual_clip,
+                    is_weights=is_weights,
+                    **kwargs,
+                )
+            else:
+                pg, pstats = losses.importance_sampling_loss(logprobs, sampler, adv, mask, **kwargs)
+            loss = pg
+            kl_ref = torch.zeros(())
+            if self.algorithm.kl_coef > 0:
+                ref = self._ref_logprobs(batch)
+                kl_tok = losses.kl_penalty(logprobs, ref, self.kl_estimator)
+                kl_ref = losses.reduce(kl_tok, mask, self.reduction, self.algorithm.normalizer)
+                loss = loss + self.algorithm.kl_coef * kl_ref
+            if self.algorithm.entropy_coef > 0:
+                entropy_tok = losses.entropy_from_logits(logits)
+                loss = loss - self.algorithm.entropy_coef * losses.reduce(
+                    entropy_tok, mask, self.reduction, self.algorithm.normalizer
+                )
+            else:
+                with torch.no_grad():
+                    entropy_tok = losses.entropy_from_logits(logits.detach())
+            # Micro-batches are parts of one batch: weight each by its share, so the sum is
+            # the batch-level reduction (token mean over all tokens, or mean over sequences).
+            n_tok = float(mask.sum())
+            share = (
+                n_tok / max(total_tokens, 1)
+                if self.reduction is losses.Reduction.TOKEN_MEAN
+                else len(idx) / total_seqs
+            )
+            (loss * share).backward()
+            with torch.no_grad():
+                kl_sampler = losses.kl_penalty(detached, sampler, losses.KLEstimator.K3)
+                acc.add(
+                    tokens=n_tok,
+                    seqs=len(idx),
+                    share=share,
+                    loss=float(loss),
+                    pg=float(pg),
+                    kl_ref=float(kl_ref),
+                    kl_sampler=_sum(kl_sampler, mask),
+                    entropy=_sum(entropy_tok, mask),
+                    clip=pstats.clip_fraction * n_tok,
+                    ratio=pstats.ratio_mean * n_tok,
+                    tis=tis_hits,
+                    versions=batch.versions[mask.bool()],
+                )
+
+    def _clip_and_step(self) -> float:
+        params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
+        max_norm = self.grad_clip if self.grad_clip is not None else float("inf")
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        # A non-finite gradient skips the update rather than poisoning the weights; a zero one
+        # (every advantage 0) skips it too, or Adam's momentum would keep moving the policy
+        # on a batch that carries no signal.
+        if math.isfinite(norm) and norm > 0:
+            self.optimizer.step()
+        return norm
+
+    # -- forward helpers ------------------------------------------------------------------
+
+    def _logits(self, model: Any, batch: _Padded) -> torch.Tensor:
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        # Position t predicts token t+1; the sampler's temperature applies to both sides.
+        return out.logits[:, :-1, :].float() / self.temperature
+
+    @torch.no_grad()
+    def _logprobs_no_grad(self, samples: Sequence[TrainingSample]) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = []
+        for start in range(0, len(samples), self.micro_batch_size):
+            chunk = samples[start : start + self.micro_batch_size]
+            batch = _pad(chunk, self.pad_token_id)
+            lp = losses.token_logprobs(self._logits(self.model, batch), batch.targets)
+            out.extend(lp[i, : len(s.input_ids) - 1] for i, s in enumerate(chunk))
+        return out
+
+    @torch.no_grad()
+    def _ref_logprobs(self, batch: _Padded) -> torch.Tensor:
+        if self.lora:
+            with self.model.disable_adapter():
+                logits = self._logits(self.model, batch)
+        else:
+            assert self.ref_model is not None
+            logits = self._logits(self.ref_model, batch)
+        return losses.token_logprobs(logits, batch.targets)
+
+    # -- weights and state ----------------------------------------------------------------
+
+    @torch.no_grad()
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        """A snapshot of the full weights, keyed like the plain (non-LoRA) model.
+
+        Tensors are copies where training can still change them, so an engine may load them
+        later (between two decoding steps) while the next step already trains.
+        """
+        if not self.lora:
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        from peft.tuners.lora import LoraLayer
+
+        base = self.model.get_base_model()
+        out: dict[str, torch.Tensor] = {}
+        for key, value in base.state_dict().items():
+            if "lora_" in key:
+                continue
+            out[key.replace(".base_layer.", ".")] = value  # frozen: safe to share
+        for name, module in base.named_modules():
+            if isinstance(module, LoraLayer):
+                weight = module.base_layer.weight
+                out[f"{name}.weight"] = weight + module.get_delta_weight("default").to(weight.dtype)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Trainable weights, optimizer, scheduler and version (for checkpoints)."""
+        trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        weights = {
+            k: v.detach().clone() for k, v in self.model.state_dict().items() if k in trainable
+        }
+        return {
+            "weights": weights,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Inverse of `state_dict`."""
+        missing, unexpected = self.model.load_state_dict(state["weights"], strict=False)
+        trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        if unexpected or (set(missing) & trainable):
+            raise ValueError(
+                f"checkpoint does not match the model: missing {sorted(set(missing) & trainable)[:5]}, "
+                f"unexpected {sorted(unexpected)[:5]}"
+            )
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.version = int(state["version"])
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Padded:
+    """A right-padded micro-batch; per-token fields are aligned with `targets`."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    sampler_logprobs: torch.Tensor
+    versions: torch.Tensor
+
+
+def _pad(samples: Sequence[TrainingSample], pad_id: int) -> _Padded:
+    width = max(len(s.input_ids) for s in samples)
+    n = len(samples)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.float32)
+    sampler = torch.zeros((n, width), dtype=torch.float32)
+    versions = torch.full((n, width), -1, dtype=torch.long)
+    for row, s in enumerate(samples):
+        k = len(s.input_ids)
+        ids[row, :k] = torch.tensor(s.input_ids)
+        attention[row, :k] = 1
+        mask[row, :k] = torch.tensor(s.loss_mask, dtype=torch.float32)
+        sampler[row, :k] = torch.tensor(s.logprobs, dtype=torch.float32)
+        versions[row, :k] = torch.tensor(s.policy_versions)
+    # Shift: position t's logits score token t+1, so per-token fields drop their first entry.
+    return _Padded(ids, attention, ids[:, 1:], mask[:, 1:], sampler[:, 1:], versions[:, 1:])
+
+
+def _pad_rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    out = like.clone()
+    for i, row in enumerate(rows):
+        out[i, : row.shape[0]] = row
+    return out
+
+
+def _sum(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((x * mask).sum())
+
+
+class _Accumulator:
+    """Sums micro-batch statistics into one `LearnerStats`."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self.versions: list[torch.Tensor] = []
+
+    def add(self, *, versions: torch.Tensor, share: float, **values: float) -> None:
+        for key in ("loss", "pg", "kl_ref"):
+            self.totals[key] = self.totals.get(key, 0.0) + values.pop(key) * share
+        for key, value in values.items():
+            self.totals[key] = self.totals.get(key, 0.0) + value
+        self.versions.append(versions)
+
+    def stats(self, grad_norm: float, lr: float, duration: float, version: int) -> LearnerStats:
+        t = self.totals
+        tokens = max(t["tokens"], 1.0)
+        produced = torch.cat(self.versions) if self.versions else torch.zeros(0, dtype=torch.long)
+        lag = (version - produced).clamp(min=0).float()
+        return LearnerStats(
+            loss=t["loss"],
+            policy_loss=t["pg"],
+            kl_ref=t["kl_ref"],
+            kl_sampler=t["kl_sampler"] / tokens,
+            entropy=t["entropy"] / tokens,
+            clip_fraction=t["clip"] / tokens,
+            tis_clip_fraction=t["tis"] / tokens,
+            ratio_mean=t["ratio"] / tokens,
+            grad_norm=grad_norm,
+            lr=lr,
+            tokens=int(t["tokens"]),
+            sequences=int(t["seqs"]),
+            staleness_mean=float(lag.mean()) if lag.numel() else 0.0,
+            staleness_max=int(lag.max()) if lag.numel() else 0,
+            duration_s=duration,
+        )
+
+
+def _schedule(schedule: Schedule, warmup: int, total: int):
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule is Schedule.CONSTANT:
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if schedule is Schedule.LINEAR:
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def _wrap_lora(model: Any, lora: LoRAConfig) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise ImportError("LoRA needs peft: pip install 'skyrl-sdk[lora]'") from e
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
