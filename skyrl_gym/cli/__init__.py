@@ -39,7 +39,11 @@ COMMAND_GROUPS: list[tuple[str, str, str]] = [
         "benchmarks.harbor.cli:app",
         "Run and grade Harbor task folders (Terminal-Bench style).",
     ),
-    ("train", "trainer.cli:train_command", "Train a policy with the async RL trainer (YAML config)."),
+    (
+        "train",
+        "trainer.cli:train_command",
+        "Train a policy with the async RL trainer (YAML config).",
+    ),
 ]
 
 _LAZY = {name: (target, help_text) for name, target, help_text in COMMAND_GROUPS}
