@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from skyrl_gym.cache import cache_dir
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
@@ -162,8 +164,7 @@ def tiny_model_dir(path: str | Path | None = None, *, hidden_size: int = 64, see
     Default location: `$SKYRL_CACHE/tiny-v<N>-h<hidden>-s<seed>` (`~/.cache/skyrl`).
     """
     if path is None:
-        cache = Path(os.environ.get("SKYRL_CACHE", Path.home() / ".cache" / "skyrl"))
-        path = cache / f"tiny-v{TINY_VERSION}-h{hidden_size}-s{seed}"
+        path = cache_dir() / f"tiny-v{TINY_VERSION}-h{hidden_size}-s{seed}"
     path = Path(path)
     if (path / ".complete").exists():
         return path

