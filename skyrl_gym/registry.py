@@ -84,6 +84,7 @@ class EnvSpec:
 
 _registry: dict[str, EnvSpec] = {}
 _factories: dict[str | EnvFactory, EnvFactory] = {}  # imported entry points, so make() imports once
+_text_env_types: set[type] = set()  # classes make() has already seen to be TextEnvs
 registry: Mapping[str, EnvSpec] = MappingProxyType(_registry)
 """Read-only view of every registered env, by id."""
 
@@ -134,7 +135,7 @@ def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> g
     constructor defaults. An env whose constructor takes `max_turns` receives the limit too
     (so it can tell the model how many turns are left); the guard enforces it either way.
     """
-    env_spec = id if isinstance(id, EnvSpec) else spec(id)
+    env_spec = id if isinstance(id, EnvSpec) else (_registry.get(id) or spec(id))
     factory = _factories.get(env_spec.entry_point)
     if factory is None:
         factory = _factories[env_spec.entry_point] = env_spec.load()
@@ -146,10 +147,11 @@ def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> g
     else:
         kwargs = env_spec.kwargs  # the common case: no copy
     env = factory(**kwargs)
-    if not isinstance(env, TextEnv):
+    if type(env) not in _text_env_types and not isinstance(env, TextEnv):
         raise EntryPointError(
             f"env {env_spec.id!r}: entry point returned {type(env).__name__}, not a TextEnv"
         )
+    _text_env_types.add(type(env))  # later makes skip the (ABC) isinstance check
     if not env_spec.guard:
         return env
     return EpisodeGuard(env, turns)

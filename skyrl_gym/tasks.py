@@ -29,9 +29,10 @@ def validate_task(row: object, required: Sequence[str] = (), where: str = "") ->
     task_id = row.get("task_id")
     if task_id.__class__ not in (str, int) or task_id == "":  # exact types: bool is not an id
         raise TaskError(f"{prefix}task row has no usable 'task_id' (got {task_id!r})")
-    if required and (missing := [f for f in required if f not in row]):
-        fields = ", ".join(repr(f) for f in missing)
-        raise TaskError(f"{prefix}task {task_id!r} is missing field(s) {fields}")
+    for name in required:  # a plain loop: this runs on every reset
+        if name not in row:
+            fields = ", ".join(repr(f) for f in required if f not in row)
+            raise TaskError(f"{prefix}task {task_id!r} is missing field(s) {fields}")
     return row
 
 

@@ -23,6 +23,10 @@ def bundled_tasks() -> tuple[TaskRow, ...]:
 
 def parse_number(text: str) -> float | None:
     """A number from an answer like "1,234", "$56" or "7." (None if there is none)."""
+    try:
+        return float(text)  # the common case: already a plain number
+    except ValueError:
+        pass
     cleaned = text.strip().replace(",", "").lstrip("$").rstrip(".").strip()
     try:
         return float(cleaned)
