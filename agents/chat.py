@@ -65,6 +65,7 @@ class ChatRenderer:
         extra_stop_token_ids: Sequence[int] = (),
     ):
         self.tokenizer = tokenizer
+        self._backend = getattr(tokenizer, "backend_tokenizer", None) if tokenizer.is_fast else None
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
         if not self.chat_template:
             raise TemplateError(
@@ -89,6 +90,10 @@ class ChatRenderer:
 
     def encode(self, text: str) -> tuple[int, ...]:
         """Tokenize template text; special tokens are in the text, so none are added."""
+        if self._backend is not None:
+            # The Rust tokenizer directly: same ids, without transformers' per-call overhead
+            # (most of the agent loop's own cost per turn).
+            return tuple(self._backend.encode(text, add_special_tokens=False).ids)
         return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, token_ids: Sequence[int]) -> str:
