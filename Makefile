@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
-EXTRAS := train,duckdb,server,docker,swebench,dev,lora
+EXTRAS := train,duckdb,server,docker,swebench,dev,lora,tinker
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 # This machine's pip config lists a local index folder that may not exist; hide that noise only.

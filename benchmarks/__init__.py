@@ -11,4 +11,5 @@ BENCHMARKS: dict[str, str] = {
     "rollout": "benchmarks.rollout_bench:run",
     "sql": "benchmarks.sql_bench:run",
     "search": "benchmarks.search_bench:run",
+    "tinker": "benchmarks.tinker_bench:run",
 }

@@ -44,6 +44,7 @@ COMMAND_GROUPS: list[tuple[str, str, str]] = [
         "trainer.cli:train_command",
         "Train a policy with the async RL trainer (YAML config).",
     ),
+    ("tinker", "trainer.tinker.cli:app", "Serve the Tinker training API on local models."),
 ]
 
 _LAZY = {name: (target, help_text) for name, target, help_text in COMMAND_GROUPS}

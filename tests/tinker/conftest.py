@@ -1,0 +1,41 @@
+"""A real uvicorn server for the Tinker API on 127.0.0.1 (random port), in a thread."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tinker")
+
+
+@dataclass(frozen=True)
+class TinkerServer:
+    """A running server: its base URL and the served tiny model's name."""
+
+    base_url: str
+    base_model: str
+    state_dir: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def tinker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerServer]:
+    """Start the server once for the session; stop it at the end."""
+    from trainer.tinker.cli import TINY_NAME, default_models
+    from trainer.tinker.server import ServerConfig, ServerThread
+
+    os.environ["TINKER_TELEMETRY"] = "0"
+    state = tmp_path_factory.mktemp("tinker-state")
+    config = ServerConfig(models=default_models(), state_dir=state, poll_timeout_s=20)
+    with ServerThread(config) as server:
+        yield TinkerServer(server.base_url, TINY_NAME, state)

@@ -1,0 +1,9 @@
+"""A local server for the open Tinker training API (`skyrl tinker serve`).
+
+The unmodified `tinker` SDK from PyPI (0.38, protobuf bodies and results) talks to it:
+
+- `wire`: pydantic models for the JSON request/response shapes and protobuf conversion;
+- `store`: requests and futures recorded in SQLite, with in-process long-poll waiters;
+- `backend`: training and sampling on local torch models (LoRA through `peft` or full weights);
+- `server`: the FastAPI app (`create_app`); `cli`: the `skyrl tinker` commands.
+"""

@@ -1,0 +1,399 @@
+"""Training and sampling on local torch models, one `TrainedModel` per Tinker model id.
+
+Semantics follow the Tinker API: each forward_backward *accumulates* gradients of a per-token
+*summed* objective (normalisation is the client's business, through weights and advantages),
+and optim_step applies AdamW with the request's hyperparameters, then clears the gradients.
+All methods are blocking and meant to run on the server's single torch worker thread.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.losses import token_logprobs
+from trainer.tinker.wire import AdamParams, Datum, SamplingParamsIn
+
+LOSSES = ("cross_entropy", "importance_sampling", "ppo")
+"""Loss functions served."""
+
+
+@dataclass(frozen=True)
+class BaseModelSpec:
+    """A base model the server offers."""
+
+    name: str
+    """Name clients use (`base_model`), HF style `org/model`."""
+    path: Path
+    """Local model directory (weights, config and tokenizer)."""
+    max_context_length: int = 2048
+    """Longest sequence accepted."""
+
+
+class BaseModels:
+    """The served base models; loads each on first use and keeps a pristine copy."""
+
+    def __init__(self, specs: list[BaseModelSpec]):
+        self.specs = {s.name: s for s in specs}
+        self._loaded: dict[str, tuple[Any, Any]] = {}
+
+    def spec(self, name: str) -> BaseModelSpec:
+        """The spec of `name`, or `KeyError` with the served names."""
+        if name not in self.specs:
+            raise KeyError(f"unknown base model {name!r}; served: {sorted(self.specs)}")
+        return self.specs[name]
+
+    def load(self, name: str) -> tuple[Any, Any]:
+        """A fresh copy of the base model (train mode, float32) and its tokenizer."""
+        if name not in self._loaded:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            path = self.spec(name).path
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            self._loaded[name] = (model, tokenizer)
+        model, tokenizer = self._loaded[name]
+        return copy.deepcopy(model), tokenizer
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """Which adapters a LoRA model trains (from the SDK's `lora_config`)."""
+
+    rank: int
+    """Adapter rank (alpha = rank, so the scale is 1)."""
+    train_attn: bool = True
+    """Adapters on the attention projections."""
+    train_mlp: bool = True
+    """Adapters on the MLP projections."""
+    train_unembed: bool = True
+    """An adapter on the output projection (`lm_head`)."""
+    seed: int | None = None
+    """Seed of the adapter initialisation."""
+
+    def target_modules(self) -> list[str]:
+        """peft target module names."""
+        names = []
+        if self.train_attn:
+            names += ["q_proj", "k_proj", "v_proj", "o_proj"]
+        if self.train_mlp:
+            names += ["gate_proj", "up_proj", "down_proj"]
+        if self.train_unembed:
+            names.append("lm_head")
+        if not names:
+            raise ValueError("lora_config trains nothing: enable attn, mlp or unembed")
+        return names
+
+
+def _wrap_lora(model: Any, lora: LoraSpec) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise ImportError("LoRA training needs peft: pip install 'skyrl-sdk[lora]'") from e
+    if lora.seed is not None:
+        torch.manual_seed(lora.seed)
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.rank,
+        target_modules=lora.target_modules(),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+class TrainedModel:
+    """A trainable model (LoRA adapters or all weights) with its AdamW optimizer."""
+
+    def __init__(
+        self,
+        model_id: str,
+        base: BaseModelSpec,
+        bases: BaseModels,
+        *,
+        lora: LoraSpec | None,
+    ):
+        self.model_id = model_id
+        self.base = base
+        self.lora = lora
+        self.lora_rank = lora.rank if lora else None
+        model, self.tokenizer = bases.load(base.name)
+        if lora is not None:
+            model = _wrap_lora(model, lora)
+        self.model = model.train()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=1e-4)
+        self.steps = 0
+
+    # -- training -------------------------------------------------------------------------
+
+    def forward_backward(
+        self,
+        data: list[Datum],
+        loss_fn: str,
+        config: dict[str, float | str],
+        *,
+        forward_only: bool,
+    ) -> dict[str, Any]:
+        """Per-datum target logprobs and losses; gradients accumulate unless `forward_only`."""
+        if loss_fn not in LOSSES:
+            raise ValueError(f"unsupported loss_fn {loss_fn!r}; supported: {list(LOSSES)}")
+        if not data:
+            raise ValueError("forward_backward needs at least one datum")
+        batch = _Batch.build(data, loss_fn, self.base.max_context_length)
+        with torch.set_grad_enabled(not forward_only):
+            logits = self.model(input_ids=batch.input_ids, attention_mask=batch.mask).logits
+            lp = token_logprobs(logits, batch.targets)
+            per_token = _objective(loss_fn, lp, batch.inputs, config) * batch.mask
+            loss = per_token.sum()
+            if not forward_only:
+                loss.backward()
+        outputs = [
+            {
+                "logprobs": lp[i, :n].detach().tolist(),
+                "elementwise_loss": per_token[i, :n].detach().tolist(),
+            }
+            for i, n in enumerate(batch.lengths)
+        ]
+        return {"loss_fn_outputs": outputs, "metrics": {"loss:sum": float(loss.detach())}}
+
+    def optim_step(self, adam: AdamParams) -> dict[str, Any]:
+        """One AdamW step with the given hyperparameters; clears the gradients."""
+        for group in self.optimizer.param_groups:
+            group.update(
+                lr=adam.learning_rate,
+                betas=(adam.beta1, adam.beta2),
+                eps=adam.eps,
+                weight_decay=adam.weight_decay,
+            )
+        max_norm = adam.grad_clip_norm if adam.grad_clip_norm > 0 else float("inf")
+        grads = [p for p in self.params if p.grad is not None]
+        norm = float(torch.nn.utils.clip_grad_norm_(grads, max_norm)) if grads else 0.0
+        if grads and math.isfinite(norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
+        return {"metrics": {"grad_norm:mean": norm, "step:max": float(self.steps)}}
+
+    # -- weights --------------------------------------------------------------------------
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The trained parameters (adapters only with LoRA), detached copies."""
+        return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def save(self, directory: Path, *, optimizer: bool) -> None:
+        """Write trained parameters (+ optimizer state) and metadata to `directory`."""
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(self.trainable_state(), directory / "weights.pt")
+        if optimizer:
+            torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        meta = {
+            "base_model": self.base.name,
+            "lora": None if self.lora is None else asdict(self.lora),
+            "steps": self.steps,
+        }
+        (directory / "meta.json").write_text(json.dumps(meta))
+
+    def load(self, directory: Path, *, optimizer: bool) -> None:
+        """Load parameters written by `save` (and the optimizer state if asked and present)."""
+        state = torch.load(directory / "weights.pt", weights_only=True)
+        missing = self.model.load_state_dict(state, strict=False)
+        if missing.unexpected_keys:
+            raise ValueError(f"checkpoint does not fit this model: {missing.unexpected_keys[:3]}")
+        if optimizer:
+            opt_path = directory / "optimizer.pt"
+            if not opt_path.exists():
+                raise ValueError("this checkpoint has no optimizer state (saved for sampling?)")
+            self.optimizer.load_state_dict(torch.load(opt_path, weights_only=True))
+        self.steps = json.loads((directory / "meta.json").read_text()).get("steps", 0)
+
+    def snapshot(self) -> Sampler:
+        """A frozen copy of the current weights for sampling."""
+        return Sampler(copy.deepcopy(self.model).eval(), self.tokenizer, self.base)
+
+
+def lora_of(meta: dict[str, Any]) -> LoraSpec | None:
+    """The LoRA settings recorded in a checkpoint's metadata."""
+    return None if meta.get("lora") is None else LoraSpec(**meta["lora"])
+
+
+def read_meta(directory: Path) -> dict[str, Any]:
+    """The metadata of a saved checkpoint directory."""
+    path = directory / "meta.json"
+    if not path.exists():
+        raise KeyError(f"no checkpoint at {directory.name!r}")
+    return json.loads(path.read_text())
+
+
+class Sampler:
+    """Samples completions with per-token logprobs from a frozen model."""
+
+    def __init__(self, model: Any, tokenizer: Any, base: BaseModelSpec):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.base = base
+        # transformers 5.x renamed `past_key_values` to `cache`; use whichever the model has.
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        params = inspect.signature(inner.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+
+    def _step(self, ids: torch.Tensor, past: Any) -> tuple[Any, torch.Tensor]:
+        kwargs = {} if past is None else {self._cache_arg: past}
+        out = self.model(input_ids=ids, use_cache=True, **kwargs)
+        cache = getattr(out, "cache", None) if self._cache_arg == "cache" else None
+        return cache if cache is not None else out.past_key_values, out.logits
+
+    @torch.no_grad()
+    def sample(
+        self,
+        prompt: list[int],
+        num_samples: int,
+        params: SamplingParamsIn,
+        *,
+        prompt_logprobs: bool,
+    ) -> dict[str, Any]:
+        """`num_samples` continuations of `prompt`; every sampled token carries its logprob."""
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        limit = self.base.max_context_length
+        max_tokens = params.max_tokens if params.max_tokens is not None else 64
+        max_tokens = max(0, min(max_tokens, limit - len(prompt)))
+        stop_ids, stop_strs = _stops(params.stop, self.tokenizer)
+        gen = torch.Generator().manual_seed(
+            params.seed if params.seed is not None else _fresh_seed()
+        )
+        ids = torch.tensor([prompt] * num_samples)
+        past, all_logits = self._step(ids, None)
+        prompt_lp = None
+        if prompt_logprobs:
+            lp = token_logprobs(all_logits[:1, :-1], ids[:1, 1:])[0].tolist()
+            prompt_lp = [None, *lp]
+        logits = all_logits[:, -1].float()
+        tokens: list[list[int]] = [[] for _ in range(num_samples)]
+        logps: list[list[float]] = [[] for _ in range(num_samples)]
+        reasons: list[str | None] = [None] * num_samples
+        for _ in range(max_tokens):
+            logp = torch.log_softmax(logits, dim=-1)
+            nxt = _choose(logits, params, gen)
+            chosen_lp = logp.gather(-1, nxt[:, None])[:, 0]
+            for i in range(num_samples):
+                if reasons[i] is not None:
+                    continue
+                tok = int(nxt[i])
+                tokens[i].append(tok)
+                logps[i].append(float(chosen_lp[i]))
+                if tok in stop_ids or (
+                    stop_strs
+                    and any(self.tokenizer.decode(tokens[i]).endswith(s) for s in stop_strs)
+                ):
+                    reasons[i] = "stop"
+            if all(r is not None for r in reasons):
+                break
+            past, step_logits = self._step(nxt[:, None], past)
+            logits = step_logits[:, -1].float()
+        sequences = [
+            {"tokens": t, "logprobs": lp, "stop_reason": r or "length"}
+            for t, lp, r in zip(tokens, logps, reasons, strict=True)
+        ]
+        return {"sequences": sequences, "prompt_logprobs": prompt_lp}
+
+
+def _fresh_seed() -> int:
+    return int(np.random.default_rng().integers(0, 2**31 - 1))
+
+
+def _stops(stop: Any, tokenizer: Any) -> tuple[set[int], list[str]]:
+    if stop is None:
+        eos = tokenizer.eos_token_id
+        return ({eos} if eos is not None else set()), []
+    if isinstance(stop, str):
+        return set(), [stop]
+    ids = {s for s in stop if isinstance(s, int)}
+    return ids, [s for s in stop if isinstance(s, str)]
+
+
+def _choose(logits: torch.Tensor, params: SamplingParamsIn, gen: torch.Generator) -> torch.Tensor:
+    if params.temperature == 0:
+        return logits.argmax(dim=-1)
+    scaled = logits / params.temperature
+    if params.top_k > 0:
+        kth = torch.topk(scaled, min(params.top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if params.top_p < 1:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p > params.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return torch.multinomial(probs, 1, generator=gen)[:, 0]
+
+
+@dataclass
+class _Batch:
+    input_ids: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    lengths: list[int]
+    inputs: dict[str, torch.Tensor]
+
+    @classmethod
+    def build(cls, data: list[Datum], loss_fn: str, max_len: int) -> _Batch:
+        needed = {"cross_entropy": ("target_tokens",)}.get(
+            loss_fn, ("target_tokens", "logprobs", "advantages")
+        )
+        lengths = [len(d.tokens) for d in data]
+        width = max(lengths)
+        if width > max_len:
+            raise ValueError(f"sequence of {width} tokens exceeds the context length {max_len}")
+        if min(lengths) == 0:
+            raise ValueError("a datum has no tokens")
+        ids = torch.zeros(len(data), width, dtype=torch.long)
+        mask = torch.zeros(len(data), width)
+        names = set(needed) | {"weights"} if loss_fn == "cross_entropy" else set(needed)
+        inputs = {k: torch.zeros(len(data), width) for k in names}
+        inputs["weights"] = inputs.get("weights", torch.zeros(len(data), width))
+        for i, d in enumerate(data):
+            n = lengths[i]
+            ids[i, :n] = torch.tensor(d.tokens)
+            mask[i, :n] = 1
+            for k in needed:
+                if k not in d.loss_fn_inputs:
+                    raise ValueError(f"loss {loss_fn!r} needs loss_fn_inputs[{k!r}]")
+            for k, arr in d.loss_fn_inputs.items():
+                if k not in inputs:
+                    continue
+                flat = np.asarray(arr).reshape(-1)
+                if flat.shape[0] != n:
+                    raise ValueError(
+                        f"loss_fn_inputs[{k!r}] has {flat.shape[0]} values for {n} tokens"
+                    )
+                inputs[k][i, :n] = torch.from_numpy(flat.astype(np.float32))
+            if loss_fn == "cross_entropy" and "weights" not in d.loss_fn_inputs:
+                inputs["weights"][i, :n] = 1.0
+        targets = inputs.pop("target_tokens").long()
+        vocab_ok = bool((targets >= 0).all())
+        if not vocab_ok:
+            raise ValueError("target_tokens must be non-negative token ids")
+        return cls(ids, targets, mask, lengths, inputs)
+
+
+def _objective(
+    loss_fn: str, lp: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float | str]
+) -> torch.Tensor:
+    """Per-token loss (to be summed): the negative of Tinker's per-token objective."""
+    if loss_fn == "cross_entropy":
+        return -inputs["weights"] * lp
+    ratio = torch.exp(lp - inputs["logprobs"])
+    adv = inputs["advantages"]
+    if loss_fn == "importance_sampling":
+        return -ratio * adv
+    lo = float(config.get("clip_low_threshold", 0.8))
+    hi = float(config.get("clip_high_threshold", 1.2))
+    return -torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv)

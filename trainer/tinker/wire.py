@@ -1,0 +1,365 @@
+"""Wire shapes of the Tinker API: pydantic models for JSON bodies, and protobuf conversion.
+
+JSON requests are validated here (extra keys allowed, since newer SDKs add fields). The
+forward_backward request and the forward_backward / sample results travel as protobuf in SDK
+0.25+; this module converts between those messages and the plain `Datum` / result objects the
+backend uses. The protobuf classes come from the installed `tinker` package (the `tinker` extra).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- JSON requests --------------------------------------------------------------------------
+
+
+class LoraConfigIn(_Wire):
+    """LoRA settings sent with create_model."""
+
+    rank: int = Field(32, ge=1)
+    seed: int | None = None
+    train_unembed: bool = True
+    train_mlp: bool = True
+    train_attn: bool = True
+
+
+class CreateSessionRequest(_Wire):
+    """`POST /create_session`."""
+
+    tags: list[str] = []
+    user_metadata: dict[str, Any] | None = None
+    sdk_version: str | None = None
+
+
+class SessionRequest(_Wire):
+    """A request naming only its session (heartbeat)."""
+
+    session_id: str
+
+
+class CreateModelRequest(_Wire):
+    """`POST /create_model`: a trainable copy of a served base model."""
+
+    session_id: str
+    model_seq_id: int = 0
+    base_model: str
+    lora_config: LoraConfigIn | None = None
+
+
+class ModelRequest(_Wire):
+    """A request naming a model (get_info, unload_model)."""
+
+    model_id: str
+
+
+class AdamParams(_Wire):
+    """AdamW hyperparameters of one optimizer step (decoupled weight decay)."""
+
+    learning_rate: float = Field(1e-4, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    eps: float = Field(1e-12, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip_norm: float = Field(0.0, ge=0)
+
+
+class OptimStepRequest(_Wire):
+    """`POST /optim_step`."""
+
+    model_id: str
+    seq_id: int | None = None
+    adam_params: AdamParams
+
+
+class SaveWeightsRequest(_Wire):
+    """`POST /save_weights` (save_state) and `/save_weights_for_sampler`."""
+
+    model_id: str
+    path: str | None = None
+    seq_id: int | None = None
+    sampling_session_seq_id: int | None = None
+    kind: str | None = None
+
+
+class LoadWeightsRequest(_Wire):
+    """`POST /load_weights`: either create-via-load (session addressing) or legacy (model_id)."""
+
+    path: str
+    optimizer: bool = False
+    session_id: str | None = None
+    model_seq_id: int | None = None
+    model_id: str | None = None
+    seq_id: int | None = None
+
+
+class CreateSamplingSessionRequest(_Wire):
+    """`POST /create_sampling_session`: a sampler of a base model or of saved weights."""
+
+    session_id: str
+    sampling_session_seq_id: int = 0
+    base_model: str | None = None
+    model_path: str | None = None
+
+
+class EncodedTextChunk(_Wire):
+    """A chunk of token ids (the only chunk type served)."""
+
+    type: Literal["encoded_text"] = "encoded_text"
+    tokens: list[int]
+
+
+class ModelInput(_Wire):
+    """A prompt: token chunks, concatenated."""
+
+    chunks: list[EncodedTextChunk]
+
+    def tokens(self) -> list[int]:
+        """All token ids in order."""
+        return [t for c in self.chunks for t in c.tokens]
+
+
+class SamplingParamsIn(_Wire):
+    """Sampling settings; `stop` is absent (EOS), `[]` (never), strings, or token ids."""
+
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | list[int] | None = None
+    temperature: float = Field(1.0, ge=0)
+    top_k: int = -1
+    top_p: float = Field(1.0, gt=0, le=1)
+
+
+class SampleRequest(_Wire):
+    """`POST /asample`."""
+
+    num_samples: int = Field(1, ge=1, le=256)
+    prompt: ModelInput
+    sampling_params: SamplingParamsIn
+    sampling_session_id: str | None = None
+    base_model: str | None = None
+    model_path: str | None = None
+    prompt_logprobs: bool = False
+
+
+class FutureRequest(_Wire):
+    """`POST /retrieve_future`."""
+
+    request_id: str
+    allow_metadata_only: bool = False
+
+
+class TensorDataIn(_Wire):
+    """A JSON tensor (legacy SDKs): flat data, dtype, optional shape."""
+
+    data: list[float] | list[int]
+    dtype: str = "float32"
+    shape: list[int] | None = None
+
+
+class DatumIn(_Wire):
+    """A JSON datum (legacy SDKs)."""
+
+    model_input: ModelInput
+    loss_fn_inputs: dict[str, TensorDataIn]
+
+
+class ForwardBackwardInputIn(_Wire):
+    """The `forward_backward_input` of a legacy JSON forward_backward body."""
+
+    data: list[DatumIn]
+    loss_fn: str
+    loss_fn_config: dict[str, float | str] | None = None
+
+
+class ForwardBackwardJSON(_Wire):
+    """A legacy (SDK <= 0.24) JSON forward_backward body."""
+
+    model_id: str
+    seq_id: int | None = None
+    forward_backward_input: ForwardBackwardInputIn
+
+
+# -- backend-facing values ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Datum:
+    """One training example: input tokens and per-token loss inputs (all length N)."""
+
+    tokens: list[int]
+    """Model input ids; position i predicts `loss_fn_inputs["target_tokens"][i]`."""
+    loss_fn_inputs: dict[str, np.ndarray]
+    """Named arrays: target_tokens, weights, logprobs, advantages."""
+
+
+@dataclass(frozen=True)
+class ForwardBackwardCall:
+    """One forward_backward (or forward) request, decoded."""
+
+    model_id: str
+    seq_id: int | None
+    data: list[Datum]
+    loss_fn: str
+    loss_fn_config: dict[str, float | str] = field(default_factory=dict)
+    forward_only: bool = False
+
+
+def _pb() -> Any:
+    try:
+        from tinker.proto import tinker_public_pb2
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the Tinker server needs the SDK's protobuf: pip install tinker") from e
+    return tinker_public_pb2
+
+
+_NP_OF_DTYPE = {1: np.float32, 2: np.int64, 3: np.int32}
+
+
+def _tensor_from_proto(msg: Any) -> np.ndarray:
+    dtype = _NP_OF_DTYPE.get(msg.dtype)
+    if dtype is None:
+        raise ValueError(f"unsupported tensor dtype {msg.dtype}")
+    shape = list(msg.shape)
+    if msg.WhichOneof("encoding") == "sparse_csr":
+        if len(shape) != 2:
+            raise ValueError("a sparse tensor needs a 2-D shape")
+        values = np.frombuffer(msg.sparse_csr.values, dtype=dtype)
+        crow = np.frombuffer(msg.sparse_csr.crow_indices, dtype=np.int64)
+        col = np.frombuffer(msg.sparse_csr.col_indices, dtype=np.int64)
+        dense = np.zeros(shape, dtype=dtype)
+        for row in range(shape[0]):
+            lo, hi = int(crow[row]), int(crow[row + 1])
+            dense[row, col[lo:hi]] = values[lo:hi]
+        return dense
+    arr = np.frombuffer(msg.dense, dtype=dtype).copy()
+    return arr.reshape(shape) if shape else arr
+
+
+def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
+    """Decode a protobuf `ForwardBackwardRequest` body."""
+    pb = _pb()
+    msg = pb.ForwardBackwardRequest()
+    try:
+        msg.ParseFromString(body)
+    except Exception as e:
+        raise ValueError(f"invalid ForwardBackwardRequest protobuf: {e}") from e
+    data = []
+    for d in msg.data:
+        tokens: list[int] = []
+        for chunk in d.model_input:
+            if chunk.WhichOneof("chunk") != "encoded_text":
+                raise ValueError("only encoded_text chunks are supported")
+            tokens.extend(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist())
+        inputs = {k: _tensor_from_proto(v) for k, v in d.loss_fn_inputs.items()}
+        data.append(Datum(tokens=tokens, loss_fn_inputs=inputs))
+    config: dict[str, float | str] = dict(msg.loss_fn_config)
+    for k, v in msg.loss_fn_config_v2.items():
+        config[k] = v.number if v.WhichOneof("value") == "number" else v.text
+    return ForwardBackwardCall(
+        model_id=msg.model_id,
+        seq_id=msg.seq_id or None,
+        data=data,
+        loss_fn=msg.loss_fn,
+        loss_fn_config=config,
+        forward_only=msg.forward_only,
+    )
+
+
+def decode_forward_backward_json(
+    body: ForwardBackwardJSON, forward_only: bool
+) -> ForwardBackwardCall:
+    """Convert a legacy JSON forward_backward body."""
+    data = []
+    for d in body.forward_backward_input.data:
+        inputs = {}
+        for k, t in d.loss_fn_inputs.items():
+            arr = np.asarray(t.data, dtype=np.int64 if t.dtype == "int64" else np.float32)
+            inputs[k] = arr.reshape(t.shape) if t.shape else arr
+        data.append(Datum(tokens=d.model_input.tokens(), loss_fn_inputs=inputs))
+    fbi = body.forward_backward_input
+    return ForwardBackwardCall(
+        model_id=body.model_id,
+        seq_id=body.seq_id,
+        data=data,
+        loss_fn=fbi.loss_fn,
+        loss_fn_config=dict(fbi.loss_fn_config or {}),
+        forward_only=forward_only,
+    )
+
+
+# -- results: stored as JSON, sent as JSON or protobuf ---------------------------------------
+
+
+def forward_backward_to_proto(result: dict[str, Any]) -> bytes:
+    """Encode a stored forward_backward result (`outputs`, `metrics`) as protobuf."""
+    pb = _pb()
+    outputs: list[dict[str, list[float]]] = result["loss_fn_outputs"]
+    record = pb.ArrayRecord(type_tag="ArrayRecord", num_datums=len(outputs))
+    names = sorted(outputs[0]) if outputs else []
+    for name in names:
+        arrays = [np.asarray(o[name], dtype=np.float32) for o in outputs]
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([a.nbytes for a in arrays])
+        record.fields[name].CopyFrom(
+            pb.BatchedTensor(
+                data=b"".join(a.tobytes() for a in arrays),
+                offsets=offsets.tobytes(),
+                dtype=pb.DTYPE_FLOAT32,
+            )
+        )
+    out = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", loss_fn_outputs=[record])
+    for k, v in result["metrics"].items():
+        out.metrics[k] = float(v)
+    return out.SerializeToString()
+
+
+def forward_backward_to_json(result: dict[str, Any]) -> dict[str, Any]:
+    """The legacy JSON form of a forward_backward result."""
+    outputs = [
+        {k: {"data": v, "dtype": "float32", "shape": [len(v)]} for k, v in o.items()}
+        for o in result["loss_fn_outputs"]
+    ]
+    return {
+        "loss_fn_output_type": "ArrayRecord",
+        "loss_fn_outputs": outputs,
+        "metrics": result["metrics"],
+    }
+
+
+def sample_to_proto(result: dict[str, Any]) -> bytes:
+    """Encode a stored sample result (`sequences`, `prompt_logprobs`) as protobuf."""
+    pb = _pb()
+    msg = pb.SampleResponse(prompt_cache_hit_tokens=0)
+    for s in result["sequences"]:
+        msg.sequences.append(
+            pb.SampledSequence(
+                stop_reason=pb.STOP_REASON_STOP
+                if s["stop_reason"] == "stop"
+                else pb.STOP_REASON_LENGTH,
+                tokens=np.asarray(s["tokens"], dtype=np.int32).tobytes(),
+                logprobs=np.asarray(s["logprobs"], dtype=np.float32).tobytes(),
+            )
+        )
+    if result.get("prompt_logprobs") is not None:
+        lp = [float("nan") if v is None else v for v in result["prompt_logprobs"]]
+        msg.prompt_logprobs = np.asarray(lp, dtype=np.float32).tobytes()
+    return msg.SerializeToString()
+
+
+def sample_to_json(result: dict[str, Any]) -> dict[str, Any]:
+    """The legacy JSON form of a sample result."""
+    return {
+        "sequences": result["sequences"],
+        "prompt_logprobs": result.get("prompt_logprobs"),
+        "prompt_cache_hit_tokens": 0,
+        "type": "sample",
+    }
