@@ -12,4 +12,5 @@ BENCHMARKS: dict[str, str] = {
     "sql": "benchmarks.sql_bench:run",
     "search": "benchmarks.search_bench:run",
     "tinker": "benchmarks.tinker_bench:run",
+    "async": "benchmarks.async_bench:run",
 }

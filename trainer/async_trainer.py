@@ -29,7 +29,7 @@ import random
 import time
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -282,18 +282,25 @@ class AsyncTrainer:
         return result
 
     async def _next_batch(self) -> list[Group]:
-        """`groups_per_step` finished groups. Groups admitted at version <= v - max_staleness
-        must be trained now (their last chance within the bound), so the learner waits for
-        them even if other groups finished first; the rest are taken oldest first."""
+        """`groups_per_step` finished groups, earliest admitted first (`pick_batch`). The
+        learner waits while taking a batch now would leave a group (finished or running)
+        unable to be trained within `max_staleness`."""
         assert self._changed is not None
         cfg = self.config.trainer
-        limit = self.learner.version - cfg.max_staleness
+        chosen: list[int] | None = None
 
         def ready() -> bool:
+            nonlocal chosen
             if self._error is not None:
                 return True
-            overdue = any(v <= limit for v in self._running.values())
-            return not overdue and len(self._finished) >= cfg.groups_per_step
+            chosen = pick_batch(
+                {i: g.admitted_version for i, g in self._finished.items()},
+                self._running.values(),
+                self.learner.version,
+                cfg.groups_per_step,
+                cfg.max_staleness,
+            )
+            return chosen is not None
 
         async with self._changed:
             try:
@@ -305,14 +312,8 @@ class AsyncTrainer:
                 ) from None
         if self._error is not None:
             raise RuntimeError("a generation worker failed") from self._error
-        ordered = sorted(
-            self._finished.values(),
-            key=lambda g: (g.admitted_version > limit, g.admitted_version, g.index),
-        )
-        chosen = ordered[: cfg.groups_per_step]
-        for g in chosen:
-            del self._finished[g.index]
-        return chosen
+        assert chosen is not None
+        return [self._finished.pop(i) for i in chosen]
 
     # -- generation -----------------------------------------------------------------------
 
@@ -391,6 +392,34 @@ class AsyncTrainer:
 
 
 # -- pure helpers (tested directly) -------------------------------------------------------
+
+
+def pick_batch(
+    finished: Mapping[int, int],
+    running: Iterable[int],
+    version: int,
+    groups_per_step: int,
+    max_staleness: int,
+) -> list[int] | None:
+    """The groups to train at learner `version`, or None to wait for more to finish.
+
+    `finished` maps group index -> admitted version; `running` holds the admitted versions of
+    groups still generating. A group admitted at version u must be trained at version
+    <= u + max_staleness. Finished groups are taken earliest admitted first, and only if every
+    group left behind can still meet its bound in later steps: for k = 0..max_staleness, at
+    most k * groups_per_step of them were admitted at versions <= version - max_staleness + k.
+    (Taking fast young groups while several old ones still run would otherwise leave more
+    overdue groups than one batch holds.) Admission control keeps this always reachable.
+    """
+    if len(finished) < groups_per_step:
+        return None
+    ordered = sorted(finished, key=lambda i: (finished[i], i))
+    left = [finished[i] for i in ordered[groups_per_step:]] + list(running)
+    for k in range(max_staleness + 1):
+        limit = version - max_staleness + k
+        if sum(v <= limit for v in left) > k * groups_per_step:
+            return None
+    return ordered[:groups_per_step]
 
 
 def build_batch(

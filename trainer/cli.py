@@ -1,4 +1,4 @@
-"""`skyrl train CONFIG [key=value ...] [--resume]`."""
+"""`skyrl train CONFIG [key=value ...] [--resume] [--ray]`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ def train_command(
     resume: bool = typer.Option(
         False, "--resume", help="Continue from the run's latest checkpoint."
     ),
+    ray: bool = typer.Option(
+        False, "--ray", help="Learner and engine as Ray actors on a local Ray cluster."
+    ),
 ) -> None:
     """Train a policy with the async trainer (GRPO/PPO, bounded staleness, checkpoints)."""
     from rich.console import Console
@@ -25,9 +28,14 @@ def train_command(
     except ConfigError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
-    from trainer.async_trainer import AsyncTrainer
+    if ray:
+        from trainer.ray_mode import run_ray
 
-    result = AsyncTrainer(cfg, resume=resume, console=console).run()
+        result = run_ray(cfg, resume=resume)
+    else:
+        from trainer.async_trainer import AsyncTrainer
+
+        result = AsyncTrainer(cfg, resume=resume, console=console).run()
     console.print(
         f"trained {result.steps} steps (policy version {result.version}); run in {result.run_dir}"
     )

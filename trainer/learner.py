@@ -203,7 +203,7 @@ class Learner:
                 if self.reduction is losses.Reduction.TOKEN_MEAN
                 else len(idx) / total_seqs
             )
-            (loss * share).backward()
+            self._backward(loss * share)
             with torch.no_grad():
                 kl_sampler = losses.kl_penalty(detached, sampler, losses.KLEstimator.K3)
                 acc.add(
@@ -220,6 +220,10 @@ class Learner:
                     tis=tis_hits,
                     versions=batch.versions[mask.bool()],
                 )
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        """Backward of one micro-batch's share of the loss (DeepSpeed overrides this)."""
+        loss.backward()
 
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
