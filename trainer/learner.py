@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -134,7 +135,11 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
             self._accumulate(mb_samples, mb_adv, mb_prox, acc)
             grad_norm = self._clip_and_step()
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # The schedule follows policy versions; torch warns when a step skipped the
+            # optimizer (a zero or non-finite gradient, see `_clip_and_step`), which is intended.
+            warnings.filterwarnings("ignore", message=".*lr_scheduler.step", category=UserWarning)
+            self.scheduler.step()
         self.version += 1
         return acc.stats(grad_norm, lr, time.perf_counter() - started, self.version - 1)
 
