@@ -15,15 +15,12 @@ observation that says so, never an exception that ends the episode.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from skyrl_gym.cache import cache_dir
+from skyrl_gym.cache import build_once, cache_dir
 from skyrl_gym.core import Messages
 from skyrl_gym.envs.search.scoring import RewardKind, exact_match, f1_score, score_answer
 from skyrl_gym.tasks import TaskError, TaskRow, load_tasks
@@ -38,7 +35,6 @@ from tools.search import (
     SearchTool,
     build_index,
 )
-from tools.search.bm25 import MANIFEST
 
 DATA_DIR = Path(__file__).parent
 CORPUS_FILE = DATA_DIR / "corpus.jsonl"
@@ -57,20 +53,7 @@ def bundled_index_dir() -> Path:
     """Build the bundled corpus's index once (keyed by the corpus hash) and return its path."""
     digest = hashlib.sha256(CORPUS_FILE.read_bytes()).hexdigest()[:12]
     target = cache_dir() / "search" / f"stdlib-docs-{digest}"
-    if not (target / MANIFEST).is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Build aside and rename, so concurrent builders never see a half-written index.
-        staging = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent)) / "index"
-        try:
-            build_index(CORPUS_FILE, staging)
-            try:
-                os.replace(staging, target)
-            except OSError:  # another process won the race; its index is identical
-                if not (target / MANIFEST).is_file():
-                    raise
-        finally:
-            shutil.rmtree(staging.parent, ignore_errors=True)
-    return target
+    return build_once(target, lambda staging: build_index(CORPUS_FILE, staging))
 
 
 @cache

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
-import tempfile
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from skyrl_gym.cache import cache_dir
+from skyrl_gym.cache import build_once, cache_dir
 from skyrl_gym.envs.math.env import parse_number
 from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_gym.tool_env import ToolEnv, Tooling
@@ -23,24 +21,21 @@ SCHEMA_FILE = HERE / "schema.sql"
 TASKS_FILE = HERE / "tasks.jsonl"
 
 
+@cache
 def bundled_database() -> Path:
     """Build the shop database from `schema.sql` once (keyed by the script's hash) and return it."""
     script = SCHEMA_FILE.read_text()
-    target = (
-        cache_dir()
-        / "sql-basic"
-        / f"shop-{hashlib.sha256(script.encode()).hexdigest()[:12]}.sqlite"
-    )
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Build aside and rename, so concurrent builders never see a half-written file.
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-        os.close(fd)
-        with sqlite3.connect(tmp) as conn:
+    digest = hashlib.sha256(script.encode()).hexdigest()[:12]
+
+    def build(path: Path) -> None:
+        conn = sqlite3.connect(path)
+        try:
             conn.executescript(script)
-        conn.close()
-        os.replace(tmp, target)
-    return target
+            conn.commit()
+        finally:
+            conn.close()
+
+    return build_once(cache_dir() / "sql-basic" / f"shop-{digest}.sqlite", build)
 
 
 @cache

@@ -10,7 +10,7 @@ import hashlib
 from functools import cache
 from pathlib import Path
 
-from skyrl_gym.cache import cache_dir
+from skyrl_gym.cache import build_once, cache_dir
 from skyrl_gym.tasks import TaskRow, load_tasks
 
 HERE = Path(__file__).parent
@@ -29,13 +29,9 @@ def _version() -> str:
 def bundled_root() -> Path:
     """The built benchmark folder (Spider layout: `database/<db_id>/<db_id>.sqlite`, `dev.json`,
     `tasks.jsonl`, `gold.sql`), building it if needed."""
-    root = cache_dir() / "text2sql-bundled" / _version()
-    if not (root / "tasks.jsonl").is_file():
-        from skyrl_gym.envs.sql.bundled.build import build
+    from skyrl_gym.envs.sql.bundled.build import build
 
-        root.mkdir(parents=True, exist_ok=True)
-        build(root)
-    return root
+    return build_once(cache_dir() / "text2sql-bundled" / _version(), build)
 
 
 @cache
