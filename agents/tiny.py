@@ -8,13 +8,12 @@ the directory, which loads like any pretrained model directory.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from skyrl_gym.cache import cache_dir
+from skyrl_gym.cache import build_once, cache_dir
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
@@ -165,27 +164,17 @@ def tiny_model_dir(path: str | Path | None = None, *, hidden_size: int = 64, see
     """
     if path is None:
         path = cache_dir() / f"tiny-v{TINY_VERSION}-h{hidden_size}-s{seed}"
-    path = Path(path)
-    if (path / ".complete").exists():
-        return path
-    tokenizer = build_tokenizer()
-    model = build_model(
-        len(tokenizer),
-        hidden_size=hidden_size,
-        seed=seed,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    # Write to a temporary directory and rename, so concurrent builders never see half a model.
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(tmp)
-    model.save_pretrained(tmp)
-    (tmp / ".complete").write_text("ok")
-    try:
-        tmp.rename(path)
-    except OSError:  # another process won the race; its copy is identical
-        import shutil
 
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    def build(staging: Path) -> None:
+        tokenizer = build_tokenizer()
+        model = build_model(
+            len(tokenizer),
+            hidden_size=hidden_size,
+            seed=seed,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        tokenizer.save_pretrained(staging)
+        model.save_pretrained(staging)
+
+    return build_once(Path(path), build)
