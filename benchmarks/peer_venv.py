@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 import venv
 from pathlib import Path
@@ -62,7 +61,3 @@ def run_in_peer(package: str, script: str, *args: str, timeout: float = 600) -> 
     if proc.returncode != 0:
         raise PeerUnavailable(f"peer script failed ({package}):\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def our_python() -> str:
-    return sys.executable
