@@ -106,7 +106,7 @@ def _root() -> None:
 @app.command()
 def demo(steps: int = typer.Option(100, help="Optimizer steps to train.")) -> None:
     """Run the main job on embedded defaults (no downloads, CPU only)."""
-    from skyrl_gym.demo import run_demo
+    from trainer.demo import run_demo
 
     run_demo(steps=steps)
 
