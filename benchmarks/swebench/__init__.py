@@ -10,7 +10,7 @@ Grading uses the `swebench` package (extra `swebench`), imported on first use. T
 (`skyrl_gym.envs.swe`) runs agents on the same instances; `skyrl swebench eval|run` are the CLI.
 """
 
-from benchmarks.swebench.harness import (
+from skyrl_gym.envs.swe.harness import (
     HarnessConfig,
     InstanceResult,
     Outcome,
@@ -20,14 +20,14 @@ from benchmarks.swebench.harness import (
     make_report,
     run_evaluation,
 )
-from benchmarks.swebench.instances import (
+from skyrl_gym.envs.swe.instances import (
     InstanceError,
     Prediction,
     SWEInstance,
     load_instances,
     load_predictions,
 )
-from benchmarks.swebench.repos import RepoError, find_repo, materialize
+from skyrl_gym.envs.swe.repos import RepoError, find_repo, materialize
 
 __all__ = [
     "HarnessConfig",

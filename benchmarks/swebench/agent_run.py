@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.swebench.harness import (
+from skyrl_gym.envs.swe.harness import (
     InstanceResult,
     Outcome,
     RunResult,
@@ -22,7 +22,7 @@ from benchmarks.swebench.harness import (
     safe_name,
     write_json,
 )
-from benchmarks.swebench.instances import Prediction, SWEInstance
+from skyrl_gym.envs.swe.instances import Prediction, SWEInstance
 
 
 def collect(instances: Sequence[SWEInstance], out_dir: str | Path, model_name: str) -> RunResult:

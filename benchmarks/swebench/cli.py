@@ -26,8 +26,8 @@ def _die(message: str, code: int = 2) -> None:
 
 
 def _instances(source: str, ids: str | None, repos: Path | None) -> tuple[list, str | None]:
-    from benchmarks.swebench.bundled.build import INSTANCES_FILE, ensure_repos
-    from benchmarks.swebench.instances import InstanceError, load_instances
+    from skyrl_gym.envs.swe.bundled.build import INSTANCES_FILE, ensure_repos
+    from skyrl_gym.envs.swe.instances import InstanceError, load_instances
 
     wanted = [i for i in (ids or "").split(",") if i]
     try:
@@ -71,8 +71,8 @@ def eval_command(
     ids: str | None = typer.Option(None, help="Comma-separated instance ids to evaluate."),
 ) -> None:
     """Evaluate predictions: OUT/report.json (official keys) and OUT/logs/<instance_id>/."""
-    from benchmarks.swebench.harness import HarnessConfig, run_evaluation
-    from benchmarks.swebench.instances import InstanceError, load_predictions
+    from skyrl_gym.envs.swe.harness import HarnessConfig, run_evaluation
+    from skyrl_gym.envs.swe.instances import InstanceError, load_predictions
 
     chosen, repos_dir = _instances(instances, ids, repos)
     try:
@@ -162,6 +162,6 @@ def bundled_command(
     ),
 ) -> None:
     """Build the bundled offline repositories (and optionally their instances file)."""
-    from benchmarks.swebench.bundled.build import main
+    from skyrl_gym.envs.swe.bundled.build import main
 
     main(["--repos", str(repos), *(["--instances", str(instances)] if instances else [])])

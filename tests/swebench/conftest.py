@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("swebench", reason="the swebench extra is not installed")
 
-from benchmarks.swebench.bundled.build import INSTANCES_FILE, ensure_repos
-from benchmarks.swebench.harness import HarnessConfig
-from benchmarks.swebench.instances import SWEInstance, load_instances
+from skyrl_gym.envs.swe.bundled.build import INSTANCES_FILE, ensure_repos
+from skyrl_gym.envs.swe.harness import HarnessConfig
+from skyrl_gym.envs.swe.instances import SWEInstance, load_instances
 from tests.conftest import arun, needs_bwrap
 
 __all__ = ["arun", "by_id", "hermes", "needs_bwrap"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from benchmarks.swebench.bundled.build import INSTANCES_FILE
-from benchmarks.swebench.instances import SWEInstance
 from skyrl_gym.cli import app
+from skyrl_gym.envs.swe.bundled.build import INSTANCES_FILE
+from skyrl_gym.envs.swe.instances import SWEInstance
 from tests.swebench.conftest import by_id, hermes, needs_bwrap
 
 runner = CliRunner()

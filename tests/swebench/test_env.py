@@ -6,8 +6,8 @@ from typing import Any
 
 import skyrl_gym
 from agents import ScriptedPolicy, rollout
-from benchmarks.swebench.instances import SWEInstance
 from skyrl_gym.envs.swe.env import SWEEnv
+from skyrl_gym.envs.swe.instances import SWEInstance
 from tests.swebench.conftest import arun, by_id, hermes, needs_bwrap
 
 LRU = "skyrl-bench__lrucache-6"

@@ -7,14 +7,14 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.swebench.harness import (
+from skyrl_gym.envs.swe.harness import (
     APPLY_COMMANDS,
     HarnessConfig,
     Outcome,
     evaluate_instance,
     run_evaluation,
 )
-from benchmarks.swebench.instances import Prediction, SWEInstance, load_predictions
+from skyrl_gym.envs.swe.instances import Prediction, SWEInstance, load_predictions
 from tests.swebench.conftest import arun, by_id, needs_bwrap
 
 OFFICIAL_KEYS = {

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.swebench import grading
-from benchmarks.swebench.bundled.build import bundled_instances
-from benchmarks.swebench.harness import build_eval_script, instance_test_command
-from benchmarks.swebench.instances import (
+from skyrl_gym.envs.swe import grading
+from skyrl_gym.envs.swe.bundled.build import bundled_instances
+from skyrl_gym.envs.swe.env import strip_test_changes
+from skyrl_gym.envs.swe.harness import build_eval_script, instance_test_command
+from skyrl_gym.envs.swe.instances import (
     InstanceError,
     Prediction,
     SWEInstance,
@@ -21,8 +22,7 @@ from benchmarks.swebench.instances import (
     load_predictions,
     split_patch,
 )
-from benchmarks.swebench.repos import RepoError, find_repo, materialize, workspace_patch
-from skyrl_gym.envs.swe.env import strip_test_changes
+from skyrl_gym.envs.swe.repos import RepoError, find_repo, materialize, workspace_patch
 from tests.swebench.conftest import by_id
 
 ROW = {
@@ -194,7 +194,7 @@ def test_eval_report_applies_the_resolution_rules(tmp_path: Path) -> None:
 
 def test_grading_import_is_light() -> None:
     code = (
-        "import sys; from benchmarks.swebench import grading; grading.swebench_grading(); "
+        "import sys; from skyrl_gym.envs.swe import grading; grading.swebench_grading(); "
         "heavy = [m for m in ('datasets', 'modal', 'docker', 'torch') if m in sys.modules]; "
         "print(heavy)"
     )

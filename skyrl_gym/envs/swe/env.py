@@ -26,23 +26,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from benchmarks.swebench.harness import (
+from sandboxes import Backend, Sandbox, SandboxSpec
+from skyrl_gym.core import ResetNeeded, StepReturn, coerce_action
+from skyrl_gym.envs.swe.harness import (
     HarnessConfig,
     InstanceResult,
     evaluate_instance,
     prepare_workspace,
     safe_name,
 )
-from benchmarks.swebench.instances import (
+from skyrl_gym.envs.swe.instances import (
     Prediction,
     SWEInstance,
     is_test_path,
     load_instances,
     split_patch,
 )
-from benchmarks.swebench.repos import snapshot_git_dir, workspace_patch
-from sandboxes import Backend, Sandbox, SandboxSpec
-from skyrl_gym.core import ResetNeeded, StepReturn, coerce_action
+from skyrl_gym.envs.swe.repos import snapshot_git_dir, workspace_patch
 from skyrl_gym.sandbox_env import SandboxToolEnv
 from skyrl_gym.tool_env import Tooling, answer
 from tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, tool
@@ -55,7 +55,7 @@ MAX_SEARCH_LINES = 200
 
 def bundled_rows() -> list[dict[str, Any]]:
     """The bundled instances as task rows."""
-    from benchmarks.swebench.bundled.build import INSTANCES_FILE
+    from skyrl_gym.envs.swe.bundled.build import INSTANCES_FILE
 
     return [i.to_row() for i in load_instances(INSTANCES_FILE)]
 
@@ -165,7 +165,7 @@ class SWEEnv(SandboxToolEnv):
 
     def _config(self) -> HarnessConfig:
         if self._bundled and self.harness.repos_dir is None:
-            from benchmarks.swebench.bundled.build import ensure_repos
+            from skyrl_gym.envs.swe.bundled.build import ensure_repos
 
             self.harness = replace(self.harness, repos_dir=str(ensure_repos()))
         return self.harness

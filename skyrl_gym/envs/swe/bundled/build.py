@@ -1,6 +1,6 @@
 """Build the bundled SWE-bench-style repositories and instances (offline, deterministic).
 
-    python -m benchmarks.swebench.bundled.build --repos DIR [--instances FILE]
+    python -m skyrl_gym.envs.swe.bundled.build --repos DIR [--instances FILE]
 
 creates one git repository per project in `DIR/skyrl-bench__<name>` (fixed authors and dates,
 so commit ids are the same on every machine) and writes the instances (JSONL) to FILE. The
@@ -22,8 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from benchmarks.swebench.bundled.projects import OWNER, PROJECTS, TASKS, Project, Task
-from benchmarks.swebench.repos import git
+from skyrl_gym.envs.swe.bundled.projects import OWNER, PROJECTS, TASKS, Project, Task
+from skyrl_gym.envs.swe.repos import git
 
 INSTANCES_FILE = Path(__file__).with_name("instances.jsonl")
 """The bundled instances."""

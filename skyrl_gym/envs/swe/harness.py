@@ -36,11 +36,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from benchmarks.swebench import grading
-from benchmarks.swebench.instances import Prediction, SWEInstance
-from benchmarks.swebench.repos import RepoError, materialize, path_exists_at
 from sandboxes import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_sandbox
 from sandboxes.spec import DEFAULT_PATH
+from skyrl_gym.envs.swe import grading
+from skyrl_gym.envs.swe.instances import Prediction, SWEInstance
+from skyrl_gym.envs.swe.repos import RepoError, materialize, path_exists_at
 
 APPLY_COMMANDS = (
     "git apply --verbose",

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.swebench.instances import SWEInstance
+from skyrl_gym.envs.swe.instances import SWEInstance
 
 GITHUB_URL = "https://github.com/{repo}.git"
 

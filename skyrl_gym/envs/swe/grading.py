@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks.swebench.instances import Prediction, SWEInstance
+from skyrl_gym.envs.swe.instances import Prediction, SWEInstance
 
 DEFAULT_PARSER = "parse_log_pytest"
 """The parser for repositories `swebench` has no entry for (pytest `-rA` output)."""
