@@ -13,4 +13,5 @@ BENCHMARKS: dict[str, str] = {
     "search": "benchmarks.search_bench:run",
     "tinker": "benchmarks.tinker_bench:run",
     "async": "benchmarks.async_bench:run",
+    "trainer": "benchmarks.trainer_bench:run",
 }

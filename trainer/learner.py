@@ -246,7 +246,9 @@ class Learner:
     def _logits(self, model: Any, batch: _Padded) -> torch.Tensor:
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
         # Position t predicts token t+1; the sampler's temperature applies to both sides.
-        return out.logits[:, :-1, :].float() / self.temperature
+        logits = out.logits[:, :-1, :].float()
+        # Dividing by 1.0 would be a full [batch, tokens, vocab] pass forward and backward.
+        return logits if self.temperature == 1.0 else logits / self.temperature
 
     @torch.no_grad()
     def _logprobs_no_grad(self, samples: Sequence[TrainingSample]) -> list[torch.Tensor]:
