@@ -17,10 +17,11 @@ def train_command(
         False, "--ray", help="Learner and engine as Ray actors on a local Ray cluster."
     ),
 ) -> None:
-    """Train a policy with the async trainer (GRPO/PPO, bounded staleness, checkpoints)."""
+    """Train a policy with the async trainer (GRPO/PPO, bounded staleness, checkpoints);
+    `backend=tinker` runs the same loop through a Tinker API endpoint."""
     from rich.console import Console
 
-    from trainer.config import ConfigError, load_config
+    from trainer.config import Backend, ConfigError, load_config
 
     console = Console()
     try:
@@ -28,7 +29,19 @@ def train_command(
     except ConfigError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
-    if ray:
+    if cfg.backend is Backend.TINKER:
+        from trainer.tinker_trainer import TinkerTrainer
+
+        if ray:
+            console.print("[red]--ray runs the local backend; backend 'tinker' has no actors[/red]")
+            raise typer.Exit(2)
+        try:
+            tinker_trainer = TinkerTrainer(cfg, resume=resume, console=console)
+        except (ConfigError, ImportError) as e:  # a setting it cannot honour; no tinker SDK
+            console.print(f"[red]{e}[/red]")
+            raise typer.Exit(2) from None
+        result = tinker_trainer.run()
+    elif ray:
         from trainer.ray_mode import run_ray
 
         result = run_ray(cfg, resume=resume)

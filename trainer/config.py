@@ -109,9 +109,9 @@ class ModelConfig(_Section):
     """Depth of the tiny models."""
     dtype: str = "float32"
     """torch dtype name for the weights."""
-    pretrain_steps: int = Field(60, ge=0)
-    """`lookup-tiny` only: steps of next-token pre-training on an echo corpus before RL
-    (0: start from random weights)."""
+    pretrain_steps: int = Field(400, ge=0)
+    """`lookup-tiny` only: most steps of next-token pre-training on an echo corpus before RL;
+    it stops early once the model reads values back (0: start from random weights)."""
     lora: LoRAConfig = LoRAConfig()
     """Adapter settings."""
 
@@ -246,6 +246,28 @@ class LoggingConfig(_Section):
     """Write every trajectory to `trajectories.jsonl` (for `skyrl view`)."""
 
 
+class Backend(enum.Enum):
+    """Where the policy samples and trains."""
+
+    LOCAL = "local"
+    """In this process: `AsyncTrainer` with a torch learner and a local engine (`--ray`: actors)."""
+    TINKER = "tinker"
+    """Through a Tinker API endpoint (`tinker:`), ours (`skyrl tinker serve`) or a hosted one."""
+
+
+class TinkerConfig(_Section):
+    """The endpoint for `backend: tinker` (needs the `tinker` extra)."""
+
+    base_url: str | None = None
+    """Endpoint URL, e.g. `http://127.0.0.1:8000` for `skyrl tinker serve`."""
+    base_model: str | None = None
+    """Base model the endpoint serves (ours: `skyrl/lookup-tiny`, `skyrl/tiny`); replaces `model`."""
+    lora_rank: int = Field(32, ge=1)
+    """Rank of the LoRA adapters trained on the endpoint."""
+    api_key_env: str = "TINKER_API_KEY"
+    """Environment variable with the API key (unset: a placeholder, for loopback URLs only)."""
+
+
 class TrainConfig(_Section):
     """One training run."""
 
@@ -267,6 +289,22 @@ class TrainConfig(_Section):
     """Loop, checkpoints."""
     logging: LoggingConfig = LoggingConfig()
     """Metrics sinks."""
+    backend: Backend = Backend.LOCAL
+    """Where sampling and training run."""
+    tinker: TinkerConfig = TinkerConfig()
+    """Endpoint for `backend: tinker`."""
+
+    @model_validator(mode="after")
+    def _tinker_backend(self) -> TrainConfig:
+        if self.backend is Backend.TINKER:
+            for name in ("base_url", "base_model"):
+                if not getattr(self.tinker, name):
+                    raise ValueError(f"tinker.{name} is required when backend is 'tinker'")
+            if self.trainer.max_staleness:
+                raise ValueError(
+                    "trainer.max_staleness must be 0 with backend 'tinker' (synchronous on-policy)"
+                )
+        return self
 
     def to_yaml(self) -> str:
         """The config as YAML (enums as their values), loadable by `load_config`."""

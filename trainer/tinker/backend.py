@@ -36,6 +36,15 @@ class BaseModelSpec:
     """Local model directory (weights, config and tokenizer)."""
     max_context_length: int = 2048
     """Longest sequence accepted."""
+    tokenizer_path: Path | None = None
+    """Tokenizer directory when it is not `path` (None: `path`). A tokenizer saved next to a
+    model config is loaded as that architecture's tokenizer class, which rebuilds custom
+    (e.g. word-level) tokenizers wrongly; a directory of its own keeps it exact."""
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        """Where the tokenizer loads from (also what `get_info` reports as `tokenizer_id`)."""
+        return self.tokenizer_path or self.path
 
 
 class BaseModels:
@@ -56,9 +65,9 @@ class BaseModels:
         if name not in self._loaded:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            path = self.spec(name).path
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            spec = self.spec(name)
+            tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_dir)
+            model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=torch.float32)
             self._loaded[name] = (model, tokenizer)
         model, tokenizer = self._loaded[name]
         return copy.deepcopy(model), tokenizer

@@ -20,17 +20,50 @@ TINY_NAME = "skyrl/tiny"
 """Name of the built-in tiny model (served when no --models file is given)."""
 
 
+LOOKUP_TINY_NAME = "skyrl/lookup-tiny"
+"""The `lookup` env's word-level tiny model (what `skyrl train` with `backend: tinker` trains
+against our server): `model.source: lookup-tiny` with `model.pretrain_steps=0`."""
+
 SMOLLM2_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """Served too when its converted directory is already in the cache (`trainer.models`)."""
 
 
+def lookup_tiny_dir(seed: int = 0) -> Path:
+    """Build (once) the `lookup-tiny` model as a directory; its tokenizer goes to `tokenizer/`.
+
+    The tokenizer gets a directory of its own: next to the model's Qwen2 config, transformers
+    would load it as a Qwen2 tokenizer and lose the word-level vocabulary.
+    """
+    from skyrl_gym.cache import build_once, cache_dir
+
+    def build(staging: Path) -> None:
+        from trainer.config import ModelConfig
+        from trainer.models import load_model
+
+        model, tokenizer = load_model(ModelConfig(pretrain_steps=0), seed=seed)
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging / "tokenizer")
+
+    return build_once(cache_dir() / f"lookup-tiny-v1-s{seed}", build)
+
+
 def default_models() -> list:
-    """The built-in tiny model (built locally), plus SmolLM2-135M-Instruct if already cached."""
+    """The built-in tiny models (built locally), plus SmolLM2-135M-Instruct if already cached."""
     from agents.tiny import tiny_model_dir
     from skyrl_gym.cache import cache_dir
     from trainer.tinker.backend import BaseModelSpec
 
-    specs = [BaseModelSpec(name=TINY_NAME, path=tiny_model_dir())]
+    lookup = lookup_tiny_dir()
+    context = json.loads((lookup / "config.json").read_text())["max_position_embeddings"]
+    specs = [
+        BaseModelSpec(name=TINY_NAME, path=tiny_model_dir()),
+        BaseModelSpec(
+            name=LOOKUP_TINY_NAME,
+            path=lookup,
+            max_context_length=int(context),
+            tokenizer_path=lookup / "tokenizer",
+        ),
+    ]
     smollm2 = cache_dir() / "smollm2-135m-instruct"
     if (smollm2 / ".complete").exists():
         specs.append(BaseModelSpec(name=SMOLLM2_NAME, path=smollm2))
@@ -38,7 +71,8 @@ def default_models() -> list:
 
 
 def load_models(path: Path) -> list:
-    """Base models from a JSON or YAML file: a list of `{name, path, max_context_length?}`."""
+    """Base models from a JSON or YAML file: a list of
+    `{name, path, max_context_length?, tokenizer?}` (`tokenizer`: a separate tokenizer dir)."""
     from trainer.tinker.backend import BaseModelSpec
 
     text = path.read_text()
@@ -55,6 +89,7 @@ def load_models(path: Path) -> list:
             name=r["name"],
             path=Path(r["path"]).expanduser(),
             max_context_length=int(r.get("max_context_length", 2048)),
+            tokenizer_path=Path(r["tokenizer"]).expanduser() if r.get("tokenizer") else None,
         )
         for r in rows
     ]

@@ -292,7 +292,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             "model_data": {
                 "arch": "causal_lm",
                 "model_name": m.base.name,
-                "tokenizer_id": str(m.base.path),
+                "tokenizer_id": str(m.base.tokenizer_dir),
             },
             "is_lora": m.lora_rank is not None,
             "lora_rank": m.lora_rank,
