@@ -14,14 +14,16 @@ def train_command(
         False, "--resume", help="Continue from the run's latest checkpoint."
     ),
     ray: bool = typer.Option(
-        False, "--ray", help="Learner and engine as Ray actors on a local Ray cluster."
+        False,
+        "--ray",
+        help="Learner ranks, engines and env workers as Ray actors on a local Ray cluster.",
     ),
 ) -> None:
     """Train a policy with the async trainer (GRPO/PPO, bounded staleness, checkpoints);
     `backend=tinker` runs the same loop through a Tinker API endpoint."""
     from rich.console import Console
 
-    from trainer.config import Backend, ConfigError, load_config
+    from trainer.config import Backend, ConfigError, DistributedStrategy, load_config
 
     console = Console()
     try:
@@ -29,6 +31,12 @@ def train_command(
     except ConfigError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
+    if cfg.distributed.strategy is not DistributedStrategy.NONE and not ray:
+        console.print(
+            f"[red]distributed.strategy={cfg.distributed.strategy.value} needs --ray "
+            "(the learner ranks are Ray actors)[/red]"
+        )
+        raise typer.Exit(2)
     if cfg.backend is Backend.TINKER:
         from trainer.tinker_trainer import TinkerTrainer
 

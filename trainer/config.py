@@ -194,7 +194,7 @@ class AlgorithmConfig(_Section):
 class OptimConfig(_Section):
     """AdamW and the learning-rate schedule."""
 
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(1e-3, gt=0)
     """Peak learning rate."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
@@ -246,6 +246,30 @@ class LoggingConfig(_Section):
     """Write every trajectory to `trajectories.jsonl` (for `skyrl view`)."""
 
 
+class DistributedStrategy(enum.Enum):
+    """How the learner trains in Ray mode (`skyrl train --ray`)."""
+
+    NONE = "none"
+    """One learner actor (the single-process `Learner`)."""
+    FSDP = "fsdp"
+    """`world_size` learner actors, one rank each: FSDP2 (`FSDPLearner`)."""
+    DEEPSPEED = "deepspeed"
+    """`world_size` learner actors, one rank each: DeepSpeed ZeRO (`DeepSpeedLearner`)."""
+
+
+class DistributedConfig(_Section):
+    """Ray mode's layout: data-parallel learner ranks and env worker actors (needs `--ray`)."""
+
+    strategy: DistributedStrategy = DistributedStrategy.NONE
+    """Learner backend; anything but `none` is only honoured in Ray mode."""
+    world_size: int = Field(2, ge=1)
+    """Learner ranks (Ray actors in one torch.distributed group: gloo on CPU, NCCL on GPUs)."""
+    zero_stage: int = Field(1, ge=0, le=2)
+    """DeepSpeed ZeRO stage (0, 1 or 2) for `strategy: deepspeed`."""
+    env_workers: int = Field(2, ge=0)
+    """Env actors that run every episode's reset/step in Ray mode (0: envs on the driver)."""
+
+
 class Backend(enum.Enum):
     """Where the policy samples and trains."""
 
@@ -293,6 +317,8 @@ class TrainConfig(_Section):
     """Where sampling and training run."""
     tinker: TinkerConfig = TinkerConfig()
     """Endpoint for `backend: tinker`."""
+    distributed: DistributedConfig = DistributedConfig()
+    """Learner ranks and env actors in Ray mode."""
 
     @model_validator(mode="after")
     def _tinker_backend(self) -> TrainConfig:
@@ -303,6 +329,21 @@ class TrainConfig(_Section):
             if self.trainer.max_staleness:
                 raise ValueError(
                     "trainer.max_staleness must be 0 with backend 'tinker' (synchronous on-policy)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _distributed_learner(self) -> TrainConfig:
+        strategy = self.distributed.strategy
+        if strategy is not DistributedStrategy.NONE:
+            if self.backend is not Backend.LOCAL:
+                raise ValueError(
+                    f"distributed.strategy '{strategy.value}' needs backend 'local' (with --ray)"
+                )
+            if self.model.lora.enabled:
+                raise ValueError(
+                    f"distributed.strategy '{strategy.value}' does not support LoRA "
+                    "(model.lora.enabled): use strategy 'none'"
                 )
         return self
 

@@ -5,7 +5,9 @@
 Every rank trains the same global batch (sharded by the learner): a rewarded reply and a
 penalised one after the same prompt. Rank 0 writes a JSON report: the rewarded reply's
 logprob before and after, the penalised one's, and whether every rank ended with identical
-full weights.
+full weights. With `--check-state` it also checks checkpoints: a fresh learner of the same
+backend loads `state_dict()` and gives it back unchanged, its next step matches the trained
+learner's, and a single-process `Learner` loads the same state (the layouts are one).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agents.tiny import build_model
 from agents.trajectory import TrainingSample
 from trainer.config import AlgorithmConfig, OptimConfig
 from trainer.distributed_learner import DeepSpeedLearner, FSDPLearner
+from trainer.learner import Learner
 
 PROMPT = (5, 6, 7)
 GOOD, BAD = 9, 10
@@ -60,21 +63,55 @@ def _digest(weights: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def _same(a: object, b: object) -> bool:
+    """Deep equality of nested state dicts (tensors compared exactly)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if torch.is_tensor(a) and torch.is_tensor(b):
+        return a.shape == b.shape and bool(torch.equal(a.float(), b.float()))
+    return a == b
+
+
+def _check_state(learner, make, samples, advantages) -> dict[str, bool]:
+    """Round trip of `state_dict` through a fresh learner, and into a single-process one."""
+    state = learner.state_dict()
+    fresh = make()
+    fresh.load_state_dict(state)
+    round_trip = _same(state, fresh.state_dict())
+    learner.train_step(samples, advantages)
+    fresh.train_step(samples, advantages)
+    next_step = _same(learner.engine_weights(), fresh.engine_weights())
+    single = Learner(_model(), algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2))
+    single.load_state_dict(state)
+    portable = _same(state, single.state_dict())
+    return {
+        "state_round_trip": round_trip,
+        "resumed_step_matches": next_step,
+        "single_process_loads_state": portable,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", choices=("fsdp", "deepspeed"), required=True)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--zero-stage", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--check-state", action="store_true", help="Also check checkpoints.")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     before = _logprobs(_model().state_dict())
     kwargs = dict(algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2), total_steps=args.steps)
-    if args.backend == "fsdp":
-        learner = FSDPLearner(_model(), **kwargs)
-    else:
-        learner = DeepSpeedLearner(_model(), zero_stage=args.zero_stage, **kwargs)
+
+    def make() -> FSDPLearner | DeepSpeedLearner:
+        if args.backend == "fsdp":
+            return FSDPLearner(_model(), **kwargs)
+        return DeepSpeedLearner(_model(), zero_stage=args.zero_stage, **kwargs)
+
+    learner = make()
     # 5 samples over 2 ranks: one rank gets a zero-advantage filler.
     samples = [_sample(GOOD), _sample(BAD), _sample(GOOD), _sample(BAD), _sample(GOOD)]
     advantages = [1.0, -1.0, 1.0, -1.0, 1.0]
@@ -84,17 +121,20 @@ def main(argv: list[str] | None = None) -> None:
     weights = learner.engine_weights()
     digests: list[str | None] = [None] * learner.world_size
     dist.all_gather_object(digests, _digest(weights))
+    version = learner.version
+    checks = _check_state(learner, make, samples, advantages) if args.check_state else {}
     if learner.rank == 0:
         after = _logprobs(weights)
         report = {
             "backend": args.backend,
             "world_size": learner.world_size,
-            "version": learner.version,
+            "version": version,
             "train_s": train_s,
             "losses": losses,
             "good_logprob": [before[0], after[0]],
             "bad_logprob": [before[1], after[1]],
             "same_weights_on_all_ranks": len(set(digests)) == 1,
+            **checks,
         }
         args.out.write_text(json.dumps(report))
     dist.barrier()

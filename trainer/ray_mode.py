@@ -1,20 +1,31 @@
-"""Ray mode: the learner and the rollout (inference) engines as Ray actors.
+"""Ray mode: the learner, the rollout (inference) engines and the envs as Ray actors.
 
 The training loop is `AsyncTrainer`'s, unchanged (admission control, staleness bound, batch
-order, checkpoints); only two objects it talks to become proxies to actors:
+order, checkpoints); only the objects it talks to become proxies to actors:
 
-- `LearnerActor` owns the `Learner` (model, optimizer, scheduler); `RayLearner` forwards
-  `train_step`, `engine_weights`, `state_dict` and `load_state_dict` to it.
+- the learner: with `distributed.strategy: none` one `LearnerActor` owns a `Learner` and
+  `RayLearner` forwards to it. With `fsdp` or `deepspeed`, `distributed.world_size`
+  `LearnerRankActor`s form one torch.distributed process group (gloo on CPU, NCCL on GPUs;
+  the driver picks the rendezvous address, a free port on 127.0.0.1 on a one-node cluster)
+  and each wraps an `FSDPLearner` or `DeepSpeedLearner`. `RayDataParallelLearner` splits
+  each batch over the ranks (`shard_batch`), runs `train_step` on all of them at once,
+  combines their stats (`combine_stats`), and hands the engines rank 0's full weights.
 - `EngineActor` owns a `LocalEngine` (async actor: many `generate` calls in flight, batched
   decoding); `RayEngine` forwards `generate` and `update_weights`. Rollout requests are
   spread over the engines round robin.
+- envs: `distributed.env_workers` `EnvActor`s (`trainer.ray_envs`) run every episode's
+  env; `RayTrainer._make_env` leases one per episode, round robin. Episodes themselves (the
+  agent loop) run on the driver's event loop. With `env_workers: 0` envs stay on the driver.
 
-Weights go from the learner actor to every engine actor as one object in the Ray object
+Weights go from the learner (rank 0) to every engine actor as one object in the Ray object
 store (the driver only passes the reference), in flight: an engine loads them between two
-decoding steps, as in one-process mode. Episodes and envs run on the driver's event loop.
+decoding steps, as in one-process mode. Checkpoints hold the learner's unsharded state in the
+single-process layout (see `trainer.distributed_learner`), so `--resume` works across
+strategies and world sizes.
 
 Actors ask for `num_cpus=0` so that they never leave tasks pending on a small machine
-(Ray's scheduler would otherwise hold CPUs for them; see feasibility.md section 6).
+(Ray's scheduler would otherwise hold CPUs for them; see feasibility.md section 6), and use
+`trainer.torch_threads` (default 1) torch threads each.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,8 +43,13 @@ import torch
 from agents.policy import Completion, GenerationContext, SamplingParams
 from agents.trajectory import TrainingSample
 from trainer.async_trainer import AsyncTrainer, SeededPolicy, TrainResult
-from trainer.config import TrainConfig
+from trainer.config import DistributedStrategy, TrainConfig
+from trainer.distributed_learner import combine_stats, shard_batch
 from trainer.learner import Learner, LearnerStats
+from trainer.ray_envs import EnvPool
+
+SETUP_TIMEOUT_S = 300.0
+"""Longest wait for the learner ranks to build their models and join the process group."""
 
 
 def init_local_ray(num_cpus: int = 2) -> None:
@@ -55,6 +72,41 @@ def _model_and_tokenizer(config: TrainConfig) -> tuple[Any, Any]:
     return load_model(model_cfg, seed=config.seed)
 
 
+def _learner_kwargs(config: TrainConfig, tokenizer: Any) -> dict[str, Any]:
+    """The `Learner` constructor arguments a config implies (as `AsyncTrainer` builds it)."""
+    return {
+        "algorithm": config.algorithm,
+        "optim": config.optim,
+        "lora": config.model.lora,
+        "temperature": config.rollout.temperature,
+        "pad_token_id": tokenizer.pad_token_id or 0,
+        "total_steps": config.trainer.steps,
+        "micro_batch_size": config.trainer.micro_batch_size,
+    }
+
+
+def _free_port(host: str) -> int:
+    """A TCP port nobody listens on right now at `host` (for the process group's store)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _get_all(refs: Sequence[Any], timeout: float | None = None) -> list[Any]:
+    """`ray.get` of every ref, raising the first failure as soon as it happens (a rank that
+    fails would otherwise leave the driver waiting on its peers' collectives)."""
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+        if not ready:
+            raise TimeoutError(f"{len(pending)} actor calls did not finish in {timeout} s")
+        ray.get(ready)
+    return ray.get(list(refs))
+
+
+# -- learner actors -------------------------------------------------------------------------
+
+
 @ray.remote(num_cpus=0)
 class LearnerActor:
     """Owns the `Learner`; starts from the driver's learner state."""
@@ -62,16 +114,7 @@ class LearnerActor:
     def __init__(self, config: TrainConfig, state: Mapping[str, Any], torch_threads: int):
         torch.set_num_threads(torch_threads)
         model, tokenizer = _model_and_tokenizer(config)
-        self.learner = Learner(
-            model,
-            algorithm=config.algorithm,
-            optim=config.optim,
-            lora=config.model.lora,
-            temperature=config.rollout.temperature,
-            pad_token_id=tokenizer.pad_token_id or 0,
-            total_steps=config.trainer.steps,
-            micro_batch_size=config.trainer.micro_batch_size,
-        )
+        self.learner = Learner(model, **_learner_kwargs(config, tokenizer))
         self.learner.load_state_dict(state)
 
     def train_step(
@@ -91,6 +134,185 @@ class LearnerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+@ray.remote(num_cpus=0)
+class LearnerRankActor:
+    """One rank of a data-parallel learner (`FSDPLearner` or `DeepSpeedLearner`)."""
+
+    def __init__(self, rank: int, world_size: int, torch_threads: int):
+        torch.set_num_threads(torch_threads)
+        self.rank = rank
+        self.world_size = world_size
+        self.learner: Any = None
+
+    def free_address(self) -> tuple[str, int]:
+        """This node's address and a free port on it (rank 0 hosts the rendezvous)."""
+        host = ray.util.get_node_ip_address()
+        return host, _free_port(host)
+
+    def setup(
+        self, config: TrainConfig, master_addr: str, master_port: int, state: Mapping[str, Any]
+    ) -> int:
+        """Join the process group, build this rank's learner, load `state`; returns the
+        policy version. Every rank must be called at once (the group forms collectively)."""
+        from trainer.distributed_learner import DeepSpeedLearner, FSDPLearner
+
+        os.environ.update(
+            {
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                "RANK": str(self.rank),
+                "WORLD_SIZE": str(self.world_size),
+                # Each actor sees only its own accelerator (if any) as device 0.
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "1",
+            }
+        )
+        model, tokenizer = _model_and_tokenizer(config)
+        kwargs = _learner_kwargs(config, tokenizer)
+        strategy = config.distributed.strategy
+        if strategy is DistributedStrategy.FSDP:
+            self.learner = FSDPLearner(model, **kwargs)
+        elif strategy is DistributedStrategy.DEEPSPEED:
+            self.learner = DeepSpeedLearner(
+                model, zero_stage=config.distributed.zero_stage, **kwargs
+            )
+        else:
+            raise ValueError(f"distributed.strategy {strategy.value!r} has no learner ranks")
+        self.learner.load_state_dict(state)
+        return self.learner.version
+
+    def train_step(
+        self, samples: Sequence[TrainingSample], advantages: Sequence[float]
+    ) -> LearnerStats:
+        """One step on this rank's share of the batch (split by the driver)."""
+        return self.learner.train_shard(samples, advantages)
+
+    def engine_weights(self) -> Any:
+        """Gather the full weights (a collective); rank 0 puts them in the object store and
+        returns the reference, the other ranks return None."""
+        weights = self.learner.engine_weights()
+        return ray.put(weights) if self.rank == 0 else None
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The unsharded state (a collective): rank 0 returns it, the others None."""
+        state = self.learner.state_dict()
+        return state if self.rank == 0 else None
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> int:
+        self.learner.load_state_dict(state)
+        return self.learner.version
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayLearner:
+    """What `AsyncTrainer` needs of a learner, forwarded to a `LearnerActor`."""
+
+    def __init__(self, actor: Any, version: int):
+        self.actor = actor
+        self.version = version
+        """Policy version after the last `train_step` (kept on the driver)."""
+
+    @property
+    def actors(self) -> list[Any]:
+        """The learner's actors (one)."""
+        return [self.actor]
+
+    def train_step(
+        self, samples: Sequence[TrainingSample], advantages: Sequence[float]
+    ) -> LearnerStats:
+        stats = ray.get(self.actor.train_step.remote(list(samples), list(advantages)))
+        self.version += 1
+        return stats
+
+    def engine_weights(self) -> Any:
+        """A reference to the weights in the object store (engines resolve it themselves)."""
+        return self.actor.engine_weights.remote()
+
+    def state_dict(self) -> dict[str, Any]:
+        return ray.get(self.actor.state_dict.remote())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.version = ray.get(self.actor.load_state_dict.remote(state))
+
+    def close(self) -> None:
+        """Stop the actor."""
+        ray.kill(self.actor)
+
+
+class RayDataParallelLearner:
+    """What `AsyncTrainer` needs of a learner, over `LearnerRankActor`s (one per rank)."""
+
+    def __init__(self, actors: Sequence[Any], version: int):
+        self.actors = list(actors)
+        """The ranks' actors, rank 0 first."""
+        self.version = version
+        """Policy version after the last `train_step` (kept on the driver)."""
+
+    @classmethod
+    def start(
+        cls, config: TrainConfig, state: Mapping[str, Any], version: int, torch_threads: int
+    ) -> RayDataParallelLearner:
+        """Start `distributed.world_size` ranks from `state` (a learner's `state_dict`)."""
+        world = config.distributed.world_size
+        actors = [LearnerRankActor.remote(rank, world, torch_threads) for rank in range(world)]
+        learner = cls(actors, version)
+        try:
+            alive = [n for n in ray.nodes() if n.get("Alive")]
+            if len(alive) <= 1:
+                addr, port = "127.0.0.1", _free_port("127.0.0.1")
+            else:
+                addr, port = ray.get(actors[0].free_address.remote())
+            state_ref = ray.put(dict(state))
+            calls = [a.setup.remote(config, addr, port, state_ref) for a in actors]
+            learner.version = _get_all(calls, timeout=SETUP_TIMEOUT_S)[0]
+        except BaseException:
+            learner.close()
+            raise
+        return learner
+
+    def train_step(
+        self, samples: Sequence[TrainingSample], advantages: Sequence[float]
+    ) -> LearnerStats:
+        """Split the batch over the ranks, train them all at once, combine their stats."""
+        world = len(self.actors)
+        shards = [shard_batch(samples, advantages, rank, world) for rank in range(world)]
+        stats = _get_all(
+            [a.train_step.remote(s, adv) for a, (s, adv) in zip(self.actors, shards, strict=True)]
+        )
+        self.version += 1
+        tokens = sum(sum(s.loss_mask[1:]) for s in samples)
+        return combine_stats(stats, tokens=tokens, sequences=len(samples))
+
+    def engine_weights(self) -> Any:
+        """A reference to rank 0's full weights in the object store (every rank takes part
+        in gathering them; the driver never holds the tensors)."""
+        refs = _get_all([a.engine_weights.remote() for a in self.actors])
+        return refs[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The unsharded learner state (single-process layout), from rank 0."""
+        return _get_all([a.state_dict.remote() for a in self.actors])[0]
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load an unsharded learner state into every rank."""
+        ref = ray.put(dict(state))
+        self.version = _get_all([a.load_state_dict.remote(ref) for a in self.actors])[0]
+
+    def pids(self) -> list[int]:
+        """The ranks' process ids, rank 0 first."""
+        return ray.get([a.pid.remote() for a in self.actors])
+
+    def close(self) -> None:
+        """Stop every rank (the process group goes with them)."""
+        for actor in self.actors:
+            ray.kill(actor)
+
+
+# -- engine actors --------------------------------------------------------------------------
 
 
 @ray.remote(num_cpus=0)
@@ -138,32 +360,6 @@ class EngineActor:
         return os.getpid()
 
 
-class RayLearner:
-    """What `AsyncTrainer` needs of a learner, forwarded to a `LearnerActor`."""
-
-    def __init__(self, actor: Any, version: int):
-        self.actor = actor
-        self.version = version
-        """Policy version after the last `train_step` (kept on the driver)."""
-
-    def train_step(
-        self, samples: Sequence[TrainingSample], advantages: Sequence[float]
-    ) -> LearnerStats:
-        stats = ray.get(self.actor.train_step.remote(list(samples), list(advantages)))
-        self.version += 1
-        return stats
-
-    def engine_weights(self) -> Any:
-        """A reference to the weights in the object store (engines resolve it themselves)."""
-        return self.actor.engine_weights.remote()
-
-    def state_dict(self) -> dict[str, Any]:
-        return ray.get(self.actor.state_dict.remote())
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.version = ray.get(self.actor.load_state_dict.remote(state))
-
-
 class RayEngine:
     """What `AsyncTrainer` needs of an engine, spread over `EngineActor`s round robin."""
 
@@ -204,32 +400,104 @@ class RayEngine:
         for actor in self.actors:
             await actor.close.remote()
 
+    def close(self) -> None:
+        """Stop the actors."""
+        for actor in self.actors:
+            ray.kill(actor)
+
+
+# -- the trainer ----------------------------------------------------------------------------
+
+
+class RayTrainer(AsyncTrainer):
+    """`AsyncTrainer` with its learner, engines and (with a pool) envs in Ray actors.
+
+    Build it with `make_ray_trainer`. `run()` trains and then stops every actor; `train()`
+    leaves them up (to inspect them), and `close()` stops them.
+    """
+
+    env_pool: EnvPool | None = None
+    """Where episodes' envs live (None: on the driver, as in one-process mode)."""
+    _actors_closed: bool = False
+
+    def _make_env(self) -> Any:
+        if self.env_pool is None:  # also the task-list probe while __init__ runs
+            return super()._make_env()
+        return self.env_pool.make()
+
+    def run(self) -> TrainResult:
+        """Train to `trainer.steps` (blocking), then stop the actors."""
+        try:
+            return super().run()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the learner, engine and env actors (safe to call more than once)."""
+        if self._actors_closed:
+            return
+        self._actors_closed = True
+        for part in (self.learner, self.engine, self.env_pool):
+            closer = getattr(part, "close", None)
+            if closer is not None:
+                closer()
+
 
 def make_ray_trainer(
-    config: TrainConfig, *, resume: bool = False, num_engines: int = 1
-) -> AsyncTrainer:
-    """An `AsyncTrainer` whose learner and engines are Ray actors (Ray must be initialised;
+    config: TrainConfig,
+    *,
+    resume: bool = False,
+    num_engines: int = 1,
+    env_workers: int | None = None,
+) -> RayTrainer:
+    """A trainer whose learner, engines and envs are Ray actors (Ray must be initialised;
     call outside a running event loop).
 
     The trainer is built as usual (model, data order, resume), then its learner state and
     engine weights move into the actors, so a Ray run starts from the very weights, data
-    position and policy version that one-process mode would.
+    position and policy version that one-process mode would. `env_workers` overrides
+    `distributed.env_workers`.
     """
-    trainer = AsyncTrainer(config, resume=resume)
+    trainer = RayTrainer(config, resume=resume)
     local = trainer.learner
     threads = config.trainer.torch_threads or 1
-    learner_actor = LearnerActor.remote(config, local.state_dict(), threads)
-    weights = ray.put(local.engine_weights())
-    engines = [
-        EngineActor.remote(config, weights, local.version, threads) for _ in range(num_engines)
-    ]
-    ray.get([learner_actor.pid.remote(), *(e.pid.remote() for e in engines)])
+    workers = config.distributed.env_workers if env_workers is None else env_workers
+    started: list[Any] = []
+    try:
+        state = local.state_dict()
+        learner: RayLearner | RayDataParallelLearner
+        if config.distributed.strategy is DistributedStrategy.NONE:
+            learner = RayLearner(LearnerActor.remote(config, state, threads), local.version)
+            started.append(learner)
+        else:
+            learner = RayDataParallelLearner.start(config, state, local.version, threads)
+            started.append(learner)
+        weights = ray.put(local.engine_weights())
+        engines = [
+            EngineActor.remote(config, weights, local.version, threads) for _ in range(num_engines)
+        ]
+        ray_engine = RayEngine(
+            engines, trainer.engine.renderer, f"ray:{config.model.source.value}", local.version
+        )
+        started.append(ray_engine)
+        if workers:
+            trainer.env_pool = EnvPool.start(
+                config.env.id,
+                size=workers,
+                max_turns=config.env.max_turns,
+                kwargs=config.env.kwargs,
+            )
+            started.append(trainer.env_pool)
+        ray.get([a.pid.remote() for a in [*learner.actors, *engines]])
+    except BaseException:
+        for part in started:
+            part.close()
+        asyncio.run(trainer.engine.aclose())
+        raise
     # The in-process engine and learner are no longer used.
     asyncio.run(trainer.engine.aclose())
-    trainer.learner = RayLearner(learner_actor, local.version)  # type: ignore[assignment]
-    trainer.engine = RayEngine(  # type: ignore[assignment]
-        engines, trainer.engine.renderer, f"ray:{config.model.source.value}", local.version
-    )
+    trainer.learner = learner  # type: ignore[assignment]
+    trainer.engine = ray_engine  # type: ignore[assignment]
     trainer.policy = SeededPolicy(trainer.engine, config.seed)  # type: ignore[arg-type]
     return trainer
 

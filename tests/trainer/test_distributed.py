@@ -1,8 +1,10 @@
 """FSDP2 and DeepSpeed learners: a short training of a tiny model at world size 2 (gloo, CPU).
 
-Each test runs `torchrun --standalone --nproc_per_node 2 -m trainer.distributed_smoke` and
-checks rank 0's report: the rewarded reply became likelier, the penalised one less likely,
-and both ranks hold the same full weights afterwards.
+Each test runs `torchrun --standalone --nproc_per_node 2 -m trainer.distributed_smoke
+--check-state` and checks rank 0's report: the rewarded reply became likelier, the penalised
+one less likely, both ranks hold the same full weights afterwards, and checkpoints round-trip
+(a fresh learner loads `state_dict()` unchanged and its next step matches; a single-process
+`Learner` loads the same state). Also: stats combination and the `distributed` config section.
 """
 
 import importlib.util
@@ -32,6 +34,7 @@ def _train(tmp_path: Path, backend: str, *extra: str) -> dict:
             backend,
             "--out",
             str(out),
+            "--check-state",
             *extra,
         ],
         cwd=ROOT,
@@ -51,6 +54,9 @@ def _check(report: dict) -> None:
     assert bad[1] < bad[0], bad
     assert report["same_weights_on_all_ranks"]
     assert report["losses"][-1] < report["losses"][0]
+    assert report["state_round_trip"]
+    assert report["resumed_step_matches"]
+    assert report["single_process_loads_state"]
 
 
 def test_fsdp2_learner_trains_at_world_size_2(tmp_path):
@@ -76,3 +82,97 @@ def test_shard_batch_pads_short_ranks_with_zero_advantage():
     assert [s.input_ids[-1] for s in local1] == [10, 10] and adv1 == [2.0, 0.0]
     with pytest.raises(ValueError):
         shard_batch(samples, [1.0], 0, 2)
+
+
+def _stats(**overrides):
+    from trainer.learner import LearnerStats
+
+    values = dict(
+        loss=1.0,
+        policy_loss=1.0,
+        kl_ref=0.0,
+        kl_sampler=0.1,
+        entropy=2.0,
+        clip_fraction=0.0,
+        tis_clip_fraction=0.0,
+        ratio_mean=1.0,
+        grad_norm=0.5,
+        lr=1e-3,
+        tokens=10,
+        sequences=2,
+        staleness_mean=0.0,
+        staleness_max=0,
+        duration_s=1.0,
+    )
+    return LearnerStats(**{**values, **overrides})
+
+
+def test_combine_stats_means_losses_over_ranks_and_weights_token_averages():
+    from trainer.distributed_learner import combine_stats
+
+    a = _stats(loss=1.0, entropy=2.0, tokens=30, staleness_max=1, duration_s=2.0)
+    b = _stats(loss=3.0, entropy=4.0, tokens=10, staleness_max=2, duration_s=1.0, grad_norm=9.0)
+    out = combine_stats([a, b], tokens=37, sequences=5)
+    assert out.loss == 2.0  # the gradient is the ranks' mean
+    assert out.entropy == (2.0 * 30 + 4.0 * 10) / 40
+    assert out.grad_norm == 0.5  # global: rank 0's
+    assert (out.tokens, out.sequences, out.staleness_max, out.duration_s) == (37, 5, 2, 2.0)
+    with pytest.raises(ValueError):
+        combine_stats([], tokens=0, sequences=0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "names"),
+    [
+        (["distributed.strategy=fsdp", "model.lora.enabled=true"], "distributed.strategy"),
+        (
+            [
+                "distributed.strategy=deepspeed",
+                "backend=tinker",
+                "tinker.base_url=http://x",
+                "tinker.base_model=m",
+            ],
+            "distributed.strategy",
+        ),
+        (["distributed.strategy=megatron"], "distributed.strategy"),
+        (["distributed.world_size=0"], "distributed.world_size"),
+        (["distributed.zero_stage=3"], "distributed.zero_stage"),
+        (["distributed.env_workers=-1"], "distributed.env_workers"),
+    ],
+)
+def test_distributed_config_errors_name_the_field(overrides, names):
+    from trainer.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
+        build_config({}, overrides)
+
+
+def test_distributed_config_defaults_and_values():
+    from trainer.config import DistributedStrategy, build_config
+
+    cfg = build_config({}, [])
+    assert cfg.distributed.strategy is DistributedStrategy.NONE
+    cfg = build_config({}, ["distributed.strategy=deepspeed", "distributed.world_size=4"])
+    assert cfg.distributed.strategy is DistributedStrategy.DEEPSPEED
+    assert cfg.distributed.world_size == 4
+
+
+def test_cli_rejects_a_distributed_strategy_without_ray(tmp_path):
+    from typer.testing import CliRunner
+
+    from skyrl_gym import cli
+
+    out = CliRunner().invoke(
+        cli.app, ["train", "-", "distributed.strategy=fsdp", f"out_dir={tmp_path}"]
+    )
+    assert out.exit_code == 2
+    assert "distributed.strategy=fsdp needs --ray" in out.output
+    assert not (tmp_path / "config.yaml").exists()  # nothing started
+
+
+def test_distributed_learners_refuse_lora():
+    from trainer.config import LoRAConfig
+    from trainer.distributed_learner import _check_supported
+
+    with pytest.raises(ValueError, match="LoRA is not supported by the distributed learners"):
+        _check_supported(LoRAConfig(enabled=True))
