@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,8 @@ class TinkerServer:
     base_url: str
     base_model: str
     state_dir: Path
+    service: Any
+    """The server's `TinkerService` (same process), for checks the API does not expose."""
 
 
 def _free_port() -> int:
@@ -38,4 +41,4 @@ def tinker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerSe
     state = tmp_path_factory.mktemp("tinker-state")
     config = ServerConfig(models=default_models(), state_dir=state, poll_timeout_s=20)
     with ServerThread(config) as server:
-        yield TinkerServer(server.base_url, TINY_NAME, state)
+        yield TinkerServer(server.base_url, TINY_NAME, state, server.app.state.service)

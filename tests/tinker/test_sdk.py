@@ -143,3 +143,36 @@ def test_importance_sampling_and_state_restore(tinker_server: TinkerServer) -> N
     x = trainer.forward(probe, "cross_entropy").result().metrics["loss:sum"]
     y = restored.forward(probe, "cross_entropy").result().metrics["loss:sum"]
     assert x == pytest.approx(y, rel=1e-5)
+
+
+def test_cancelled_samples_stop(tinker_server: TinkerServer) -> None:
+    """Cancelling a sample future (the SDK then calls cancel_future) stops the running request
+    at its next token and drops the queued one."""
+    import time
+
+    from trainer.tinker.store import FutureState
+
+    svc = tinker_server.service
+    sampler = _client(tinker_server).create_sampling_client(base_model=tinker_server.base_model)
+    sampler = sampler.result()
+    prompt = types.ModelInput.from_ints([5, 6, 7])
+    long = types.SamplingParams(max_tokens=1500, stop=[], seed=0)
+    futures = [sampler.sample(prompt, 1, long) for _ in range(2)]
+    deadline = time.monotonic() + 30
+    while len(ids := svc.store.ids("sample", FutureState.PENDING)) < 2:
+        assert time.monotonic() < deadline, "the samples never reached the server"
+        time.sleep(0.01)
+    time.sleep(0.5)  # let the client read the submit replies and start polling
+    t0 = time.monotonic()
+    for f in futures:
+        f.future().cancel()
+    while any(svc.store.get(i).state is FutureState.PENDING for i in ids):
+        assert time.monotonic() < deadline, "cancel_future never arrived"
+        time.sleep(0.01)
+    assert {svc.store.get(i).state for i in ids} == {FutureState.CANCELLED}
+    # The worker is free again at once (1500 tokens would take far longer).
+    short = types.SamplingParams(max_tokens=2, stop=[], seed=0)
+    assert len(sampler.sample(prompt, 1, short).result().sequences[0].tokens) == 2
+    assert time.monotonic() - t0 < 10
+    r = httpx.post(f"{tinker_server.base_url}/api/v1/cancel_future", json={"request_id": "nope"})
+    assert r.status_code == 404

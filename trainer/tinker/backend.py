@@ -12,7 +12,9 @@ import copy
 import inspect
 import json
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,88 @@ import torch
 from trainer.losses import token_logprobs
 from trainer.tinker.wire import AdamParams, Datum, SamplingParamsIn
 
-LOSSES = ("cross_entropy", "importance_sampling", "ppo")
-"""Loss functions served."""
+
+class LossFn(StrEnum):
+    """The built-in losses served (the SDK's `LossFnType` minus the unsupported ones)."""
+
+    CROSS_ENTROPY = "cross_entropy"
+    IMPORTANCE_SAMPLING = "importance_sampling"
+    PPO = "ppo"
+    CISPO = "cispo"
+    DRO = "dro"
+    GSPO = "gspo"
+
+
+LOSSES = tuple(loss.value for loss in LossFn)
+"""Names of the loss functions served."""
+
+UNSUPPORTED_LOSSES = {
+    "stable_reinforce": "it needs the sampler's provenance and stability records "
+    "(record_stability_info), which the local sampler does not keep",
+    "custom": "server-side custom losses (FX graphs) are off here; "
+    "forward_backward_custom computes the loss in the client instead",
+}
+"""Loss names the SDK knows that this server rejects, with the reason."""
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """What a loss reads from each datum and from `loss_fn_config`."""
+
+    inputs: tuple[str, ...]
+    """Required `loss_fn_inputs` (besides the model input)."""
+    fills: Mapping[str, str | float] = field(default_factory=dict)
+    """Optional per-token inputs: the value used where a datum lacks one (a number, or the
+    name of a `loss_fn_config` key whose value is used)."""
+    config: Mapping[str, float | None] = field(default_factory=dict)
+    """Accepted `loss_fn_config` keys and their defaults (None: required)."""
+
+
+_RL = ("target_tokens", "logprobs", "advantages")
+_CLIP_FILLS = {
+    "clip_low_threshold": "clip_low_threshold",
+    "clip_high_threshold": "clip_high_threshold",
+}
+_CLIP_CONFIG = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+
+LOSS_SPECS: dict[LossFn, LossSpec] = {
+    LossFn.CROSS_ENTROPY: LossSpec(("target_tokens",), fills={"weights": 1.0}),
+    LossFn.IMPORTANCE_SAMPLING: LossSpec(_RL),
+    LossFn.PPO: LossSpec(_RL, fills=_CLIP_FILLS, config=_CLIP_CONFIG),
+    LossFn.CISPO: LossSpec(_RL, fills=_CLIP_FILLS, config=_CLIP_CONFIG),
+    LossFn.DRO: LossSpec(_RL, config={"beta": None}),
+    LossFn.GSPO: LossSpec((*_RL, "sequence_ratio_mask"), fills=_CLIP_FILLS, config=_CLIP_CONFIG),
+}
+"""Per loss: its inputs and config. The clip thresholds default to Tinker's PPO values
+(1 - 0.2, 1 + 0.2); DRO's `beta` has no documented default, so it must be given."""
+
+
+def check_loss(loss_fn: str, config: Mapping[str, float | str]) -> dict[str, float]:
+    """The full config of a served loss (defaults filled in); ValueError naming what is wrong."""
+    if loss_fn not in LOSSES:
+        why = UNSUPPORTED_LOSSES.get(loss_fn)
+        reason = f" ({why})" if why else ""
+        raise ValueError(f"unsupported loss_fn {loss_fn!r}{reason}; supported: {list(LOSSES)}")
+    spec = LOSS_SPECS[LossFn(loss_fn)]
+    unknown = sorted(set(config) - set(spec.config))
+    if unknown:
+        raise ValueError(
+            f"loss_fn_config keys {unknown} do not apply to {loss_fn!r}; "
+            f"it accepts {sorted(spec.config) or 'none'}"
+        )
+    full: dict[str, float] = {}
+    for key, default in spec.config.items():
+        value = config.get(key, default)
+        if value is None:
+            raise ValueError(f"loss {loss_fn!r} needs loss_fn_config[{key!r}]")
+        if isinstance(value, str) or not math.isfinite(float(value)):
+            raise ValueError(f"loss_fn_config[{key!r}] must be a finite number, got {value!r}")
+        full[key] = float(value)
+    return full
+
+
+class Cancelled(Exception):
+    """Raised inside a job whose client cancelled it."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +222,8 @@ class TrainedModel:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4)
         self.steps = 0
+        self.grads_pending = False
+        """Whether forward_backward accumulated gradients that no optim_step has used yet."""
 
     # -- training -------------------------------------------------------------------------
 
@@ -151,19 +235,23 @@ class TrainedModel:
         *,
         forward_only: bool,
     ) -> dict[str, Any]:
-        """Per-datum target logprobs and losses; gradients accumulate unless `forward_only`."""
-        if loss_fn not in LOSSES:
-            raise ValueError(f"unsupported loss_fn {loss_fn!r}; supported: {list(LOSSES)}")
+        """Per-datum target logprobs and losses; gradients accumulate unless `forward_only`.
+
+        `loss_fn` is one of `LOSSES`; `config` its `loss_fn_config` (see `LOSS_SPECS`).
+        """
+        full = check_loss(loss_fn, config)
         if not data:
             raise ValueError("forward_backward needs at least one datum")
-        batch = _Batch.build(data, loss_fn, self.base.max_context_length)
+        loss = LossFn(loss_fn)
+        batch = _Batch.build(data, loss, full, self.base.max_context_length)
         with torch.set_grad_enabled(not forward_only):
             logits = self.model(input_ids=batch.input_ids, attention_mask=batch.mask).logits
             lp = token_logprobs(logits, batch.targets)
-            per_token = _objective(loss_fn, lp, batch.inputs, config) * batch.mask
-            loss = per_token.sum()
+            per_token = _objective(loss, lp, batch.inputs, full, batch.mask) * batch.mask
+            loss_sum = per_token.sum()
             if not forward_only:
-                loss.backward()
+                loss_sum.backward()
+                self.grads_pending = True
         outputs = [
             {
                 "logprobs": lp[i, :n].detach().tolist(),
@@ -171,7 +259,7 @@ class TrainedModel:
             }
             for i, n in enumerate(batch.lengths)
         ]
-        return {"loss_fn_outputs": outputs, "metrics": {"loss:sum": float(loss.detach())}}
+        return {"loss_fn_outputs": outputs, "metrics": {"loss:sum": float(loss_sum.detach())}}
 
     def optim_step(self, adam: AdamParams) -> dict[str, Any]:
         """One AdamW step with the given hyperparameters; clears the gradients."""
@@ -188,6 +276,7 @@ class TrainedModel:
         if grads and math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.grads_pending = False
         self.steps += 1
         return {"metrics": {"grad_norm:mean": norm, "step:max": float(self.steps)}}
 
@@ -197,12 +286,20 @@ class TrainedModel:
         """The trained parameters (adapters only with LoRA), detached copies."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
 
-    def save(self, directory: Path, *, optimizer: bool) -> None:
-        """Write trained parameters (+ optimizer state) and metadata to `directory`."""
+    def save(self, directory: Path, *, optimizer: bool, grads: bool = False) -> None:
+        """Write trained parameters (+ optimizer state, + accumulated gradients) and metadata
+        to `directory`."""
         directory.mkdir(parents=True, exist_ok=True)
         torch.save(self.trainable_state(), directory / "weights.pt")
         if optimizer:
             torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        if grads:
+            pending = {
+                n: p.grad.detach().clone()
+                for n, p in self.model.named_parameters()
+                if p.requires_grad and p.grad is not None
+            }
+            torch.save(pending, directory / "grads.pt")
         meta = {
             "base_model": self.base.name,
             "lora": None if self.lora is None else asdict(self.lora),
@@ -210,8 +307,8 @@ class TrainedModel:
         }
         (directory / "meta.json").write_text(json.dumps(meta))
 
-    def load(self, directory: Path, *, optimizer: bool) -> None:
-        """Load parameters written by `save` (and the optimizer state if asked and present)."""
+    def load(self, directory: Path, *, optimizer: bool, grads: bool = False) -> None:
+        """Load parameters written by `save` (and the optimizer state and gradients if asked)."""
         state = torch.load(directory / "weights.pt", weights_only=True)
         missing = self.model.load_state_dict(state, strict=False)
         if missing.unexpected_keys:
@@ -221,6 +318,12 @@ class TrainedModel:
             if not opt_path.exists():
                 raise ValueError("this checkpoint has no optimizer state (saved for sampling?)")
             self.optimizer.load_state_dict(torch.load(opt_path, weights_only=True))
+        if grads and (directory / "grads.pt").exists():
+            params = dict(self.model.named_parameters())
+            pending = torch.load(directory / "grads.pt", weights_only=True)
+            for name, grad in pending.items():
+                params[name].grad = grad
+            self.grads_pending = bool(pending)
         self.steps = json.loads((directory / "meta.json").read_text()).get("steps", 0)
 
     def snapshot(self) -> Sampler:
@@ -267,8 +370,12 @@ class Sampler:
         params: SamplingParamsIn,
         *,
         prompt_logprobs: bool,
+        should_stop: Callable[[], bool] | None = None,
     ) -> dict[str, Any]:
-        """`num_samples` continuations of `prompt`; every sampled token carries its logprob."""
+        """`num_samples` continuations of `prompt`; every sampled token carries its logprob.
+
+        `should_stop` is polled before each token; when it returns True, `Cancelled` is raised.
+        """
         if not prompt:
             raise ValueError("the prompt is empty")
         limit = self.base.max_context_length
@@ -289,6 +396,8 @@ class Sampler:
         logps: list[list[float]] = [[] for _ in range(num_samples)]
         reasons: list[str | None] = [None] * num_samples
         for _ in range(max_tokens):
+            if should_stop is not None and should_stop():
+                raise Cancelled("the request was cancelled by the client")
             logp = torch.log_softmax(logits, dim=-1)
             nxt = _choose(logits, params, gen)
             chosen_lp = logp.gather(-1, nxt[:, None])[:, 0]
@@ -353,10 +462,10 @@ class _Batch:
     inputs: dict[str, torch.Tensor]
 
     @classmethod
-    def build(cls, data: list[Datum], loss_fn: str, max_len: int) -> _Batch:
-        needed = {"cross_entropy": ("target_tokens",)}.get(
-            loss_fn, ("target_tokens", "logprobs", "advantages")
-        )
+    def build(
+        cls, data: list[Datum], loss: LossFn, config: dict[str, float], max_len: int
+    ) -> _Batch:
+        spec = LOSS_SPECS[loss]
         lengths = [len(d.tokens) for d in data]
         width = max(lengths)
         if width > max_len:
@@ -365,16 +474,17 @@ class _Batch:
             raise ValueError("a datum has no tokens")
         ids = torch.zeros(len(data), width, dtype=torch.long)
         mask = torch.zeros(len(data), width)
-        names = set(needed) | {"weights"} if loss_fn == "cross_entropy" else set(needed)
-        inputs = {k: torch.zeros(len(data), width) for k in names}
-        inputs["weights"] = inputs.get("weights", torch.zeros(len(data), width))
+        inputs = {k: torch.zeros(len(data), width) for k in spec.inputs}
+        for k, fill in spec.fills.items():
+            value = config[fill] if isinstance(fill, str) else fill
+            inputs[k] = torch.full((len(data), width), float(value))
         for i, d in enumerate(data):
             n = lengths[i]
             ids[i, :n] = torch.tensor(d.tokens)
             mask[i, :n] = 1
-            for k in needed:
+            for k in spec.inputs:
                 if k not in d.loss_fn_inputs:
-                    raise ValueError(f"loss {loss_fn!r} needs loss_fn_inputs[{k!r}]")
+                    raise ValueError(f"loss {loss.value!r} needs loss_fn_inputs[{k!r}]")
             for k, arr in d.loss_fn_inputs.items():
                 if k not in inputs:
                     continue
@@ -384,25 +494,39 @@ class _Batch:
                         f"loss_fn_inputs[{k!r}] has {flat.shape[0]} values for {n} tokens"
                     )
                 inputs[k][i, :n] = torch.from_numpy(flat.astype(np.float32))
-            if loss_fn == "cross_entropy" and "weights" not in d.loss_fn_inputs:
-                inputs["weights"][i, :n] = 1.0
         targets = inputs.pop("target_tokens").long()
-        vocab_ok = bool((targets >= 0).all())
-        if not vocab_ok:
+        if not bool((targets >= 0).all()):
             raise ValueError("target_tokens must be non-negative token ids")
         return cls(ids, targets, mask, lengths, inputs)
 
 
 def _objective(
-    loss_fn: str, lp: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float | str]
+    loss: LossFn,
+    lp: torch.Tensor,
+    inputs: dict[str, torch.Tensor],
+    config: dict[str, float],
+    mask: torch.Tensor,
 ) -> torch.Tensor:
-    """Per-token loss (to be summed): the negative of Tinker's per-token objective."""
-    if loss_fn == "cross_entropy":
+    """Per-token loss (to be summed): the negative of Tinker's per-token objective.
+
+    `lp` are the learner's logprobs of the target tokens, `inputs["logprobs"]` the sampler's.
+    """
+    if loss is LossFn.CROSS_ENTROPY:
         return -inputs["weights"] * lp
-    ratio = torch.exp(lp - inputs["logprobs"])
-    adv = inputs["advantages"]
-    if loss_fn == "importance_sampling":
-        return -ratio * adv
-    lo = float(config.get("clip_low_threshold", 0.8))
-    hi = float(config.get("clip_high_threshold", 1.2))
+    old, adv = inputs["logprobs"], inputs["advantages"]
+    if loss is LossFn.IMPORTANCE_SAMPLING:
+        return -torch.exp(lp - old) * adv
+    if loss is LossFn.DRO:  # logp * A - beta/2 * (log-ratio)^2
+        return -(lp * adv - 0.5 * config["beta"] * (lp - old) ** 2)
+    lo, hi = inputs["clip_low_threshold"], inputs["clip_high_threshold"]
+    if loss is LossFn.CISPO:  # the clipped ratio is a constant weight on logp * A
+        return -torch.clamp(torch.exp(lp - old), lo, hi).detach() * lp * adv
+    if loss is LossFn.GSPO:
+        # GSPO-token: every token carries its sequence's ratio (geometric mean of the token
+        # ratios over `sequence_ratio_mask`) as value, and its own logprob's gradient.
+        in_ratio = (inputs["sequence_ratio_mask"] != 0).float() * mask
+        log_ratio = ((lp.detach() - old) * in_ratio).sum(-1) / in_ratio.sum(-1).clamp(min=1)
+        ratio = torch.exp(log_ratio[:, None] + lp - lp.detach())
+    else:  # PPO
+        ratio = torch.exp(lp - old)
     return -torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv)

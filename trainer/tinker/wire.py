@@ -38,6 +38,15 @@ class CreateSessionRequest(_Wire):
     tags: list[str] = []
     user_metadata: dict[str, Any] | None = None
     sdk_version: str | None = None
+    project_id: str | None = None
+    display_name: str | None = None
+
+
+class FinishSessionRequest(_Wire):
+    """`POST /sessions/{id}/finish`: why the client is done."""
+
+    reason: dict[str, Any] | None = None
+    detail: str | None = None
 
 
 class SessionRequest(_Wire):
@@ -53,6 +62,7 @@ class CreateModelRequest(_Wire):
     model_seq_id: int = 0
     base_model: str
     lora_config: LoraConfigIn | None = None
+    user_metadata: dict[str, Any] | None = None
 
 
 class ModelRequest(_Wire):
@@ -88,6 +98,9 @@ class SaveWeightsRequest(_Wire):
     seq_id: int | None = None
     sampling_session_seq_id: int | None = None
     kind: str | None = None
+    ttl_seconds: int | None = Field(None, gt=0)
+    overwrite: bool = False
+    user_metadata: dict[str, Any] | None = None
 
 
 class LoadWeightsRequest(_Wire):
@@ -99,6 +112,8 @@ class LoadWeightsRequest(_Wire):
     model_seq_id: int | None = None
     model_id: str | None = None
     seq_id: int | None = None
+    base_model: str | None = None
+    user_metadata: dict[str, Any] | None = None
 
 
 class CreateSamplingSessionRequest(_Wire):
@@ -155,6 +170,35 @@ class FutureRequest(_Wire):
 
     request_id: str
     allow_metadata_only: bool = False
+
+
+class CancelRequest(_Wire):
+    """`POST /cancel_future`: the client abandoned a sampling request."""
+
+    request_id: str
+
+
+class WeightsInfoRequest(_Wire):
+    """`POST /weights_info`."""
+
+    tinker_path: str
+
+
+class TtlRequest(_Wire):
+    """`PUT .../checkpoints/{id}/ttl`: seconds from now until expiry (None: never)."""
+
+    ttl_seconds: int | None = Field(None, gt=0)
+
+
+class SessionSearchRequest(_Wire):
+    """`POST /sessions/search` (the filters a local server can apply)."""
+
+    session_id: str | None = None
+    display_name: str | None = None
+    user_metadata: dict[str, str] = {}
+    statuses: list[dict[str, Any]] | None = None
+    limit: int = Field(50, ge=1, le=200)
+    cursor: dict[str, Any] | None = None
 
 
 class TensorDataIn(_Wire):
