@@ -54,7 +54,7 @@ test-vllm:
 	  && $(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e . \
 	  && $(VLLM_VENV)/bin/pip install -q --disable-pip-version-check gymnasium numpy pydantic rich typer httpx sqlalchemy pyyaml jinja2 \
 	  && touch $(VLLM_VENV)/.ready )
-	VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -o addopts= tests/agents/test_vllm_engine.py
+	VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -o addopts= tests/agents/test_vllm_engine.py tests/trainer/test_vllm_training.py
 
 demo: install
 	$(BIN)/skyrl demo

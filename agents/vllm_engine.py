@@ -28,6 +28,9 @@ sampled it. On the engine loop one update is:
    with it, and vLLM reports per-token version spans on the finished request;
 4. `resume_generation()`.
 
+A request that arrives while an update is queued or loading starts once it is loaded, so no
+token of it comes from weights older than the last update queued before it.
+
 With `recompute_on_update=True` the pause also clears the KV and prefix caches: requests in
 flight are preempted and recomputed with the new weights when generation resumes (slower,
 but no token attends to keys and values from older weights). By default the KV cache is
@@ -111,13 +114,17 @@ class VLLMEngine:
         **engine_args: Any,
     ):
         """Start vLLM on `model` (a model directory or hub id); `engine_args` go to
-        `vllm.AsyncEngineArgs` (`dtype`, `max_model_len`, `enforce_eager`, ...)."""
+        `vllm.AsyncEngineArgs` (`dtype`, `max_model_len`, `enforce_eager`, `tokenizer`: a
+        tokenizer directory other than `model`, ...)."""
         vllm = _import_vllm()
         from transformers import AutoTokenizer
 
         self.model_path = str(model)
         self.name = name or f"vllm:{self.model_path}"
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        # vLLM's own `tokenizer` argument, when given, names the tokenizer to render with too.
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            engine_args.get("tokenizer") or self.model_path
+        )
         self._renderer = ChatRenderer(self.tokenizer, chat_template)
         self.policy_version = policy_version
         """Version of the weights now loaded (bumped by `update_weights` once loaded)."""
@@ -235,6 +242,11 @@ class VLLMEngine:
         }
         if sampling.top_k > 0:
             params["top_k"] = sampling.top_k
+        if self._pending is not None or self._update_lock.locked():
+            # Weights queued before this request load first, so none of its tokens comes from
+            # older ones (as with `LocalEngine`; the trainer's staleness bound relies on it).
+            async with self._update_lock:
+                pass
         version_at_start = self.policy_version
         final = None
         async for output in self.engine.generate(

@@ -17,7 +17,8 @@ One training step, top to bottom (`AsyncTrainer.train`):
        loads them between two decoding steps and tags later tokens with the new version
     5. open the gate one version further; mark the groups consumed; log; checkpoint
 
-Everything runs in one process (engine thread + learner thread + event loop).
+Everything runs in one process (engine thread + learner thread + event loop); with
+`rollout.engine: vllm`, vLLM's engine core runs in a child process (`build_engine`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -46,11 +47,14 @@ from agents.rollout import RolloutLimits, rollout
 from agents.trajectory import StopReason, TrainingSample, Trajectory, TrajectoryWriter
 from trainer import advantages as adv_fns
 from trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
-from trainer.config import AdvantageEstimator, AlgorithmConfig, TrainConfig
+from trainer.config import AdvantageEstimator, AlgorithmConfig, EngineKind, TrainConfig
 from trainer.data import DataCursor, StalenessGate
 from trainer.learner import Learner, LearnerStats
 from trainer.metrics import MultiSink, build_sinks, truncate_metrics
 from trainer.models import load_model
+
+if TYPE_CHECKING:
+    from agents.vllm_engine import VLLMEngine
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ class SeededPolicy:
     episode would replay the same random stream.
     """
 
-    def __init__(self, engine: LocalEngine, seed: int):
+    def __init__(self, engine: LocalEngine | VLLMEngine, seed: int):
         self.engine = engine
         self.seed = seed
         self.name = engine.name
@@ -158,13 +162,7 @@ class AsyncTrainer:
         self.checkpointer = Checkpointer(self.run_dir, keep=config.trainer.keep_checkpoints)
         if resume:
             self._restore()
-        self.engine = LocalEngine(
-            engine_model,
-            self.tokenizer,
-            max_batch_size=config.rollout.engine_batch_size,
-            name=f"local:{config.model.source.value}",
-            policy_version=0,
-        )
+        self.engine = build_engine(config, engine_model, self.tokenizer, self.run_dir)
         if self.learner.version != 0:
             self.engine.update_weights(self.learner.engine_weights(), self.learner.version)
             self.engine.wait_for_version(self.learner.version)
@@ -389,6 +387,49 @@ class AsyncTrainer:
         self.console.print(
             f"resumed from step {state.step} (policy version {self.learner.version})"
         )
+
+
+# -- the inference engine -----------------------------------------------------------------
+
+ENGINE_MODEL_DIR = "engine_model"
+"""Run subdirectory `engine: vllm` starts from: the initial model, its tokenizer in
+`tokenizer/` (next to a Qwen2 `config.json`, transformers would reload the `lookup-tiny`
+word-level tokenizer as a Qwen2 BPE one and mangle every text)."""
+
+
+def build_engine(
+    config: TrainConfig, model: Any, tokenizer: Any, run_dir: Path
+) -> LocalEngine | VLLMEngine:
+    """The inference engine `config.rollout.engine` names, at policy version 0 with the
+    weights of `model` (the initial model; the trainer pushes the learner's from then on).
+
+    `vllm` saves `model` and `tokenizer` under `run_dir / ENGINE_MODEL_DIR` and starts vLLM
+    there. Its logprobs are taken after temperature (`processed_logprobs`), as `LocalEngine`
+    reports them and the learner computes them; with `top_p` or `top_k` they are also
+    renormalised over the kept tokens, where `LocalEngine`'s are not."""
+    rollout = config.rollout
+    name = f"{rollout.engine.value}:{config.model.source.value}"
+    if rollout.engine is EngineKind.LOCAL:
+        return LocalEngine(
+            model, tokenizer, max_batch_size=rollout.engine_batch_size, name=name, policy_version=0
+        )
+    from agents.vllm_engine import VLLMEngine  # imports vllm itself only when started
+
+    path = run_dir / ENGINE_MODEL_DIR
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path / "tokenizer")
+    engine_args: dict[str, Any] = {
+        "tokenizer": str(path / "tokenizer"),
+        "dtype": config.model.dtype,
+        "seed": config.seed,
+        "max_num_seqs": rollout.engine_batch_size,
+        "enforce_eager": rollout.vllm_enforce_eager,
+        "gpu_memory_utilization": rollout.vllm_gpu_memory_utilization,
+        "logprobs_mode": "processed_logprobs",
+    }
+    if rollout.max_context_tokens:
+        engine_args["max_model_len"] = rollout.max_context_tokens
+    return VLLMEngine(path, name=name, policy_version=0, **engine_args)
 
 
 # -- pure helpers (tested directly) -------------------------------------------------------

@@ -23,7 +23,13 @@ def train_command(
     `backend=tinker` runs the same loop through a Tinker API endpoint."""
     from rich.console import Console
 
-    from trainer.config import Backend, ConfigError, DistributedStrategy, load_config
+    from trainer.config import (
+        Backend,
+        ConfigError,
+        DistributedStrategy,
+        EngineKind,
+        load_config,
+    )
 
     console = Console()
     try:
@@ -35,6 +41,12 @@ def train_command(
         console.print(
             f"[red]distributed.strategy={cfg.distributed.strategy.value} needs --ray "
             "(the learner ranks are Ray actors)[/red]"
+        )
+        raise typer.Exit(2)
+    if ray and cfg.rollout.engine is not EngineKind.LOCAL:
+        console.print(
+            f"[red]rollout.engine={cfg.rollout.engine.value} is not available with --ray "
+            "(Ray mode's engine actors run the local engine)[/red]"
         )
         raise typer.Exit(2)
     if cfg.backend is Backend.TINKER:

