@@ -14,6 +14,7 @@ each token records the version that produced it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import queue
 import threading
@@ -52,7 +53,9 @@ class _Request:
             else:
                 self.future.set_result(value)
 
-        self.loop.call_soon_threadsafe(set_it)
+        # RuntimeError: the caller's event loop is closed, so nobody is waiting.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(set_it)
 
 
 class LocalEngine:
@@ -145,11 +148,14 @@ class LocalEngine:
             return self._update_applied.wait_for(lambda: self.policy_version >= version, timeout)
 
     async def aclose(self) -> None:
+        """Stop: requests still queued or decoding fail with `PolicyError` (at the next
+        decoding step), and the worker thread is joined, so no torch work outlives the engine
+        (a thread still decoding at interpreter exit aborts the process)."""
         if self._closed:
             return
         self._closed = True
         self._queue.put(None)
-        await asyncio.to_thread(self._worker.join, 10)
+        await asyncio.to_thread(self._worker.join)
 
     # -- worker thread --------------------------------------------------------------------
 
@@ -178,6 +184,9 @@ class LocalEngine:
                 continue
             if first is None:
                 return
+            if self._closed:
+                first.resolve(PolicyError(f"{self.name} is closed"))
+                continue
             batch = [first]
             while len(batch) < self.max_batch_size:
                 try:
@@ -244,6 +253,11 @@ class LocalEngine:
                     r.resolve(self._completion(r))
             live = [row for row in live if batch[row].finish is None]
             if not live:
+                return
+            if self._closed:
+                for row in live:
+                    batch[row].finish = FinishReason.ABORT
+                    batch[row].resolve(PolicyError(f"{self.name} is closed"))
                 return
             # In-flight weight update: between two steps, never inside one.
             self._apply_update()

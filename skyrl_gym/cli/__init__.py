@@ -104,11 +104,22 @@ def _root() -> None:
 
 
 @app.command()
-def demo(steps: int = typer.Option(100, help="Optimizer steps to train.")) -> None:
-    """Run the main job on embedded defaults (no downloads, CPU only)."""
-    from trainer.demo import run_demo
+def demo(
+    model: str = typer.Option(
+        "smollm2",
+        help="'smollm2' (SmolLM2-135M-Instruct + LoRA on `lookup-chat`, ~5 min) or "
+        "'tiny' (a 100k-parameter model on `lookup`, ~1 min).",
+    ),
+    steps: int | None = typer.Option(None, help="Optimizer steps (default: the model's)."),
+    seed: int = typer.Option(0, help="Seeds data order, sampling and initialisation."),
+) -> None:
+    """RL-train a small model on CPU and write runs/demo/report.md (reward curve, metrics,
+    trajectory viewer)."""
+    from trainer.demo import PRESETS, run_demo
 
-    run_demo(steps=steps)
+    if model not in PRESETS:
+        raise typer.BadParameter(f"choose from {', '.join(PRESETS)}", param_hint="--model")
+    run_demo(steps=steps, model=model, seed=seed)
 
 
 def main() -> None:

@@ -14,6 +14,12 @@ register(
     description="The math problems as single-turn episodes: reply ending in '#### <number>'.",
 )
 register(
+    "lookup-chat",
+    "skyrl_gym.envs.lookup_chat:LookupChatEnv",
+    description="Look a price up with lookup(item), then reply 'ANSWER: price' (small-model RL demo).",
+    max_turns=3,
+)
+register(
     "python",
     "skyrl_gym.envs.python.env:PythonEnv",
     description="Solve problems by running code in a persistent sandboxed Python interpreter.",

@@ -163,3 +163,24 @@ def test_rollout_with_local_engine_is_token_exact(engine: LocalEngine) -> None:
         assert sample.logprobs[n : n + len(c.token_ids)] == c.logprobs
     assert sum(sample.loss_mask) == sum(len(c.token_ids) for _, c in policy.calls)
     assert t.trainable
+
+
+def test_aclose_fails_queued_and_decoding_requests_and_joins_the_worker(tiny_dir) -> None:
+    """Closing mid-decode stops at the next step: requests left fail, and the worker thread is
+    gone when `aclose` returns (a thread still running torch at interpreter exit aborts it)."""
+    from agents.policy import PolicyError
+
+    eng = LocalEngine.from_pretrained(tiny_dir, max_batch_size=2)
+    prompt = prompts(eng)[0]
+    never_stop = SamplingParams(max_tokens=100_000, temperature=1.0)
+
+    async def go():
+        requests = [asyncio.ensure_future(eng.generate(prompt, never_stop)) for _ in range(5)]
+        while eng.steps < 3:  # the first batch is decoding, three requests wait in the queue
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(eng.aclose(), 30)
+        return await asyncio.gather(*requests, return_exceptions=True)
+
+    results = asyncio.run(go())
+    assert not eng._worker.is_alive()
+    assert all(isinstance(r, PolicyError) and "is closed" in str(r) for r in results), results

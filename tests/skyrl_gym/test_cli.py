@@ -80,7 +80,7 @@ def test_bench_rejects_unknown_names():
 
 def test_demo_writes_results(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "skyrl_gym.cli", "demo", "--steps", "3"],
+        [sys.executable, "-m", "skyrl_gym.cli", "demo", "--model", "tiny", "--steps", "3"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -95,8 +95,16 @@ def test_demo_writes_results(tmp_path):
     demo_dir = tmp_path / "runs" / "demo"
     results = json.loads((demo_dir / "results.json").read_text())
     assert results["steps"] == 3 and len(results["rewards"]) == 3
+    assert (results["model"], results["env"]) == ("tiny", "lookup")
     assert (demo_dir / "report.md").exists() and (demo_dir / "trajectories.jsonl").exists()
     assert list(demo_dir.glob("reward_curve.*"))
+    report = (demo_dir / "report.md").read_text()
+    assert "](trajectories.html)" in report and (demo_dir / "trajectories.html").exists()
+
+
+def test_demo_rejects_unknown_models():
+    out = skyrl("demo", "--model", "gpt5")
+    assert out.returncode != 0 and "choose from smollm2, tiny" in out.stdout + out.stderr
 
 
 def test_a_command_whose_module_fails_to_import_fails_alone(monkeypatch):

@@ -17,46 +17,51 @@ from trainer.metrics import read_metrics
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(tmp_path, staleness: int, steps: int, lr: float):
+def _run(tmp_path, staleness: int, steps: int, *extra: str):
     cfg = build_config(
         {},
         [
             f"out_dir={tmp_path}",
             f"trainer.steps={steps}",
             f"trainer.max_staleness={staleness}",
-            f"optim.lr={lr}",
             "logging.console=false",
             "logging.trajectories=false",
             "seed=0",
+            *extra,
         ],
     )
     return AsyncTrainer(cfg).run()
 
 
+# Measured before settling on these settings (lr 1e-3, KL 0.05 to the warmed-up model, echo
+# warm-up until it reads values back): 10 of 10 runs over seeds 0-7 at staleness 0 and 2
+# ended at 0.96-0.99 mean reward by step 80, from 0.07-0.16 over their first 10 steps. Without
+# the KL term, 2 of 6 staleness-2 runs collapsed to an all-zero-reward policy (empty replies).
+LEARNS = ("optim.lr=1e-3", "algorithm.kl_coef=0.05")
+
+
 @pytest.mark.slow
-def test_synchronous_training_raises_the_reward(tmp_path):
-    # Measured over 6 runs: 0.06-0.08 at the start, 0.37-0.60 over the last 10 steps (the
-    # policy learns to call the tool; copying the value is not reliably learned yet).
-    result = _run(tmp_path, staleness=0, steps=120, lr=3e-3)
+@pytest.mark.parametrize("staleness", [0, 2])
+def test_training_reaches_near_max_reward(tmp_path, staleness):
+    result = _run(tmp_path, staleness, 80, *LEARNS)
     rewards = [m["reward/mean"] for m in result.history]
+    successes = [m["success/rate"] for m in result.history]
     start, end = sum(rewards[:5]) / 5, sum(rewards[-10:]) / 10
-    print(f"staleness 0: reward {start:.2f} -> {end:.2f}")
-    assert result.steps == 120
-    assert end >= start + 0.15
-    assert max(m["staleness/max"] for m in result.history) == 0
-    # Synchronous: step s trains exactly groups [8s, 8s + 8).
-    assert [sorted(m["groups"]) for m in result.history[:3]] == [
-        list(range(8 * s, 8 * s + 8)) for s in range(3)
-    ]
-
-
-@pytest.mark.slow
-def test_async_training_bounds_staleness_and_uses_it(tmp_path):
-    result = _run(tmp_path, staleness=2, steps=30, lr=1.5e-3)
-    assert result.steps == 30 and result.version == 30
+    print(f"staleness {staleness}: reward {start:.2f} -> {end:.2f}")
+    assert result.steps == result.version == 80
+    assert start < 0.4  # the starting policy mostly fails...
+    assert end >= 0.85  # ...and the trained one is near the maximum reward of 1.0
+    assert sum(successes[-10:]) / 10 >= 0.85
     lags = [m["staleness/max"] for m in result.history]
-    assert max(lags) <= 2  # admission control holds the bound
-    assert max(lags) >= 1  # and generation really ran ahead of the learner
+    if staleness == 0:
+        assert max(lags) == 0
+        # Synchronous: step s trains exactly groups [8s, 8s + 8).
+        assert [sorted(m["groups"]) for m in result.history[:3]] == [
+            list(range(8 * s, 8 * s + 8)) for s in range(3)
+        ]
+    else:
+        assert max(lags) <= staleness  # admission control holds the bound
+        assert max(lags) >= 1  # and generation really ran ahead of the learner
 
 
 def _train(run_dir, *extra, resume=False):

@@ -1,0 +1,132 @@
+"""`lookup-chat`: look a price up with a tool, then answer it (a two-turn tool-use task in
+plain English, sized for a 135M instruct model).
+
+There is no system prompt: the opening is one worked example (`EXAMPLE`: a question, the
+call `lookup(salt)`, the tool's reply `lookup(salt): price 17, stock 5`, the answer
+`ANSWER: 17`), then the question `What is the price of apple?`. Prices are random two-digit
+numbers, so the only way to the right answer is to call the tool and read its reply; the
+reply also carries a stock count, a number the model must not answer.
+
+Per reply, the first of these found wins:
+- `lookup(item)`: the tool replies `lookup(apple): price 42, stock 7` (an unknown item gets
+  an error naming the known one);
+- `ANSWER: n`: the episode ends. Reward 1.0 when n is the price, `tool_reward` for a wrong
+  number after a lookup (credit for using the tool and answering in form), else 0;
+- neither: a `user` message restating both formats (a parse error); the model may try again.
+
+SmolLM2-135M-Instruct (temperature 1, 12 tokens a turn, 3 turns) succeeds in 44% of 32
+episodes from the start. It fails by chatting instead of calling the tool, by answering in
+another form, or by answering another number (the example's 17, say), so RL has a signal
+from the first step and room to climb; see `trainer/demo.py`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
+
+ENV_ID = "lookup-chat"
+ITEMS = (
+    "apple",
+    "banana",
+    "bread",
+    "butter",
+    "cheese",
+    "coffee",
+    "eggs",
+    "honey",
+    "jam",
+    "milk",
+    "orange",
+    "pasta",
+    "rice",
+    "sugar",
+    "tea",
+    "tomato",
+)
+EXAMPLE: Messages = [
+    {"role": "user", "content": "What is the price of salt?"},
+    {"role": "assistant", "content": "lookup(salt)"},
+    {"role": "user", "content": "lookup(salt): price 17, stock 5"},
+    {"role": "assistant", "content": "ANSWER: 17"},
+]
+"""The worked example every episode opens with (the only place the formats are shown)."""
+REMINDER = "Reply with only lookup(ITEM) or ANSWER: PRICE"
+
+# Bounded repetitions: linear time on hostile (megabyte) replies.
+_CALL = re.compile(r"lookup\s{0,3}\(\s{0,3}[\"']?([A-Za-z ]{0,40}?)[\"']?\s{0,3}\)", re.IGNORECASE)
+_ANSWER = re.compile(r"ANSWER\s{0,3}:\s{0,3}\$?\s{0,3}(\d{1,9})(?!\d)", re.IGNORECASE)
+
+
+def make_tasks(n: int = len(ITEMS), seed: int = 0) -> list[dict[str, Any]]:
+    """`n` task rows `{task_id, item, price}`: items in turn, prices uniform in 10..99."""
+    rng = random.Random(seed)
+    return [
+        {
+            "task_id": f"lookup-chat-{i}",
+            "item": ITEMS[i % len(ITEMS)],
+            "price": rng.randint(10, 99),
+            "stock": rng.randint(2, 30),
+        }
+        for i in range(n)
+    ]
+
+
+class LookupChatEnv(TaskEnv):
+    """Call `lookup(item)`, read the price, reply `ANSWER: price`."""
+
+    required_fields: ClassVar[tuple[str, ...]] = ("item", "price")
+    inline_async: ClassVar[bool] = True  # pure Python, never blocks
+
+    def __init__(
+        self,
+        tasks: Sequence[dict[str, Any]] | None = None,
+        *,
+        num_tasks: int = len(ITEMS),
+        tool_reward: float = 0.1,
+        seed: int = 0,
+    ):
+        super().__init__(list(tasks) if tasks is not None else make_tasks(num_tasks, seed))
+        if not 0.0 <= tool_reward < 1.0:
+            raise ValueError("tool_reward must be in [0, 1)")
+        self.tool_reward = tool_reward
+        self.looked_up = False
+
+    def start(self, task: dict[str, Any]) -> Messages:
+        self.looked_up = False
+        return [*EXAMPLE, {"role": "user", "content": f"What is the price of {task['item']}?"}]
+
+    def step(self, action: str) -> StepReturn:
+        if self.task is None:
+            raise ResetNeeded("call reset() before step()")
+        text = coerce_action(action)
+        # `correct` stays False until the answer: an episode cut by the turn limit failed.
+        info: dict[str, Any] = {
+            "tool_calls": [],
+            "parse_error": None,
+            "episode": {"correct": False},
+        }
+        call, answer = _CALL.search(text), _ANSWER.search(text)
+        if call is not None and (answer is None or call.start() < answer.start()):
+            item = call.group(1).strip().lower()
+            info["tool_calls"] = [{"name": "lookup", "arguments": {"item": item}}]
+            if item == self.task["item"]:
+                self.looked_up = True
+                content = (
+                    f"lookup({item}): price {self.task['price']}, stock {self.task.get('stock', 0)}"
+                )
+            else:
+                content = f"lookup({item}): unknown item. Known: {self.task['item']}"
+            return [{"role": "user", "content": content}], 0.0, False, False, info
+        if answer is None:
+            info["parse_error"] = {"kind": "no_action", "message": REMINDER}
+            return [{"role": "user", "content": REMINDER}], 0.0, False, False, info
+        value = int(answer.group(1))
+        correct = value == int(self.task["price"])
+        reward = 1.0 if correct else (self.tool_reward if self.looked_up else 0.0)
+        info["episode"] = {"answer": value, "correct": correct, "looked_up": self.looked_up}
+        return [], reward, True, False, info
