@@ -333,22 +333,7 @@ class AsyncTrainer:
                 self._changed.notify_all()
 
     async def _episode(self, index: int, k: int, task: dict[str, Any]) -> Trajectory:
-        env = self._make_env()
-        try:
-            trajectory = await rollout(
-                env,
-                self.policy,
-                task,
-                limits=self.limits,
-                sampling=self.sampling,
-                episode_id=f"g{index}/{task.get('task_id', '')}#{k}",
-                env_id=self.config.env.id,
-            )
-        finally:
-            env.close()
-        if self.writer is not None:
-            self.writer.write(trajectory)
-        return trajectory
+        return await play_episode(self, index, k, task)
 
     def _worker_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None:
@@ -433,6 +418,30 @@ def build_engine(
 
 
 # -- pure helpers (tested directly) -------------------------------------------------------
+
+
+async def play_episode(trainer: Any, index: int, k: int, task: dict[str, Any]) -> Trajectory:
+    """Episode `k` of group `index` on a fresh env, recorded to the run's trajectory file.
+
+    `trainer` is an `AsyncTrainer` or a `TinkerTrainer`: anything with `_make_env`, `policy`,
+    `limits`, `sampling`, `config` and `writer`.
+    """
+    env = trainer._make_env()
+    try:
+        trajectory = await rollout(
+            env,
+            trainer.policy,
+            task,
+            limits=trainer.limits,
+            sampling=trainer.sampling,
+            episode_id=f"g{index}/{task.get('task_id', '')}#{k}",
+            env_id=trainer.config.env.id,
+        )
+    finally:
+        env.close()
+    if trainer.writer is not None:
+        trainer.writer.write(trajectory)
+    return trajectory
 
 
 def pick_batch(

@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from agents.trajectory import TrainingSample
 from trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig
-from trainer.learner import Learner, LearnerStats, _schedule
+from trainer.learner import Learner, LearnerStats, lr_schedule
 
 
 def init_process_group(backend: str | None = None, timeout_s: float = 120.0) -> tuple[int, int]:
@@ -230,7 +230,7 @@ class FSDPLearner(_DataParallel):
             params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _schedule(optim.schedule, optim.warmup_steps, total_steps)
+            self.optimizer, lr_schedule(optim.schedule, optim.warmup_steps, total_steps)
         )
 
     @torch.no_grad()

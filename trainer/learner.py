@@ -20,7 +20,7 @@ import copy
 import math
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +104,7 @@ class Learner:
         )
         self.grad_clip = optim.grad_clip
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _schedule(optim.schedule, optim.warmup_steps, total_steps)
+            self.optimizer, lr_schedule(optim.schedule, optim.warmup_steps, total_steps)
         )
         self.reduction = losses.Reduction(algorithm.reduction.value)
         self.kl_estimator = losses.KLEstimator(algorithm.kl_estimator)
@@ -405,7 +405,10 @@ class _Accumulator:
         )
 
 
-def _schedule(schedule: Schedule, warmup: int, total: int):
+def lr_schedule(schedule: Schedule, warmup: int, total: int) -> Callable[[int], float]:
+    """The LR multiplier for optimizer step `step`: linear warm-up, then `schedule` to 0 at
+    `total` (a `LambdaLR` factor; the Tinker trainer applies it to AdamParams itself)."""
+
     def factor(step: int) -> float:
         if warmup and step < warmup:
             return (step + 1) / warmup

@@ -52,16 +52,22 @@ from rich.console import Console
 import skyrl_gym
 import trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
 from agents.policy import SamplingParams
-from agents.rollout import RolloutLimits, rollout
+from agents.rollout import RolloutLimits
 from agents.tinker_policy import TinkerPolicy, import_tinker
 from agents.trajectory import TrainingSample, Trajectory, TrajectoryWriter
 from trainer import losses
-from trainer.async_trainer import Group, SeededPolicy, TrainResult, build_batch, step_metrics
+from trainer.async_trainer import (
+    Group,
+    SeededPolicy,
+    TrainResult,
+    build_batch,
+    play_episode,
+    step_metrics,
+)
 from trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
 from trainer.config import AlgorithmConfig, ConfigError, PolicyLoss, TrainConfig
 from trainer.data import DataCursor
-from trainer.learner import LearnerStats
-from trainer.learner import _schedule as lr_schedule
+from trainer.learner import LearnerStats, lr_schedule
 from trainer.metrics import MultiSink, build_sinks, truncate_metrics
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -346,22 +352,7 @@ class TinkerTrainer:
         return Group(index, str(task.get("task_id", "")), version, tuple(trajectories))
 
     async def _episode(self, index: int, k: int, task: dict[str, Any]) -> Trajectory:
-        env = self._make_env()
-        try:
-            trajectory = await rollout(
-                env,
-                self.policy,
-                task,
-                limits=self.limits,
-                sampling=self.sampling,
-                episode_id=f"g{index}/{task.get('task_id', '')}#{k}",
-                env_id=self.config.env.id,
-            )
-        finally:
-            env.close()
-        if self.writer is not None:
-            self.writer.write(trajectory)
-        return trajectory
+        return await play_episode(self, index, k, task)
 
     async def _train_step(
         self, samples: Sequence[TrainingSample], advantages: Sequence[float], version: int
