@@ -41,7 +41,7 @@ def _train(tmp_path: Path, backend: str, *extra: str) -> dict:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=360,  # a hang guard only: two ranks on a loaded 2-core box can take minutes
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
