@@ -136,7 +136,7 @@ class AsyncTrainer:
         self.resume = resume
         if config.trainer.torch_threads:
             torch.set_num_threads(config.trainer.torch_threads)
-        _seed_everything(config.seed)
+        seed_everything(config.seed)
 
         # Env and its task list; group i plays tasks[cursor.task_index(i)].
         probe = self._make_env()
@@ -172,21 +172,9 @@ class AsyncTrainer:
             max_tokens=config.rollout.max_tokens,
             max_context_tokens=config.rollout.max_context_tokens or self.engine.max_context_tokens,
         )
-        self.sampling = SamplingParams(
-            max_tokens=config.rollout.max_tokens,
-            temperature=config.rollout.temperature,
-            top_p=config.rollout.top_p,
-        )
-        (self.run_dir / "config.yaml").write_text(config.to_yaml())
-        if self.resumed_from is not None:
-            truncate_metrics(self.run_dir / "metrics.jsonl", self.resumed_from)
-        self.sinks: MultiSink = build_sinks(
-            config.logging, self.run_dir, config.model_dump(mode="json"), self.console
-        )
-        self.writer = (
-            TrajectoryWriter(self.run_dir / "trajectories.jsonl")
-            if config.logging.trajectories
-            else None
+        self.sampling = sampling_params(config)
+        self.sinks, self.writer = open_run_outputs(
+            config, self.run_dir, self.resumed_from, self.console
         )
         # Generation state, shared by the workers and the learner loop (one event loop).
         self.gate = StalenessGate(
@@ -348,8 +336,7 @@ class AsyncTrainer:
         asyncio.get_running_loop().create_task(wake())
 
     def _make_env(self) -> Any:
-        cfg = self.config.env
-        return skyrl_gym.make(cfg.id, max_turns=cfg.max_turns, **cfg.kwargs)
+        return make_env(self.config)
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -418,6 +405,37 @@ def build_engine(
 
 
 # -- pure helpers (tested directly) -------------------------------------------------------
+
+
+def make_env(config: TrainConfig) -> Any:
+    """A fresh env of the run (`config.env`), as every episode gets."""
+    cfg = config.env
+    return skyrl_gym.make(cfg.id, max_turns=cfg.max_turns, **cfg.kwargs)
+
+
+def sampling_params(config: TrainConfig) -> SamplingParams:
+    """The sampling settings every turn of every episode uses."""
+    rollout_cfg = config.rollout
+    return SamplingParams(
+        max_tokens=rollout_cfg.max_tokens,
+        temperature=rollout_cfg.temperature,
+        top_p=rollout_cfg.top_p,
+    )
+
+
+def open_run_outputs(
+    config: TrainConfig, run_dir: Path, resumed_from: int | None, console: Console
+) -> tuple[MultiSink, TrajectoryWriter | None]:
+    """Write `config.yaml`, drop metrics past the resumed step, and open the metrics sinks and
+    the trajectory file (None when `logging.trajectories` is off)."""
+    (run_dir / "config.yaml").write_text(config.to_yaml())
+    if resumed_from is not None:
+        truncate_metrics(run_dir / "metrics.jsonl", resumed_from)
+    sinks = build_sinks(config.logging, run_dir, config.model_dump(mode="json"), console)
+    writer = (
+        TrajectoryWriter(run_dir / "trajectories.jsonl") if config.logging.trajectories else None
+    )
+    return sinks, writer
 
 
 async def play_episode(trainer: Any, index: int, k: int, task: dict[str, Any]) -> Trajectory:
@@ -563,7 +581,8 @@ def step_metrics(
     return out
 
 
-def _seed_everything(seed: int) -> None:
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators."""
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)

@@ -36,7 +36,6 @@ import asyncio
 import json
 import math
 import os
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,30 +44,30 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
-import numpy as np
 import torch
 from rich.console import Console
 
-import skyrl_gym
 import trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
-from agents.policy import SamplingParams
 from agents.rollout import RolloutLimits
 from agents.tinker_policy import TinkerPolicy, import_tinker
-from agents.trajectory import TrainingSample, Trajectory, TrajectoryWriter
+from agents.trajectory import TrainingSample, Trajectory
 from trainer import losses
 from trainer.async_trainer import (
     Group,
     SeededPolicy,
     TrainResult,
     build_batch,
+    make_env,
+    open_run_outputs,
     play_episode,
+    sampling_params,
+    seed_everything,
     step_metrics,
 )
 from trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
 from trainer.config import AlgorithmConfig, ConfigError, PolicyLoss, TrainConfig
 from trainer.data import DataCursor
 from trainer.learner import LearnerStats, lr_schedule
-from trainer.metrics import MultiSink, build_sinks, truncate_metrics
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """Hosts for which an unset API key falls back to a placeholder (our server ignores keys)."""
@@ -181,7 +180,7 @@ class TinkerTrainer:
         self.base_model = tcfg.base_model
         self.run_dir = Path(config.out_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        _seed_everything(config.seed)
+        seed_everything(config.seed)
 
         # Env and its task list; group i plays tasks[cursor.task_index(i)] (as AsyncTrainer).
         probe = self._make_env()
@@ -219,24 +218,12 @@ class TinkerTrainer:
             max_tokens=config.rollout.max_tokens,
             max_context_tokens=config.rollout.max_context_tokens or max_context,
         )
-        self.sampling = SamplingParams(
-            max_tokens=config.rollout.max_tokens,
-            temperature=config.rollout.temperature,
-            top_p=config.rollout.top_p,
-        )
+        self.sampling = sampling_params(config)
         self._lr_factor = lr_schedule(
             config.optim.schedule, config.optim.warmup_steps, config.trainer.steps
         )
-        (self.run_dir / "config.yaml").write_text(config.to_yaml())
-        if self.resumed_from is not None:
-            truncate_metrics(self.run_dir / "metrics.jsonl", self.resumed_from)
-        self.sinks: MultiSink = build_sinks(
-            config.logging, self.run_dir, config.model_dump(mode="json"), self.console
-        )
-        self.writer = (
-            TrajectoryWriter(self.run_dir / "trajectories.jsonl")
-            if config.logging.trajectories
-            else None
+        self.sinks, self.writer = open_run_outputs(
+            config, self.run_dir, self.resumed_from, self.console
         )
         self._pending = self.cursor.pending()
         self.sampler_path: str | None = None
@@ -489,8 +476,7 @@ class TinkerTrainer:
         return next((m.max_context_length for m in models if m.model_name == self.base_model), None)
 
     def _make_env(self) -> Any:
-        cfg = self.config.env
-        return skyrl_gym.make(cfg.id, max_turns=cfg.max_turns, **cfg.kwargs)
+        return make_env(self.config)
 
 
 def _reduce_locally(
@@ -554,9 +540,3 @@ def _api_key(config: TrainConfig) -> str:
     if urlparse(config.tinker.base_url or "").hostname in LOOPBACK_HOSTS:
         return "tml-local"
     raise ConfigError(f"backend 'tinker': set ${name} to the endpoint's API key")
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
