@@ -1,14 +1,19 @@
 """The agent loop: policies, token-first trajectories, append-only chat rendering.
 
-    from agents import rollout, ScriptedPolicy, ChatRenderer
+    from skyrl_sdk.agents import rollout, ScriptedPolicy, ChatRenderer
     trajectory = await rollout(env, policy, task, max_turns=8, max_tokens=256)
 
 Heavy backends import torch / transformers / vllm only when built: `agents.local_engine`
 (`LocalEngine`), `agents.openai_client` (`OpenAIClient`), `agents.vllm_engine` (`VLLMEngine`).
 """
 
-from agents.chat import ChatRenderer, RenderedPrompt, TemplateError, retokenize_conversation
-from agents.policy import (
+from skyrl_sdk.agents.chat import (
+    ChatRenderer,
+    RenderedPrompt,
+    TemplateError,
+    retokenize_conversation,
+)
+from skyrl_sdk.agents.policy import (
     Completion,
     FinishReason,
     GenerationContext,
@@ -16,9 +21,9 @@ from agents.policy import (
     PolicyError,
     SamplingParams,
 )
-from agents.rollout import ContextPolicy, RolloutLimits, rollout, run_episodes
-from agents.scripted import ScriptedPolicy
-from agents.trajectory import (
+from skyrl_sdk.agents.rollout import ContextPolicy, RolloutLimits, rollout, run_episodes
+from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.agents.trajectory import (
     Segment,
     SegmentStart,
     StopReason,

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tools.messages import Message
+from skyrl_sdk.tools.messages import Message
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -47,11 +47,11 @@ def eval_command(
 ) -> None:
     """Evaluate a policy on an env: progress, summary table, results.json, trajectories.jsonl."""
     import skyrl_gym
-    from agents.evaluate import EvalError, load_policy, plan
-    from agents.policy import SamplingParams
-    from agents.rollout import RolloutLimits
     from skyrl_gym.registry import EntryPointError, UnknownEnvError
     from skyrl_gym.tasks import TaskError, load_tasks
+    from skyrl_sdk.agents.evaluate import EvalError, load_policy, plan
+    from skyrl_sdk.agents.policy import SamplingParams
+    from skyrl_sdk.agents.rollout import RolloutLimits
 
     try:
         skyrl_gym.spec(env_id)
@@ -88,7 +88,7 @@ async def _run_with_progress(the_plan, env_id, policy, concurrency, limits, samp
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import skyrl_gym
-    from agents.evaluate import run_plan
+    from skyrl_sdk.agents.evaluate import run_plan
 
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -129,7 +129,7 @@ async def _run_with_progress(the_plan, env_id, policy, concurrency, limits, samp
 
 
 def _print_summary(results, env_id: str, policy_name: str) -> None:
-    from agents.evaluate import summarize
+    from skyrl_sdk.agents.evaluate import summarize
 
     s = summarize(results)
     table = Table(title=f"skyrl eval {escape(env_id)}  ({escape(policy_name)})")
@@ -158,8 +158,8 @@ def view_command(
     limit: int | None = typer.Option(None, help="Render at most this many episodes."),
 ) -> None:
     """Render trajectories as a static HTML page (messages, tokens, mask, logprobs, rewards)."""
-    from agents.trajectory import read_trajectories
-    from agents.viewer import render_html
+    from skyrl_sdk.agents.trajectory import read_trajectories
+    from skyrl_sdk.agents.viewer import render_html
 
     if not trajectories.is_file():
         _die(f"no such file: {trajectories}")
@@ -168,7 +168,7 @@ def view_command(
         items = items[:limit]
     decode = None
     if tokenizer is not None:
-        from agents.evaluate import load_renderer
+        from skyrl_sdk.agents.evaluate import load_renderer
 
         renderer = load_renderer(tokenizer)
         assert renderer is not None
@@ -190,9 +190,9 @@ def serve_command(
     """Serve a local model over an OpenAI-compatible HTTP API (completions with token ids)."""
     import uvicorn
 
-    from agents.evaluate import _tiny_dir
-    from agents.local_engine import LocalEngine
-    from agents.server import create_app
+    from skyrl_sdk.agents.evaluate import _tiny_dir
+    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.server import create_app
 
     path = _tiny_dir() if model == "tiny" else Path(model)
     if not path.is_dir():

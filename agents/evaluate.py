@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.chat import ChatRenderer
-from agents.policy import Policy, SamplingParams
-from agents.rollout import RolloutLimits, run_episodes
-from agents.trajectory import (
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import Policy, SamplingParams
+from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
+from skyrl_sdk.agents.trajectory import (
     Trajectory,
     TrajectoryWriter,
     latest_by_episode,
@@ -55,7 +55,7 @@ def load_renderer(tokenizer: str | None) -> ChatRenderer | None:
 
 
 def _tiny_dir() -> Path:
-    from agents.tiny import tiny_model_dir
+    from skyrl_sdk.agents.tiny import tiny_model_dir
 
     return tiny_model_dir()
 
@@ -70,14 +70,14 @@ def load_policy(
 ) -> Policy:
     """Build the policy a spec names (see `POLICY_SPEC_HELP`)."""
     if spec.startswith(("http://", "https://")):
-        from agents.openai_client import ApiMode, OpenAIClient
+        from skyrl_sdk.agents.openai_client import ApiMode, OpenAIClient
 
         return OpenAIClient(spec, model=model, renderer=load_renderer(tokenizer), api=ApiMode(api))
     if spec.startswith("scripted:"):
-        from agents.scripted import ScriptedPolicy
+        from skyrl_sdk.agents.scripted import ScriptedPolicy
 
         return ScriptedPolicy.from_file(spec.removeprefix("scripted:"), load_renderer(tokenizer))
-    from agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.local_engine import LocalEngine
 
     if spec == "tiny":
         return LocalEngine.from_pretrained(_tiny_dir(), device=device, name="tiny")

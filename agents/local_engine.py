@@ -23,8 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.chat import ChatRenderer
-from agents.policy import Completion, FinishReason, GenerationContext, PolicyError, SamplingParams
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import (
+    Completion,
+    FinishReason,
+    GenerationContext,
+    PolicyError,
+    SamplingParams,
+)
 
 if TYPE_CHECKING:
     import torch

@@ -24,8 +24,14 @@ from typing import Any
 
 import httpx
 
-from agents.chat import ChatRenderer
-from agents.policy import Completion, FinishReason, GenerationContext, PolicyError, SamplingParams
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import (
+    Completion,
+    FinishReason,
+    GenerationContext,
+    PolicyError,
+    SamplingParams,
+)
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from tools.messages import Message
+from skyrl_sdk.tools.messages import Message
 
 if TYPE_CHECKING:
-    from agents.chat import ChatRenderer
+    from skyrl_sdk.agents.chat import ChatRenderer
 
 
 class FinishReason(enum.Enum):

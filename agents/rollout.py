@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.chat import ChatRenderer, RenderedPrompt, TemplateError
-from agents.policy import Completion, GenerationContext, Policy, SamplingParams
-from agents.trajectory import (
+from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
+from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
+from skyrl_sdk.agents.trajectory import (
     Segment,
     SegmentStart,
     StopReason,
@@ -33,8 +33,8 @@ from agents.trajectory import (
     TrajectoryWriter,
     Turn,
 )
-from tools.calls import ParseError, ParseErrorKind, ToolCall
-from tools.messages import Message
+from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
+from skyrl_sdk.tools.messages import Message
 
 
 class ContextPolicy(enum.Enum):

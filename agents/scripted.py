@@ -7,8 +7,14 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from agents.chat import ChatRenderer
-from agents.policy import Completion, FinishReason, GenerationContext, PolicyError, SamplingParams
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import (
+    Completion,
+    FinishReason,
+    GenerationContext,
+    PolicyError,
+    SamplingParams,
+)
 
 Action = str | Sequence[int]
 """A reply as text (tokenized canonically) or as exact token ids (any segmentation)."""

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from agents.policy import Completion, SamplingParams
+from skyrl_sdk.agents.policy import Completion, SamplingParams
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.local_engine import LocalEngine
 
 
 class CompletionRequest(BaseModel):

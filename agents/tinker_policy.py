@@ -14,8 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents.chat import ChatRenderer
-from agents.policy import Completion, FinishReason, GenerationContext, PolicyError, SamplingParams
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import (
+    Completion,
+    FinishReason,
+    GenerationContext,
+    PolicyError,
+    SamplingParams,
+)
 
 TINKER_EXTRA = "pip install 'skyrl-sdk[tinker]'"
 """How to install the SDK (named in import errors)."""

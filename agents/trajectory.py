@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.policy import FinishReason
-from tools.calls import ParseError, ParseErrorKind, ToolCall
-from tools.messages import Message
+from skyrl_sdk.agents.policy import FinishReason
+from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
+from skyrl_sdk.tools.messages import Message
 
 SCHEMA_VERSION = 1
 

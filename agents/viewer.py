@@ -12,7 +12,7 @@ import html
 import json
 from collections.abc import Callable, Sequence
 
-from agents.trajectory import Trajectory
+from skyrl_sdk.agents.trajectory import Trajectory
 
 Decode = Callable[[Sequence[int]], str]
 

@@ -57,8 +57,14 @@ from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agents.chat import ChatRenderer
-from agents.policy import Completion, FinishReason, GenerationContext, PolicyError, SamplingParams
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import (
+    Completion,
+    FinishReason,
+    GenerationContext,
+    PolicyError,
+    SamplingParams,
+)
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 _T = TypeVar("_T")

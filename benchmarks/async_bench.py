@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.report import BenchReport
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,8 @@ class RunTiming:
 
 def time_run(settings: AsyncBenchSettings, staleness: int, out_dir: Path) -> RunTiming:
     """Train `settings.steps` steps at `max_staleness=staleness`; time `train()` only."""
-    from trainer.async_trainer import AsyncTrainer
-    from trainer.config import build_config
+    from skyrl_sdk.trainer.async_trainer import AsyncTrainer
+    from skyrl_sdk.trainer.config import build_config
 
     cfg = build_config(
         {},

@@ -6,7 +6,7 @@ import importlib
 
 import typer
 
-from benchmarks import BENCHMARKS
+from skyrl_sdk.benchmarks import BENCHMARKS
 
 
 def bench(

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.peer_venv import PeerUnavailable, run_in_peer
-from benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.peer_venv import PeerUnavailable, run_in_peer
+from skyrl_sdk.benchmarks.report import BenchReport
 
 ROUNDS = 8
 ROUND_SECONDS = 0.5

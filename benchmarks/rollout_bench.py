@@ -16,7 +16,7 @@ import gc
 import statistics
 import time
 
-from benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.report import BenchReport
 
 EPISODES = 256
 TURN_COUNTS = (8, 128)
@@ -29,9 +29,9 @@ def _oracle(task: dict) -> list[str]:
 def _throughput(renderer) -> tuple[float, float, float, float]:
     """(episodes/s, env steps/s) for the agent loop, then for the bare env loop."""
     import skyrl_gym
-    from agents.rollout import RolloutLimits, run_episodes
-    from agents.scripted import ScriptedPolicy
     from skyrl_gym.envs.math.env import bundled_tasks
+    from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
+    from skyrl_sdk.agents.scripted import ScriptedPolicy
 
     tasks = [dict(t, task_id=f"{t['task_id']}#{i}") for i, t in enumerate(bundled_tasks() * 4)][
         :EPISODES
@@ -115,7 +115,7 @@ def _append_ms_per_turn(
 
 def _retokenize_ms_per_turn(renderer, turns: int) -> float:
     """Mean ms per turn when the whole conversation is re-tokenized every turn."""
-    from agents.chat import retokenize_conversation
+    from skyrl_sdk.agents.chat import retokenize_conversation
 
     opening, actions, observations = _conversation(turns)
     messages = list(opening)
@@ -128,8 +128,8 @@ def _retokenize_ms_per_turn(renderer, turns: int) -> float:
 
 
 def run() -> BenchReport:
-    from agents.chat import ChatRenderer
-    from agents.tiny import build_tokenizer
+    from skyrl_sdk.agents.chat import ChatRenderer
+    from skyrl_sdk.agents.tiny import build_tokenizer
 
     renderer = ChatRenderer(build_tokenizer())
     eps, steps, bare_eps, bare_steps = _throughput(renderer)

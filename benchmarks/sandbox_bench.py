@@ -11,9 +11,9 @@ import asyncio
 import subprocess
 import time
 
-from benchmarks.report import BenchReport
-from sandboxes import SandboxPool, SandboxSpec, create_sandbox
-from sandboxes.pool import percentile
+from skyrl_sdk.benchmarks.report import BenchReport
+from skyrl_sdk.sandboxes import SandboxPool, SandboxSpec, create_sandbox
+from skyrl_sdk.sandboxes.pool import percentile
 
 
 async def _measure(starts: int, execs: int, backend: str) -> dict[str, list[float]]:

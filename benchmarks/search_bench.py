@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from benchmarks.report import BenchReport
-from tools.search.bm25 import TITLE_BOOST
+from skyrl_sdk.benchmarks.report import BenchReport
+from skyrl_sdk.tools.search.bm25 import TITLE_BOOST
 
 _WORD = re.compile(r"[^\W_]+")
 K1, B = 1.2, 0.75  # tantivy's BM25 constants
@@ -80,7 +80,7 @@ def _recall(search: Callable[[str], list[str]], tasks: Sequence[dict]) -> float:
 def run(builds: int = 3, min_s: float = 1.0, max_tasks: int | None = None) -> BenchReport:
     """Measure; `max_tasks` limits the questions used (tests), `min_s` the time per rate."""
     from skyrl_gym.envs.search.env import CORPUS_FILE, bundled_tasks
-    from tools.search import BM25Index, HttpRetriever, build_index, read_corpus
+    from skyrl_sdk.tools.search import BM25Index, HttpRetriever, build_index, read_corpus
 
     docs = list(read_corpus(CORPUS_FILE))
     tasks = list(bundled_tasks())[:max_tasks]
@@ -105,7 +105,7 @@ def run(builds: int = 3, min_s: float = 1.0, max_tasks: int | None = None) -> Be
 
         http_qps: float | None = None
         try:
-            from tools.search.server import ServerThread, create_app
+            from skyrl_sdk.tools.search.server import ServerThread, create_app
 
             app = create_app(index, documents=index.num_docs)
         except ImportError:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.report import BenchReport
 
 DB_ID = "retail"
 GOLD = (
@@ -123,7 +123,7 @@ def measure_ours(root: Path, seconds: float = 2.0) -> Measurement:
 
 def measure_peer(root: Path, seconds: float = 2.0) -> Measurement:
     """PyPI skyrl-gym's `text2sql` env in its own virtualenv."""
-    from benchmarks.peer_venv import run_in_peer
+    from skyrl_sdk.benchmarks.peer_venv import run_in_peer
 
     result = run_in_peer(
         PEER_PACKAGE, PEER_SCRIPT, str(root), DB_ID, GOLD, json.dumps(ACTIONS), str(seconds)
@@ -135,7 +135,7 @@ def measure_peer(root: Path, seconds: float = 2.0) -> Measurement:
 
 def run(seconds: float = 2.0, *, include_peer: bool = True) -> BenchReport:
     """Measure both envs on the same episodes; return the report."""
-    from benchmarks.peer_venv import PeerUnavailable
+    from skyrl_sdk.benchmarks.peer_venv import PeerUnavailable
 
     notes = [
         f"{len(ACTIONS)} actions per episode (5 <sql> + 1 <solution>), fresh env per episode, "

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.report import BenchReport
 
 ITERS = 20
 """Timed calls per measurement (after two warm-up calls)."""
@@ -79,9 +79,9 @@ def run(iters: int = ITERS) -> BenchReport:
     import tinker
     from tinker import types
 
-    from trainer.tinker.backend import BaseModels, LoraSpec, TrainedModel
-    from trainer.tinker.cli import TINY_NAME, default_models
-    from trainer.tinker.wire import Datum, SamplingParamsIn
+    from skyrl_sdk.trainer.tinker.backend import BaseModels, LoraSpec, TrainedModel
+    from skyrl_sdk.trainer.tinker.cli import TINY_NAME, default_models
+    from skyrl_sdk.trainer.tinker.wire import Datum, SamplingParamsIn
 
     os.environ.setdefault("TINKER_TELEMETRY", "0")
     specs = default_models()

@@ -67,8 +67,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peer_venv import VENVS, PeerUnavailable
-from benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.peer_venv import VENVS, PeerUnavailable
+from skyrl_sdk.benchmarks.report import BenchReport
 
 TRL_HOME = VENVS / "trl"
 """The TRL virtualenv (never our own environment: its pins could change what we measure)."""
@@ -200,9 +200,9 @@ class OurSide:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from agents.trajectory import TrainingSample
-        from trainer.config import AlgorithmConfig, OptimConfig
-        from trainer.learner import Learner
+        from skyrl_sdk.agents.trajectory import TrainingSample
+        from skyrl_sdk.trainer.config import AlgorithmConfig, OptimConfig
+        from skyrl_sdk.trainer.learner import Learner
 
         self.settings = settings
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -501,7 +501,7 @@ class TrlWorker:
 
 def bench_model_dir(settings: TrainerBenchSettings) -> Path:
     """The tiny model both sides load (built once, cached)."""
-    from agents.tiny import tiny_model_dir
+    from skyrl_sdk.agents.tiny import tiny_model_dir
 
     return tiny_model_dir(hidden_size=settings.hidden_size, seed=settings.seed)
 

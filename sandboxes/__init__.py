@@ -1,6 +1,6 @@
 """Sandboxes: one async interface to run untrusted commands, with three backends.
 
-    from sandboxes import SandboxSpec, create_sandbox
+    from skyrl_sdk.sandboxes import SandboxSpec, create_sandbox
 
     async with create_sandbox(SandboxSpec(memory_bytes=256 << 20)) as sb:
         result = await sb.exec("echo hi", timeout=5)
@@ -12,18 +12,18 @@ owner process; `reap()` removes those whose owner died. This package imports not
 `tools`, `skyrl_gym` or `agents`.
 """
 
-from sandboxes.base import Command, Sandbox
-from sandboxes.factory import Backend, create_sandbox, sandbox_class
-from sandboxes.pool import PoolStats, SandboxPool
-from sandboxes.portal import BackgroundLoop, background_loop
-from sandboxes.spec import (
+from skyrl_sdk.sandboxes.base import Command, Sandbox
+from skyrl_sdk.sandboxes.factory import Backend, create_sandbox, sandbox_class
+from skyrl_sdk.sandboxes.pool import PoolStats, SandboxPool
+from skyrl_sdk.sandboxes.portal import BackgroundLoop, background_loop
+from skyrl_sdk.sandboxes.spec import (
     BackendUnavailable,
     ExecResult,
     ExecStatus,
     SandboxError,
     SandboxSpec,
 )
-from sandboxes.tracking import ReapReport, SandboxRecord, reap, records
+from skyrl_sdk.sandboxes.tracking import ReapReport, SandboxRecord, reap, records
 
 __all__ = [
     "Backend",

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sandboxes import tracking
-from sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
-from sandboxes.cgroups import CgroupSet, controller_bases
-from sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxError, decode_capped
+from skyrl_sdk.sandboxes import tracking
+from skyrl_sdk.sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
+from skyrl_sdk.sandboxes.cgroups import CgroupSet, controller_bases
+from skyrl_sdk.sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxError, decode_capped
 
 SERVER_SOURCE = (Path(__file__).with_name("_server.py")).read_text()
 # Compiling the server's source takes 4-10 ms of a ~20 ms start. Once an interpreter has said

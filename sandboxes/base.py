@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import ClassVar
 
-from sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxError, SandboxSpec
+from skyrl_sdk.sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxError, SandboxSpec
 
 Command = str | Sequence[str]
 """A shell command line (run with `/bin/sh -c`) or an argv list (run directly)."""

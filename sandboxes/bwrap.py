@@ -15,8 +15,8 @@ import shutil
 from functools import cache
 from pathlib import Path
 
-from sandboxes._process import SANDBOX_UID, ServerSandbox
-from sandboxes.spec import BackendUnavailable, SandboxError
+from skyrl_sdk.sandboxes._process import SANDBOX_UID, ServerSandbox
+from skyrl_sdk.sandboxes.spec import BackendUnavailable, SandboxError
 
 # Host paths never exposed: credentials and per-user files, and the sockets under /run.
 _HIDDEN = {"proc", "dev", "tmp", "run", "root", "home", "lost+found", "sys"}

@@ -28,7 +28,7 @@ def exec_command(
     """Run one command in a fresh sandbox; exit with its status (124 on timeout)."""
     import asyncio
 
-    from sandboxes import BackendUnavailable, SandboxError, SandboxSpec, create_sandbox
+    from skyrl_sdk.sandboxes import BackendUnavailable, SandboxError, SandboxSpec, create_sandbox
 
     try:
         spec = SandboxSpec(
@@ -66,7 +66,7 @@ def list_command() -> None:
     """List recorded sandboxes and whether their owner is alive."""
     import time
 
-    from sandboxes.tracking import owner_alive, records
+    from skyrl_sdk.sandboxes.tracking import owner_alive, records
 
     rows = records()
     if not rows:
@@ -80,7 +80,7 @@ def list_command() -> None:
 @app.command("reap")
 def reap_command() -> None:
     """Remove sandboxes whose owner process died (processes, cgroups, dirs, containers)."""
-    from sandboxes.tracking import reap
+    from skyrl_sdk.sandboxes.tracking import reap
 
     report = reap()
     typer.echo(f"reaped {len(report.reaped)}, left {report.alive} with live owners")

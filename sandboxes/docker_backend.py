@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sandboxes import tracking
-from sandboxes._server import _Capture
-from sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
-from sandboxes.spec import BackendUnavailable, ExecResult, SandboxError, decode_capped
+from skyrl_sdk.sandboxes import tracking
+from skyrl_sdk.sandboxes._server import _Capture
+from skyrl_sdk.sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
+from skyrl_sdk.sandboxes.spec import BackendUnavailable, ExecResult, SandboxError, decode_capped
 
 LABEL = "skyrl.sandbox"
 _KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600; done"]

@@ -6,8 +6,8 @@ import enum
 from collections.abc import Generator
 from typing import Any
 
-from sandboxes.base import Sandbox
-from sandboxes.spec import SandboxSpec
+from skyrl_sdk.sandboxes.base import Sandbox
+from skyrl_sdk.sandboxes.spec import SandboxSpec
 
 
 class Backend(enum.StrEnum):
@@ -29,15 +29,15 @@ def sandbox_class(backend: str | Backend) -> type[Sandbox]:
         choices = ", ".join(b.value for b in Backend)
         raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {choices}") from None
     if name is Backend.BWRAP:
-        from sandboxes.bwrap import BwrapSandbox, bwrap_path
+        from skyrl_sdk.sandboxes.bwrap import BwrapSandbox, bwrap_path
 
         bwrap_path()  # fail here, with the install hint, not inside start()
         return BwrapSandbox
     if name is Backend.LOCAL:
-        from sandboxes.local import LocalSandbox
+        from skyrl_sdk.sandboxes.local import LocalSandbox
 
         return LocalSandbox
-    from sandboxes.docker_backend import DockerSandbox
+    from skyrl_sdk.sandboxes.docker_backend import DockerSandbox
 
     return DockerSandbox
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sandboxes._process import ServerSandbox
+from skyrl_sdk.sandboxes._process import ServerSandbox
 
 
 class LocalSandbox(ServerSandbox):

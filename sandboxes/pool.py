@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from sandboxes.base import Sandbox
-from sandboxes.factory import Backend, create_sandbox
-from sandboxes.spec import SandboxError, SandboxSpec
+from skyrl_sdk.sandboxes.base import Sandbox
+from skyrl_sdk.sandboxes.factory import Backend, create_sandbox
+from skyrl_sdk.sandboxes.spec import SandboxError, SandboxSpec
 
 
 def percentile(values: Sequence[float], q: float) -> float:

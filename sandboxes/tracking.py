@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sandboxes.cgroups import CgroupSet
+from skyrl_sdk.sandboxes.cgroups import CgroupSet
 
 RECORD = "record.json"
 MNT_DETACH = 2

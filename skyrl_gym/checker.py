@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 
-from tools.messages import is_message
+from skyrl_sdk.tools.messages import is_message
 
 EnvSource = gym.Env | Callable[[], gym.Env]
 CHECK_SEED = 1234

@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from skyrl_gym.tasks import validate_task
-from tools.messages import ROLES, Message, Messages, Role, is_message
+from skyrl_sdk.tools.messages import ROLES, Message, Messages, Role, is_message
 
 __all__ = [
     "ROLES",

@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from sandboxes import Backend, Sandbox, SandboxSpec, background_loop, create_sandbox
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn
 from skyrl_gym.tool_env import ToolEnv, Tooling, answer, resolve_format
-from tools import Tool, ToolFormat, Toolset, XMLTagFormat
+from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxSpec, background_loop, create_sandbox
+from skyrl_sdk.tools import Tool, ToolFormat, Toolset, XMLTagFormat
 
 
 class SandboxToolEnv(ToolEnv):

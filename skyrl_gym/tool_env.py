@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
-from tools import (
+from skyrl_sdk.tools import (
     ParseError,
     ParseErrorKind,
     Tool,
@@ -24,8 +24,8 @@ from tools import (
     XMLTagFormat,
     tool,
 )
-from tools.formats import FORMATS
-from tools.messages import Message
+from skyrl_sdk.tools.formats import FORMATS
+from skyrl_sdk.tools.messages import Message
 
 
 @tool

@@ -1,10 +1,10 @@
 """Tools the model can call, their JSON schemas, and the formats tool calls are written in."""
 
-from tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall, ToolResult
-from tools.core import Tool, ToolArgumentError, ToolDefinitionError, tool
-from tools.formats import FORMATS, HermesFormat, OpenAIFormat, ToolFormat, XMLTagFormat
-from tools.messages import Message, Messages, is_message
-from tools.toolset import Toolset
+from skyrl_sdk.tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall, ToolResult
+from skyrl_sdk.tools.core import Tool, ToolArgumentError, ToolDefinitionError, tool
+from skyrl_sdk.tools.formats import FORMATS, HermesFormat, OpenAIFormat, ToolFormat, XMLTagFormat
+from skyrl_sdk.tools.messages import Message, Messages, is_message
+from skyrl_sdk.tools.toolset import Toolset
 
 __all__ = [
     "FORMATS",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sandboxes import ExecResult, ExecStatus, Sandbox
-from tools.core import Tool, tool
+from skyrl_sdk.sandboxes import ExecResult, ExecStatus, Sandbox
+from skyrl_sdk.tools.core import Tool, tool
 
 
 def describe_result(result: ExecResult, timeout_s: float) -> str:

@@ -7,7 +7,7 @@ import math
 import operator
 from collections.abc import Callable
 
-from tools.core import tool
+from skyrl_sdk.tools.core import tool
 
 _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,

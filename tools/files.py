@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sandboxes import Sandbox
-from tools.core import Tool, tool
+from skyrl_sdk.sandboxes import Sandbox
+from skyrl_sdk.tools.core import Tool, tool
 
 MAX_FILE_BYTES = 4 << 20
 

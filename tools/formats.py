@@ -17,9 +17,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall, ToolResult
-from tools.core import Tool
-from tools.messages import Message
+from skyrl_sdk.tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall, ToolResult
+from skyrl_sdk.tools.core import Tool
+from skyrl_sdk.tools.messages import Message
 
 _EXCERPT = 80
 

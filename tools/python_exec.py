@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from sandboxes import Sandbox
-from tools.core import Tool, tool
+from skyrl_sdk.sandboxes import Sandbox
+from skyrl_sdk.tools.core import Tool, tool
 
 DAEMON_DIR = "/tmp/.skyrl-python"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.core import Tool, tool
+from skyrl_sdk.tools.core import Tool, tool
 
 _ALLOWED_ACTIONS = {
     sqlite3.SQLITE_SELECT,

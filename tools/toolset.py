@@ -6,8 +6,8 @@ import asyncio
 import inspect
 from collections.abc import Iterable
 
-from tools.calls import ParseError, ParseErrorKind, ToolCall, ToolResult
-from tools.core import Tool, ToolArgumentError
+from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall, ToolResult
+from skyrl_sdk.tools.core import Tool, ToolArgumentError
 
 
 class Toolset:

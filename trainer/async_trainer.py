@@ -40,21 +40,21 @@ import torch
 from rich.console import Console
 
 import skyrl_gym
-import trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
-from agents.local_engine import LocalEngine
-from agents.policy import Completion, GenerationContext, SamplingParams
-from agents.rollout import RolloutLimits, rollout
-from agents.trajectory import StopReason, TrainingSample, Trajectory, TrajectoryWriter
-from trainer import advantages as adv_fns
-from trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
-from trainer.config import AdvantageEstimator, AlgorithmConfig, EngineKind, TrainConfig
-from trainer.data import DataCursor, StalenessGate
-from trainer.learner import Learner, LearnerStats
-from trainer.metrics import MultiSink, build_sinks, truncate_metrics
-from trainer.models import load_model
+import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
+from skyrl_sdk.agents.local_engine import LocalEngine
+from skyrl_sdk.agents.policy import Completion, GenerationContext, SamplingParams
+from skyrl_sdk.agents.rollout import RolloutLimits, rollout
+from skyrl_sdk.agents.trajectory import StopReason, TrainingSample, Trajectory, TrajectoryWriter
+from skyrl_sdk.trainer import advantages as adv_fns
+from skyrl_sdk.trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
+from skyrl_sdk.trainer.config import AdvantageEstimator, AlgorithmConfig, EngineKind, TrainConfig
+from skyrl_sdk.trainer.data import DataCursor, StalenessGate
+from skyrl_sdk.trainer.learner import Learner, LearnerStats
+from skyrl_sdk.trainer.metrics import MultiSink, build_sinks, truncate_metrics
+from skyrl_sdk.trainer.models import load_model
 
 if TYPE_CHECKING:
-    from agents.vllm_engine import VLLMEngine
+    from skyrl_sdk.agents.vllm_engine import VLLMEngine
 
 
 @dataclass(frozen=True)
@@ -385,7 +385,7 @@ def build_engine(
         return LocalEngine(
             model, tokenizer, max_batch_size=rollout.engine_batch_size, name=name, policy_version=0
         )
-    from agents.vllm_engine import VLLMEngine  # imports vllm itself only when started
+    from skyrl_sdk.agents.vllm_engine import VLLMEngine  # imports vllm itself only when started
 
     path = run_dir / ENGINE_MODEL_DIR
     model.save_pretrained(path)

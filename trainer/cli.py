@@ -23,7 +23,7 @@ def train_command(
     `backend=tinker` runs the same loop through a Tinker API endpoint."""
     from rich.console import Console
 
-    from trainer.config import (
+    from skyrl_sdk.trainer.config import (
         Backend,
         ConfigError,
         DistributedStrategy,
@@ -50,7 +50,7 @@ def train_command(
         )
         raise typer.Exit(2)
     if cfg.backend is Backend.TINKER:
-        from trainer.tinker_trainer import TinkerTrainer
+        from skyrl_sdk.trainer.tinker_trainer import TinkerTrainer
 
         if ray:
             console.print("[red]--ray runs the local backend; backend 'tinker' has no actors[/red]")
@@ -62,11 +62,11 @@ def train_command(
             raise typer.Exit(2) from None
         result = tinker_trainer.run()
     elif ray:
-        from trainer.ray_mode import run_ray
+        from skyrl_sdk.trainer.ray_mode import run_ray
 
         result = run_ray(cfg, resume=resume)
     else:
-        from trainer.async_trainer import AsyncTrainer
+        from skyrl_sdk.trainer.async_trainer import AsyncTrainer
 
         result = AsyncTrainer(cfg, resume=resume, console=console).run()
     console.print(

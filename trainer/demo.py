@@ -121,8 +121,8 @@ def run_demo(
     """Train the `model` preset for `steps` optimizer steps (None: the preset's) and write the
     report; returns the summary (also in `results.json`). `seed` seeds the data order,
     sampling and initialisation."""
-    from trainer.async_trainer import AsyncTrainer
-    from trainer.config import build_config
+    from skyrl_sdk.trainer.async_trainer import AsyncTrainer
+    from skyrl_sdk.trainer.config import build_config
 
     if model not in PRESETS:
         raise ValueError(f"unknown demo model {model!r}; choose from {', '.join(PRESETS)}")
@@ -197,7 +197,7 @@ def _available(preset: DemoPreset, console: Console) -> DemoPreset:
     if preset.config.get("model", {}).get("source") != "smollm2":
         return preset
     from skyrl_gym.cache import cache_dir
-    from trainer.models import SMOLLM2_DIR, ModelUnavailableError, smollm2_dir
+    from skyrl_sdk.trainer.models import SMOLLM2_DIR, ModelUnavailableError, smollm2_dir
 
     if not (cache_dir() / SMOLLM2_DIR).exists():
         console.print(
@@ -248,8 +248,8 @@ def moving_average(values: list[float], width: int | None = None) -> list[float]
 def write_viewer(out: Path, tokenizer: Any, *, title: str, per_end: int = 24) -> Path:
     """`trajectories.html`: the trajectory viewer on the first and the last `per_end`
     episodes (before and after training), with each token's text."""
-    from agents.trajectory import read_trajectories
-    from agents.viewer import render_html
+    from skyrl_sdk.agents.trajectory import read_trajectories
+    from skyrl_sdk.agents.viewer import render_html
 
     episodes = read_trajectories(out / "trajectories.jsonl")
     if len(episodes) > 2 * per_end:

@@ -33,9 +33,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from agents.trajectory import TrainingSample
-from trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig
-from trainer.learner import Learner, LearnerStats, lr_schedule
+from skyrl_sdk.agents.trajectory import TrainingSample
+from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig
+from skyrl_sdk.trainer.learner import Learner, LearnerStats, lr_schedule
 
 
 def init_process_group(backend: str | None = None, timeout_s: float = 120.0) -> tuple[int, int]:

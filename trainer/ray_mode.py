@@ -40,13 +40,13 @@ from typing import Any
 import ray
 import torch
 
-from agents.policy import Completion, GenerationContext, SamplingParams
-from agents.trajectory import TrainingSample
-from trainer.async_trainer import AsyncTrainer, SeededPolicy, TrainResult
-from trainer.config import DistributedStrategy, TrainConfig
-from trainer.distributed_learner import combine_stats, shard_batch
-from trainer.learner import Learner, LearnerStats
-from trainer.ray_envs import EnvPool
+from skyrl_sdk.agents.policy import Completion, GenerationContext, SamplingParams
+from skyrl_sdk.agents.trajectory import TrainingSample
+from skyrl_sdk.trainer.async_trainer import AsyncTrainer, SeededPolicy, TrainResult
+from skyrl_sdk.trainer.config import DistributedStrategy, TrainConfig
+from skyrl_sdk.trainer.distributed_learner import combine_stats, shard_batch
+from skyrl_sdk.trainer.learner import Learner, LearnerStats
+from skyrl_sdk.trainer.ray_envs import EnvPool
 
 SETUP_TIMEOUT_S = 300.0
 """Longest wait for the learner ranks to build their models and join the process group."""
@@ -66,7 +66,7 @@ def init_local_ray(num_cpus: int = 2) -> None:
 
 def _model_and_tokenizer(config: TrainConfig) -> tuple[Any, Any]:
     """The model architecture and tokenizer (no pre-training: weights come from the driver)."""
-    from trainer.models import load_model
+    from skyrl_sdk.trainer.models import load_model
 
     model_cfg = config.model.model_copy(update={"pretrain_steps": 0})
     return load_model(model_cfg, seed=config.seed)
@@ -156,7 +156,7 @@ class LearnerRankActor:
     ) -> int:
         """Join the process group, build this rank's learner, load `state`; returns the
         policy version. Every rank must be called at once (the group forms collectively)."""
-        from trainer.distributed_learner import DeepSpeedLearner, FSDPLearner
+        from skyrl_sdk.trainer.distributed_learner import DeepSpeedLearner, FSDPLearner
 
         os.environ.update(
             {
@@ -326,7 +326,7 @@ class EngineActor:
         version: int,
         torch_threads: int,
     ):
-        from agents.local_engine import LocalEngine
+        from skyrl_sdk.agents.local_engine import LocalEngine
 
         torch.set_num_threads(torch_threads)
         model, tokenizer = _model_and_tokenizer(config)

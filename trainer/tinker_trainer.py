@@ -47,12 +47,12 @@ import httpx
 import torch
 from rich.console import Console
 
-import trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
-from agents.rollout import RolloutLimits
-from agents.tinker_policy import TinkerPolicy, import_tinker
-from agents.trajectory import TrainingSample, Trajectory
-from trainer import losses
-from trainer.async_trainer import (
+import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
+from skyrl_sdk.agents.rollout import RolloutLimits
+from skyrl_sdk.agents.tinker_policy import TinkerPolicy, import_tinker
+from skyrl_sdk.agents.trajectory import TrainingSample, Trajectory
+from skyrl_sdk.trainer import losses
+from skyrl_sdk.trainer.async_trainer import (
     Group,
     SeededPolicy,
     TrainResult,
@@ -64,10 +64,10 @@ from trainer.async_trainer import (
     seed_everything,
     step_metrics,
 )
-from trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
-from trainer.config import AlgorithmConfig, ConfigError, PolicyLoss, TrainConfig
-from trainer.data import DataCursor
-from trainer.learner import LearnerStats, lr_schedule
+from skyrl_sdk.trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
+from skyrl_sdk.trainer.config import AlgorithmConfig, ConfigError, PolicyLoss, TrainConfig
+from skyrl_sdk.trainer.data import DataCursor
+from skyrl_sdk.trainer.learner import LearnerStats, lr_schedule
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """Hosts for which an unset API key falls back to a placeholder (our server ignores keys)."""

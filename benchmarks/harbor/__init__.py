@@ -1,11 +1,11 @@
 """Run Harbor task folders with an agent and grade them: `skyrl harbor run`.
 
-from benchmarks.harbor import JobConfig, run_job
+from skyrl_sdk.benchmarks.harbor import JobConfig, run_job
 job = asyncio.run(run_job(JobConfig(path="tasks/", agent="oracle", out="runs/h")))
 """
 
-from benchmarks.harbor.agents import AgentKind
-from benchmarks.harbor.job import (
+from skyrl_sdk.benchmarks.harbor.agents import AgentKind
+from skyrl_sdk.benchmarks.harbor.job import (
     JobConfig,
     JobResult,
     TrialError,

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from skyrl_gym.envs.harbor.runtime import AGENT_LOGS, NO_LIMIT_S, SOLUTION, HarborRuntime
 
 if TYPE_CHECKING:
-    from agents.policy import Policy, SamplingParams
-    from agents.trajectory import Trajectory
     from skyrl_gym.envs.harbor.env import HarborEnv
+    from skyrl_sdk.agents.policy import Policy, SamplingParams
+    from skyrl_sdk.agents.trajectory import Trajectory
 
 
 class AgentKind(enum.StrEnum):
@@ -86,8 +86,8 @@ async def run_llm(
     sampling: SamplingParams | None = None,
 ) -> AgentOutcome:
     """Play the task with `policy` in our agent loop (the env's reset starts the environment)."""
-    from agents.rollout import RolloutLimits, rollout
-    from agents.trajectory import StopReason
+    from skyrl_sdk.agents.rollout import RolloutLimits, rollout
+    from skyrl_sdk.agents.trajectory import StopReason
 
     limits = RolloutLimits(max_turns=max_turns, max_tokens=max_tokens, timeout=timeout_s)
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agents.trajectory import Trajectory
+from skyrl_sdk.agents.trajectory import Trajectory
 
 ATIF_VERSION = "ATIF-v1.8"
 

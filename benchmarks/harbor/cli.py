@@ -40,7 +40,7 @@ def run_command(
     max_tokens: int = typer.Option(1024, help="llm agent: tokens per turn."),
 ) -> None:
     """Run every task under PATH with one agent; write DIR/job.json and a trial folder each."""
-    from benchmarks.harbor.job import JobConfig, run_job, summary_table
+    from skyrl_sdk.benchmarks.harbor.job import JobConfig, run_job, summary_table
 
     if not path.exists():
         raise typer.BadParameter(f"{path} does not exist", param_hint="--path")
@@ -62,8 +62,8 @@ def run_command(
         raise typer.Exit(2) from None
 
     if config.backend.value == "docker":
-        from sandboxes import BackendUnavailable
-        from sandboxes.docker_backend import docker_client
+        from skyrl_sdk.sandboxes import BackendUnavailable
+        from skyrl_sdk.sandboxes.docker_backend import docker_client
 
         try:
             docker_client().close()

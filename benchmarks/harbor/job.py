@@ -22,10 +22,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harbor.agents import AgentFailure, AgentKind, AgentOutcome, run_llm, run_oracle
-from sandboxes import Backend, SandboxError
 from skyrl_gym.envs.harbor.runtime import HarborRuntime, TaskEnvironmentError, VerifierResult
 from skyrl_gym.envs.harbor.task import TaskFormatError, find_task_dirs, load_task
+from skyrl_sdk.benchmarks.harbor.agents import (
+    AgentFailure,
+    AgentKind,
+    AgentOutcome,
+    run_llm,
+    run_oracle,
+)
+from skyrl_sdk.sandboxes import Backend, SandboxError
 
 JOB_FILE = "job.json"
 RESULT_FILE = "result.json"
@@ -315,7 +321,7 @@ async def run_trial(
             with contextlib.suppress(Exception):
                 await runtime.close()
     if outcome.trajectory is not None:
-        from benchmarks.harbor.atif import to_atif
+        from skyrl_sdk.benchmarks.harbor.atif import to_atif
 
         agent_dir = trial_dir / "agent"
         agent_dir.mkdir(parents=True, exist_ok=True)
@@ -361,12 +367,12 @@ async def run_job(
     out.mkdir(parents=True, exist_ok=True)
     task_dirs = find_task_dirs(config.path)
     if config.agent is AgentKind.LLM and policy is None:
-        from agents.evaluate import load_policy
+        from skyrl_sdk.agents.evaluate import load_policy
 
         policy = load_policy(config.policy or "")
     writer = None
     if config.agent is AgentKind.LLM:
-        from agents.trajectory import TrajectoryWriter
+        from skyrl_sdk.agents.trajectory import TrajectoryWriter
 
         writer = TrajectoryWriter(out / TRAJECTORIES)
     limit = asyncio.Semaphore(config.concurrency)

@@ -1,6 +1,6 @@
 """SWE-bench in sandboxes: load instances and predictions, evaluate, report.
 
-    from benchmarks.swebench import HarnessConfig, load_instances, load_predictions, run_evaluation
+    from skyrl_sdk.benchmarks.swebench import HarnessConfig, load_instances, load_predictions, run_evaluation
     instances = load_instances("instances.jsonl")
     run = asyncio.run(run_evaluation(instances, load_predictions("preds.jsonl"), "out",
                                      HarnessConfig(repos_dir="repos")))

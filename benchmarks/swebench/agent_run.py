@@ -70,7 +70,7 @@ async def run_agent(
 ) -> RunResult:
     """Play one `swe` episode per instance with `policy`, then write the report."""
     import skyrl_gym
-    from agents.evaluate import plan, run_plan
+    from skyrl_sdk.agents.evaluate import plan, run_plan
 
     out = Path(out_dir)
     rows = [i.to_row() for i in instances]

@@ -114,10 +114,10 @@ def run_command(
     ids: str | None = typer.Option(None, help="Comma-separated instance ids to run."),
 ) -> None:
     """Run an agent on each instance in the `swe` env, then write the evaluation report."""
-    from agents.evaluate import EvalError, load_policy
-    from agents.policy import SamplingParams
-    from agents.rollout import RolloutLimits
-    from benchmarks.swebench.agent_run import run_agent
+    from skyrl_sdk.agents.evaluate import EvalError, load_policy
+    from skyrl_sdk.agents.policy import SamplingParams
+    from skyrl_sdk.agents.rollout import RolloutLimits
+    from skyrl_sdk.benchmarks.swebench.agent_run import run_agent
 
     chosen, repos_dir = _instances(instances, ids, repos)
     try:

@@ -85,7 +85,7 @@ def eval_command(
         db_root = parent / "database" if (parent / "database").is_dir() else parent
     extra = {"dataset": str(dataset_path), "db_root": str(db_root)}
     if predictions is not None:
-        from benchmarks.text2sql.evaluate import (
+        from skyrl_sdk.benchmarks.text2sql.evaluate import (
             PredictionsError,
             read_predictions,
             score_predictions,
@@ -101,7 +101,7 @@ def eval_command(
             keep_distinct=keep_distinct, workers=workers, extra=extra,
         )  # fmt: skip
     else:
-        from benchmarks.text2sql.policy_eval import PolicyUnavailable, evaluate_policy
+        from skyrl_sdk.benchmarks.text2sql.policy_eval import PolicyUnavailable, evaluate_policy
 
         assert policy is not None
         try:
@@ -111,7 +111,7 @@ def eval_command(
             )  # fmt: skip
         except PolicyUnavailable as e:
             _die(str(e))
-    from benchmarks.text2sql.evaluate import write_report
+    from skyrl_sdk.benchmarks.text2sql.evaluate import write_report
 
     path = write_report(report, out)
     _print_summary(report, path)

@@ -30,7 +30,7 @@ from skyrl_gym.envs.sql.metrics import (
     execution_match,
 )
 from skyrl_gym.tasks import TaskError, TaskRow
-from tools.sqldb import ReadOnlyDatabase, open_database
+from skyrl_sdk.tools.sqldb import ReadOnlyDatabase, open_database
 
 __all__ = [
     "EvalItem",

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.text2sql.evaluate import EvalReport, score_predictions
 from skyrl_gym.envs.sql.metrics import Metric
 from skyrl_gym.tasks import TaskRow
+from skyrl_sdk.benchmarks.text2sql.evaluate import EvalReport, score_predictions
 
 __all__ = ["PolicyUnavailable", "evaluate_policy", "make_policy", "solution_of"]
 
@@ -33,7 +33,7 @@ class PolicyUnavailable(RuntimeError):
 def make_policy(spec: str, rows: Sequence[TaskRow]) -> Any:
     """A `agents.Policy` for `spec` (see the module docstring)."""
     try:
-        from agents.scripted import ScriptedPolicy
+        from skyrl_sdk.agents.scripted import ScriptedPolicy
     except ImportError as e:  # pragma: no cover - agents is part of this distribution
         raise PolicyUnavailable(f"--policy needs the agents package ({e})") from e
     if spec == "oracle":
@@ -44,7 +44,7 @@ def make_policy(spec: str, rows: Sequence[TaskRow]) -> Any:
         }
         return ScriptedPolicy(script, name="oracle")
     try:
-        from agents.evaluate import EvalError, load_policy
+        from skyrl_sdk.agents.evaluate import EvalError, load_policy
     except ImportError as e:
         raise PolicyUnavailable(
             f"policy spec {spec!r} is not available yet: only 'oracle' works without the agents "
@@ -79,9 +79,9 @@ def evaluate_policy(
     extra: dict[str, Any] | None = None,
 ) -> EvalReport:
     """Run one episode per row with `spec`'s policy; score each final solution."""
-    from agents.rollout import RolloutLimits, run_episodes
-    from agents.trajectory import TrajectoryWriter
     from skyrl_gym.envs.sql.env import SQLEnv
+    from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
+    from skyrl_sdk.agents.trajectory import TrajectoryWriter
 
     policy = make_policy(spec, rows)
     writer = TrajectoryWriter(Path(out_dir) / "trajectories.jsonl") if out_dir else None

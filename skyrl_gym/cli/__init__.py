@@ -18,33 +18,53 @@ from typer.core import TyperGroup
 # command). Packages add their own line here.
 COMMAND_GROUPS: list[tuple[str, str, str]] = [
     ("env", "skyrl_gym.cli.env_cmd:app", "List, check and play environments."),
-    ("sandbox", "sandboxes.cli:app", "Run commands in sandboxes; list and reap them."),
-    ("bench", "benchmarks.cli:bench", "Performance benchmarks (`skyrl bench NAME --json`)."),
+    ("sandbox", "skyrl_sdk.sandboxes.cli:app", "Run commands in sandboxes; list and reap them."),
+    (
+        "bench",
+        "skyrl_sdk.benchmarks.cli:bench",
+        "Performance benchmarks (`skyrl bench NAME --json`).",
+    ),
     (
         "text2sql",
-        "benchmarks.text2sql.cli:app",
+        "skyrl_sdk.benchmarks.text2sql.cli:app",
         "Text-to-SQL evaluation (Spider, BIRD, SkyRL-SQL).",
     ),
     (
         "eval",
-        "agents.cli:eval_command",
+        "skyrl_sdk.agents.cli:eval_command",
         "Evaluate a policy on an env (results.json, trajectories).",
     ),
-    ("view", "agents.cli:view_command", "Render trajectories.jsonl as a static HTML report."),
-    ("serve", "agents.cli:serve_command", "Serve a local model over an OpenAI-compatible API."),
+    (
+        "view",
+        "skyrl_sdk.agents.cli:view_command",
+        "Render trajectories.jsonl as a static HTML report.",
+    ),
+    (
+        "serve",
+        "skyrl_sdk.agents.cli:serve_command",
+        "Serve a local model over an OpenAI-compatible API.",
+    ),
     ("search", "skyrl_gym.envs.search.cli:app", "Build, serve and query BM25 search indexes."),
-    ("swebench", "benchmarks.swebench.cli:app", "SWE-bench: evaluate patches, run agents."),
+    (
+        "swebench",
+        "skyrl_sdk.benchmarks.swebench.cli:app",
+        "SWE-bench: evaluate patches, run agents.",
+    ),
     (
         "harbor",
-        "benchmarks.harbor.cli:app",
+        "skyrl_sdk.benchmarks.harbor.cli:app",
         "Run and grade Harbor task folders (Terminal-Bench style).",
     ),
     (
         "train",
-        "trainer.cli:train_command",
+        "skyrl_sdk.trainer.cli:train_command",
         "Train a policy with the async RL trainer (YAML config).",
     ),
-    ("tinker", "trainer.tinker.cli:app", "Serve the Tinker training API on local models."),
+    (
+        "tinker",
+        "skyrl_sdk.trainer.tinker.cli:app",
+        "Serve the Tinker training API on local models.",
+    ),
 ]
 
 _LAZY = {name: (target, help_text) for name, target, help_text in COMMAND_GROUPS}
@@ -115,7 +135,7 @@ def demo(
 ) -> None:
     """RL-train a small model on CPU and write runs/demo/report.md (reward curve, metrics,
     trajectory viewer)."""
-    from trainer.demo import PRESETS, run_demo
+    from skyrl_sdk.trainer.demo import PRESETS, run_demo
 
     if model not in PRESETS:
         raise typer.BadParameter(f"choose from {', '.join(PRESETS)}", param_hint="--model")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.chat import ChatRenderer
-from agents.tiny import default_corpus, train_bpe, wrap_tokenizer
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.tiny import default_corpus, train_bpe, wrap_tokenizer
 from tests.agents.templates import STYLES, TemplateStyle
 
 
@@ -43,6 +43,6 @@ def chatml_renderer(bpe_core) -> ChatRenderer:
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """A tiny Qwen2-architecture model + tokenizer saved as a pretrained directory."""
-    from agents.tiny import tiny_model_dir
+    from skyrl_sdk.agents.tiny import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model")

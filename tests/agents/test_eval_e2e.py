@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agents.trajectory import StopReason, read_trajectories
 from skyrl_gym.envs.math.env import bundled_tasks
+from skyrl_sdk.agents.trajectory import StopReason, read_trajectories
 
 SKYRL = [sys.executable, "-m", "skyrl_gym.cli"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -10,11 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import skyrl_gym  # noqa: E402
-from agents.local_engine import LocalEngine  # noqa: E402
-from agents.policy import FinishReason, SamplingParams  # noqa: E402
-from agents.rollout import rollout  # noqa: E402
-from agents.trajectory import StopReason  # noqa: E402
 from skyrl_gym.envs.math.env import bundled_tasks  # noqa: E402
+from skyrl_sdk.agents.local_engine import LocalEngine  # noqa: E402
+from skyrl_sdk.agents.policy import FinishReason, SamplingParams  # noqa: E402
+from skyrl_sdk.agents.rollout import rollout  # noqa: E402
+from skyrl_sdk.agents.trajectory import StopReason  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_rollout_with_local_engine_is_token_exact(engine: LocalEngine) -> None:
     policy = Recording()
     env = skyrl_gym.make("math")
     task = bundled_tasks()[0]
-    from agents.policy import SamplingParams as SP
+    from skyrl_sdk.agents.policy import SamplingParams as SP
 
     t = asyncio.run(rollout(env, policy, task, max_turns=3, max_tokens=16, sampling=SP(seed=1)))
     assert t.stop_reason in (StopReason.MAX_TURNS, StopReason.DONE)
@@ -168,7 +168,7 @@ def test_rollout_with_local_engine_is_token_exact(engine: LocalEngine) -> None:
 def test_aclose_fails_queued_and_decoding_requests_and_joins_the_worker(tiny_dir) -> None:
     """Closing mid-decode stops at the next step: requests left fail, and the worker thread is
     gone when `aclose` returns (a thread still running torch at interpreter exit aborts it)."""
-    from agents.policy import PolicyError
+    from skyrl_sdk.agents.policy import PolicyError
 
     eng = LocalEngine.from_pretrained(tiny_dir, max_batch_size=2)
     prompt = prompts(eng)[0]

@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from agents.openai_client import ApiMode, OpenAIClient, RetryPolicy, ServerError
-from agents.policy import FinishReason, GenerationContext, PolicyError, SamplingParams
+from skyrl_sdk.agents.openai_client import ApiMode, OpenAIClient, RetryPolicy, ServerError
+from skyrl_sdk.agents.policy import FinishReason, GenerationContext, PolicyError, SamplingParams
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.001, timeout_s=5)
 CONTEXT = GenerationContext("ep-1", "t-1", 0, ({"role": "user", "content": "hi"},))

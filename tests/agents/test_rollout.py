@@ -9,19 +9,19 @@ import time
 import pytest
 
 import skyrl_gym
-from agents.chat import ChatRenderer
-from agents.policy import SamplingParams
-from agents.rollout import ContextPolicy, RolloutLimits, rollout, run_episodes
-from agents.scripted import ScriptedPolicy
-from agents.trajectory import (
+from skyrl_gym.core import TaskEnv
+from skyrl_gym.envs.math.env import bundled_tasks
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import SamplingParams
+from skyrl_sdk.agents.rollout import ContextPolicy, RolloutLimits, rollout, run_episodes
+from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.agents.trajectory import (
     SegmentStart,
     StopReason,
     Trajectory,
     TrajectoryWriter,
     read_trajectories,
 )
-from skyrl_gym.core import TaskEnv
-from skyrl_gym.envs.math.env import bundled_tasks
 
 TASKS = bundled_tasks()
 

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import pytest
 
 import skyrl_gym
-from agents.chat import ChatRenderer, TemplateError, retokenize_conversation
-from agents.policy import Completion, FinishReason, GenerationContext, SamplingParams
-from agents.rollout import rollout
-from agents.trajectory import StopReason, Trajectory
 from skyrl_gym.envs.math.env import bundled_tasks
+from skyrl_sdk.agents.chat import ChatRenderer, TemplateError, retokenize_conversation
+from skyrl_sdk.agents.policy import Completion, FinishReason, GenerationContext, SamplingParams
+from skyrl_sdk.agents.rollout import rollout
+from skyrl_sdk.agents.trajectory import StopReason, Trajectory
 from tests.agents.conftest import make_renderer
 from tests.agents.templates import TemplateStyle
 

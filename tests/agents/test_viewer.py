@@ -12,10 +12,10 @@ from html.parser import HTMLParser
 import pytest
 
 import skyrl_gym
-from agents.rollout import rollout
-from agents.scripted import ScriptedPolicy
-from agents.trajectory import TrajectoryWriter
 from skyrl_gym.envs.math.env import bundled_tasks
+from skyrl_sdk.agents.rollout import rollout
+from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.agents.trajectory import TrajectoryWriter
 
 
 def _find_chromium() -> str | None:

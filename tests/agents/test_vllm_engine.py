@@ -21,8 +21,8 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-    from agents.policy import Completion
-    from agents.vllm_engine import VLLMEngine
+    from skyrl_sdk.agents.policy import Completion
+    from skyrl_sdk.agents.vllm_engine import VLLMEngine
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="needs vllm (run `make test-vllm`)")
@@ -39,7 +39,7 @@ TRIGGER = 8
 
 @pytest.mark.skipif(HAVE_VLLM, reason="vllm is installed")
 def test_missing_vllm_names_the_extra(tmp_path) -> None:
-    from agents.vllm_engine import VLLMEngine
+    from skyrl_sdk.agents.vllm_engine import VLLMEngine
 
     with pytest.raises(ImportError, match=r"skyrl-sdk\[gpu\]"):
         VLLMEngine(tmp_path)
@@ -59,7 +59,7 @@ def models(tmp_path_factory) -> Models:
     """Tiny Qwen2 models (tied embeddings) with a head size vLLM's CPU kernels support (64)."""
     import torch
 
-    from agents.tiny import build_model, build_tokenizer
+    from skyrl_sdk.agents.tiny import build_model, build_tokenizer
 
     path = tmp_path_factory.mktemp("vllm-tiny")
     tokenizer = build_tokenizer()
@@ -86,7 +86,7 @@ def models(tmp_path_factory) -> Models:
 @pytest.fixture(scope="module")
 def engine(models: Models) -> Iterator[VLLMEngine]:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from agents.vllm_engine import VLLMEngine
+    from skyrl_sdk.agents.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(models.path, dtype="float32", max_model_len=1024, enforce_eager=True)
     yield engine
@@ -153,9 +153,9 @@ def _assert_matches(
 @pytest.mark.timeout(900)
 def test_vllm_engine_rollout_is_token_exact(engine: VLLMEngine, models: Models) -> None:
     import skyrl_gym
-    from agents.policy import SamplingParams
-    from agents.rollout import rollout
     from skyrl_gym.envs.math.env import bundled_tasks
+    from skyrl_sdk.agents.policy import SamplingParams
+    from skyrl_sdk.agents.rollout import rollout
 
     async def go():
         env = skyrl_gym.make("math")
@@ -197,7 +197,7 @@ async def _update_in_flight(
     engine: VLLMEngine, prompt: Sequence[int], weights: dict[str, Any], version: int
 ) -> Completion:
     """Start a long request, queue `weights` once it is under way, return its completion."""
-    from agents.policy import SamplingParams
+    from skyrl_sdk.agents.policy import SamplingParams
 
     request = asyncio.create_task(
         engine.generate(prompt, SamplingParams(max_tokens=160, temperature=1.0, seed=1))
@@ -222,7 +222,7 @@ def _switch(completion: Completion, old: int, new: int) -> int:
 @needs_vllm
 @pytest.mark.timeout(900)
 def test_vllm_engine_updates_weights_in_flight(engine: VLLMEngine, models: Models) -> None:
-    from agents.policy import FinishReason, SamplingParams
+    from skyrl_sdk.agents.policy import FinishReason, SamplingParams
 
     a = {k: v.clone() for k, v in models.a.state_dict().items()}
     b = {k: v.clone() for k, v in models.b.state_dict().items()}

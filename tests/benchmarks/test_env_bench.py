@@ -2,8 +2,8 @@
 
 import json
 
-from benchmarks.env_step import _ours
-from benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.env_step import _ours
+from skyrl_sdk.benchmarks.report import BenchReport
 
 
 def test_our_side_measures_a_positive_rate():

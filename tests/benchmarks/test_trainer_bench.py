@@ -9,8 +9,14 @@ import math
 
 import pytest
 
-from benchmarks import BENCHMARKS, trainer_bench
-from benchmarks.trainer_bench import TrainerBenchSettings, make_batch, measure, run, trl_ready
+from skyrl_sdk.benchmarks import BENCHMARKS, trainer_bench
+from skyrl_sdk.benchmarks.trainer_bench import (
+    TrainerBenchSettings,
+    make_batch,
+    measure,
+    run,
+    trl_ready,
+)
 
 QUICK = TrainerBenchSettings(
     sequences=4,
@@ -35,7 +41,7 @@ def _check_ours(result: dict) -> None:
 
 
 def test_bench_trainer_is_registered():
-    assert BENCHMARKS["trainer"] == "benchmarks.trainer_bench:run"
+    assert BENCHMARKS["trainer"] == "skyrl_sdk.benchmarks.trainer_bench:run"
 
 
 def test_batch_is_seeded_grouped_and_free_of_special_tokens():

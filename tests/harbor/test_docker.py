@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.harbor.job import JobConfig, TrialError, run_job
+from skyrl_sdk.benchmarks.harbor.job import JobConfig, TrialError, run_job
 from tests.harbor.conftest import arun, make_task
 
 pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("docker")]

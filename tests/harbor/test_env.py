@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import skyrl_gym
-from agents.rollout import rollout
-from agents.scripted import ScriptedPolicy
 from skyrl_gym.checker import check_env
 from skyrl_gym.envs.harbor.env import HarborEnv, task_rows
+from skyrl_sdk.agents.rollout import rollout
+from skyrl_sdk.agents.scripted import ScriptedPolicy
 from tests.harbor.conftest import ANSWER, arun, bash_call, make_task, needs_bwrap
 
 pytestmark = needs_bwrap

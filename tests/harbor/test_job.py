@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agents.scripted import ScriptedPolicy
-from benchmarks.harbor.job import JobConfig, TrialError, run_job
 from skyrl_gym.cli import app as skyrl_app
 from skyrl_gym.envs.harbor.env import BUNDLED_TASKS
 from skyrl_gym.envs.harbor.task import find_task_dirs
+from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.benchmarks.harbor.job import JobConfig, TrialError, run_job
 from tests.harbor.conftest import ANSWER, arun, bash_call, make_task, needs_bwrap
 
 pytestmark = needs_bwrap

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes import (
+from skyrl_sdk.sandboxes import (
     ExecStatus,
     SandboxError,
     SandboxPool,

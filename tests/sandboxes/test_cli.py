@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.sandbox_bench import run as bench_run
+from skyrl_sdk.benchmarks.sandbox_bench import run as bench_run
 from tests.conftest import needs_bwrap
 
 pytestmark = needs_bwrap

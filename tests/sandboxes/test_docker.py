@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes import ExecStatus, SandboxError, SandboxSpec, create_sandbox, reap
+from skyrl_sdk.sandboxes import ExecStatus, SandboxError, SandboxSpec, create_sandbox, reap
 from tests.conftest import arun
 
 pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("docker")]
@@ -102,7 +102,7 @@ def test_docker_close_removes_the_container(docker_engine: str) -> None:
 
 OWNER = """
 import asyncio
-from sandboxes import SandboxSpec, create_sandbox
+from skyrl_sdk.sandboxes import SandboxSpec, create_sandbox
 
 async def main():
     sb = await create_sandbox(SandboxSpec(image={image!r}), backend="docker")

@@ -7,13 +7,13 @@ import json
 import pytest
 
 import skyrl_gym
-from sandboxes import create_sandbox
 from skyrl_gym.checker import run_checks
 from skyrl_gym.envs.python.env import bundled_tasks as python_tasks
 from skyrl_gym.envs.terminal.env import TerminalEnv
 from skyrl_gym.envs.terminal.env import bundled_tasks as terminal_tasks
+from skyrl_sdk.sandboxes import create_sandbox
+from skyrl_sdk.tools.python_exec import python_tool
 from tests.conftest import arun, needs_bwrap
-from tools.python_exec import python_tool
 
 pytestmark = needs_bwrap
 

@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandboxes import ExecStatus, SandboxSpec, create_sandbox
+from skyrl_sdk.sandboxes import ExecStatus, SandboxSpec, create_sandbox
 from tests.conftest import arun, needs_bwrap, processes_matching
 
 pytestmark = needs_bwrap
@@ -204,7 +204,7 @@ def test_ro_binds_bring_back_a_hidden_host_directory_read_only() -> None:
 def test_ro_binds_must_be_absolute_directories() -> None:
     import pytest
 
-    from sandboxes import SandboxError
+    from skyrl_sdk.sandboxes import SandboxError
 
     with pytest.raises(ValueError, match="must be an absolute path"):
         SandboxSpec(ro_binds=("relative/path",))

@@ -12,13 +12,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandboxes import reap, records
-from sandboxes.tracking import owner_alive
+from skyrl_sdk.sandboxes import reap, records
+from skyrl_sdk.sandboxes.tracking import owner_alive
 from tests.conftest import needs_bwrap, processes_matching
 
 OWNER = """
 import asyncio, json, sys
-from sandboxes import create_sandbox
+from skyrl_sdk.sandboxes import create_sandbox
 
 async def main():
     boxes = [await create_sandbox(backend=b) for b in ("bwrap", "bwrap", "local")]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from sandboxes import SandboxSpec, create_sandbox
+from skyrl_sdk.sandboxes import SandboxSpec, create_sandbox
+from skyrl_sdk.tools import ToolCall, Toolset
+from skyrl_sdk.tools.bash import bash_tool
+from skyrl_sdk.tools.files import file_tools
+from skyrl_sdk.tools.python_exec import python_tool
 from tests.conftest import arun, needs_bwrap
-from tools import ToolCall, Toolset
-from tools.bash import bash_tool
-from tools.files import file_tools
-from tools.python_exec import python_tool
 
 pytestmark = needs_bwrap
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from skyrl_gym.envs.search.env import CORPUS_FILE
-from tools.search import BM25Index, build_index
+from skyrl_sdk.tools.search import BM25Index, build_index
 
 
 @pytest.fixture(scope="session")

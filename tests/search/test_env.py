@@ -12,7 +12,7 @@ import pytest
 import skyrl_gym
 from skyrl_gym.envs.search.env import SearchEnv, bundled_tasks
 from skyrl_gym.tasks import TaskError
-from tools import ToolCall
+from skyrl_sdk.tools import ToolCall
 
 _DOC = re.compile(r"^Doc \d+ \(Title: ([^)]*)\) (.*)$", re.M)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from skyrl_gym.envs.search.env import CORPUS_FILE, DATA_DIR, bundled_tasks
-from tools.search import (
+from skyrl_sdk.tools.search import (
     BM25Index,
     CorpusError,
     SearchIndexError,

@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from skyrl_gym.envs.search.env import SearchEnv, bundled_tasks
-from tools.search import (
+from skyrl_sdk.tools.search import (
     BM25Index,
     HttpRetriever,
     RetrievalError,

@@ -9,7 +9,7 @@ import skyrl_gym
 from skyrl_gym.envs.math.env import bundled_tasks
 from skyrl_gym.envs.sql_basic.env import bundled_database
 from skyrl_gym.envs.sql_basic.env import bundled_tasks as sql_tasks
-from tools.calculator import evaluate
+from skyrl_sdk.tools.calculator import evaluate
 
 
 def test_bundled_math_answers_follow_from_their_expressions():

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import skyrl_gym
-from agents import ScriptedPolicy, rollout
 from skyrl_gym.envs.swe.env import SWEEnv
 from skyrl_gym.envs.swe.instances import SWEInstance
+from skyrl_sdk.agents import ScriptedPolicy, rollout
 from tests.swebench.conftest import arun, by_id, hermes, needs_bwrap
 
 LRU = "skyrl-bench__lrucache-6"

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.text2sql.evaluate import (
+from skyrl_gym.cli import app
+from skyrl_gym.envs.sql.bundled import bundled_tasks
+from skyrl_gym.envs.sql.metrics import Metric
+from skyrl_sdk.benchmarks.text2sql.evaluate import (
     PredictionsError,
     read_predictions,
     score_predictions,
 )
-from skyrl_gym.cli import app
-from skyrl_gym.envs.sql.bundled import bundled_tasks
-from skyrl_gym.envs.sql.metrics import Metric
 from tests.text2sql.conftest import digest
 
 runner = CliRunner()
@@ -133,7 +133,7 @@ def test_cli_argument_errors(tmp_path: Path) -> None:
 
 
 def test_policy_mode_oracle_and_unknown_spec(bundled: Path, tmp_path: Path) -> None:
-    pytest.importorskip("agents.rollout")
+    pytest.importorskip("skyrl_sdk.agents.rollout")
     out = tmp_path / "pol"
     result = runner.invoke(app, ["text2sql", "eval", "--dataset", "bundled", "--policy", "oracle",
                                  "--limit", "12", "--metric", "skyrl", "--out", str(out)])  # fmt: skip
@@ -148,7 +148,7 @@ def test_policy_mode_oracle_and_unknown_spec(bundled: Path, tmp_path: Path) -> N
 
 
 def test_bench_ours_only() -> None:
-    from benchmarks.sql_bench import run
+    from skyrl_sdk.benchmarks.sql_bench import run
 
     report = run(seconds=0.2, include_peer=False)
     assert report.result["ours_steps_per_s"] > 0 and report.result["ours_final_reward"] == 1.0

@@ -14,8 +14,8 @@ from skyrl_gym.envs.sql.metrics import (
     prepare_spider_sql,
     rows_match,
 )
+from skyrl_sdk.tools.sqldb import open_database
 from tests.text2sql.conftest import make_sqlite
-from tools.sqldb import open_database
 
 S, B, K = Metric.SPIDER, Metric.BIRD, Metric.SKYRL
 

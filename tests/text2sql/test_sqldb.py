@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.text2sql.conftest import digest, make_sqlite
-from tools.sqldb import (
+from skyrl_sdk.tools.sqldb import (
     DuckDBDatabase,
     QueryStatus,
     SQLiteDatabase,
@@ -17,6 +16,7 @@ from tools.sqldb import (
     open_database,
     split_statements,
 )
+from tests.text2sql.conftest import digest, make_sqlite
 
 ENDLESS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
 WRITES = [

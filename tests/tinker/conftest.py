@@ -34,8 +34,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def tinker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerServer]:
     """Start the server once for the session; stop it at the end."""
-    from trainer.tinker.cli import TINY_NAME, default_models
-    from trainer.tinker.server import ServerConfig, ServerThread
+    from skyrl_sdk.trainer.tinker.cli import TINY_NAME, default_models
+    from skyrl_sdk.trainer.tinker.server import ServerConfig, ServerThread
 
     os.environ["TINKER_TELEMETRY"] = "0"
     state = tmp_path_factory.mktemp("tinker-state")

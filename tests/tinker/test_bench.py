@@ -8,7 +8,7 @@ pytest.importorskip("tinker")
 
 
 def test_tinker_bench_reports_overheads() -> None:
-    from benchmarks.tinker_bench import run
+    from skyrl_sdk.benchmarks.tinker_bench import run
 
     report = run(iters=2)
     for key in ("fwdbwd_overhead_ms", "sample_overhead_ms"):

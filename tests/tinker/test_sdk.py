@@ -150,7 +150,7 @@ def test_cancelled_samples_stop(tinker_server: TinkerServer) -> None:
     at its next token and drops the queued one."""
     import time
 
-    from trainer.tinker.store import FutureState
+    from skyrl_sdk.trainer.tinker.store import FutureState
 
     svc = tinker_server.service
     sampler = _client(tinker_server).create_sampling_client(base_model=tinker_server.base_model)

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from skyrl_sdk.trainer.tinker.store import DB_NAME, FutureState, FutureStore
 from tests.tinker.conftest import _free_port
-from trainer.tinker.store import DB_NAME, FutureState, FutureStore
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402

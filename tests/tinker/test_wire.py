@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 
+from skyrl_sdk.trainer.tinker.server import _ModelQueue
 from tests.tinker.conftest import TinkerServer
-from trainer.tinker.server import _ModelQueue
 
 
 def test_queue_runs_in_seq_order() -> None:

@@ -5,9 +5,9 @@ import sqlite3
 
 import pytest
 
-from tools import ToolCall, Toolset, tool
-from tools.calculator import CalculatorError, calculator, evaluate
-from tools.sqlite import SQLiteReadOnly, SQLRefused, sql_tool
+from skyrl_sdk.tools import ToolCall, Toolset, tool
+from skyrl_sdk.tools.calculator import CalculatorError, calculator, evaluate
+from skyrl_sdk.tools.sqlite import SQLiteReadOnly, SQLRefused, sql_tool
 
 
 @tool

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools import HermesFormat, OpenAIFormat, ParseErrorKind, ToolCall, ToolResult, XMLTagFormat
+from skyrl_sdk.tools import (
+    HermesFormat,
+    OpenAIFormat,
+    ParseErrorKind,
+    ToolCall,
+    ToolResult,
+    XMLTagFormat,
+)
 
 XML = XMLTagFormat({"sql": "query", "answer": "answer"})
 HERMES = HermesFormat()

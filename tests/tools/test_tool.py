@@ -5,7 +5,7 @@ from typing import Literal
 
 import pytest
 
-from tools import Tool, ToolArgumentError, ToolDefinitionError, tool
+from skyrl_sdk.tools import Tool, ToolArgumentError, ToolDefinitionError, tool
 
 
 class Color(enum.Enum):

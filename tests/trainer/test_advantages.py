@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainer.advantages import (
+from skyrl_sdk.trainer.advantages import (
     grpo_advantages,
     nonzero_variance_groups,
     returns_to_go,

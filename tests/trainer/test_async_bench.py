@@ -3,8 +3,13 @@
 import asyncio
 from dataclasses import dataclass
 
-from benchmarks import BENCHMARKS
-from benchmarks.async_bench import AsyncBenchSettings, LatencyPolicy, measure, turn_latency
+from skyrl_sdk.benchmarks import BENCHMARKS
+from skyrl_sdk.benchmarks.async_bench import (
+    AsyncBenchSettings,
+    LatencyPolicy,
+    measure,
+    turn_latency,
+)
 
 
 def test_turn_latency_is_seeded_heavy_tailed_and_capped():
@@ -35,7 +40,7 @@ def test_latency_policy_sleeps_then_delegates():
 
 
 def test_bench_async_runs_with_tiny_settings():
-    assert BENCHMARKS["async"] == "benchmarks.async_bench:run"
+    assert BENCHMARKS["async"] == "skyrl_sdk.benchmarks.async_bench:run"
     settings = AsyncBenchSettings(
         steps=2,
         groups_per_step=2,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.async_trainer import AsyncTrainer
-from trainer.config import build_config
-from trainer.metrics import read_metrics
+from skyrl_sdk.trainer.async_trainer import AsyncTrainer
+from skyrl_sdk.trainer.config import build_config
+from skyrl_sdk.trainer.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

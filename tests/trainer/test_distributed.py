@@ -29,7 +29,7 @@ def _train(tmp_path: Path, backend: str, *extra: str) -> dict:
         [
             *TORCHRUN,
             "-m",
-            "trainer.distributed_smoke",
+            "skyrl_sdk.trainer.distributed_smoke",
             "--backend",
             backend,
             "--out",
@@ -72,8 +72,8 @@ def test_deepspeed_zero1_learner_trains_at_world_size_2(tmp_path):
 
 
 def test_shard_batch_pads_short_ranks_with_zero_advantage():
-    from trainer.distributed_learner import shard_batch
-    from trainer.distributed_smoke import _sample
+    from skyrl_sdk.trainer.distributed_learner import shard_batch
+    from skyrl_sdk.trainer.distributed_smoke import _sample
 
     samples = [_sample(t) for t in (9, 10, 11)]
     local0, adv0 = shard_batch(samples, [1.0, 2.0, 3.0], 0, 2)
@@ -85,7 +85,7 @@ def test_shard_batch_pads_short_ranks_with_zero_advantage():
 
 
 def _stats(**overrides):
-    from trainer.learner import LearnerStats
+    from skyrl_sdk.trainer.learner import LearnerStats
 
     values = dict(
         loss=1.0,
@@ -108,7 +108,7 @@ def _stats(**overrides):
 
 
 def test_combine_stats_means_losses_over_ranks_and_weights_token_averages():
-    from trainer.distributed_learner import combine_stats
+    from skyrl_sdk.trainer.distributed_learner import combine_stats
 
     a = _stats(loss=1.0, entropy=2.0, tokens=30, staleness_max=1, duration_s=2.0)
     b = _stats(loss=3.0, entropy=4.0, tokens=10, staleness_max=2, duration_s=1.0, grad_norm=9.0)
@@ -141,14 +141,14 @@ def test_combine_stats_means_losses_over_ranks_and_weights_token_averages():
     ],
 )
 def test_distributed_config_errors_name_the_field(overrides, names):
-    from trainer.config import ConfigError, build_config
+    from skyrl_sdk.trainer.config import ConfigError, build_config
 
     with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
         build_config({}, overrides)
 
 
 def test_distributed_config_defaults_and_values():
-    from trainer.config import DistributedStrategy, build_config
+    from skyrl_sdk.trainer.config import DistributedStrategy, build_config
 
     cfg = build_config({}, [])
     assert cfg.distributed.strategy is DistributedStrategy.NONE
@@ -171,8 +171,8 @@ def test_cli_rejects_a_distributed_strategy_without_ray(tmp_path):
 
 
 def test_distributed_learners_refuse_lora():
-    from trainer.config import LoRAConfig
-    from trainer.distributed_learner import _check_supported
+    from skyrl_sdk.trainer.config import LoRAConfig
+    from skyrl_sdk.trainer.distributed_learner import _check_supported
 
     with pytest.raises(ValueError, match="LoRA is not supported by the distributed learners"):
         _check_supported(LoRAConfig(enabled=True))

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from agents.tiny import build_model
-from agents.trajectory import TrainingSample
-from trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig
-from trainer.learner import Learner
+from skyrl_sdk.agents.tiny import build_model
+from skyrl_sdk.agents.trajectory import TrainingSample
+from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig
+from skyrl_sdk.trainer.learner import Learner
 
 
 def _model(vocab=32, seed=0):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainer.losses import (
+from skyrl_sdk.trainer.losses import (
     KLEstimator,
     Reduction,
     cross_entropy_loss,

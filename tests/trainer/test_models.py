@@ -15,7 +15,7 @@ pytest.importorskip("accelerate")
 import numpy as np
 import torch
 
-from trainer import models
+from skyrl_sdk.trainer import models
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -184,7 +184,7 @@ _CACHED = models.cache_dir() / models.SMOLLM2_DIR
     reason="SmolLM2 is not converted here yet (`skyrl demo --model smollm2` builds it)",
 )
 def test_cached_smollm2_is_the_instruct_model():
-    from trainer.config import ModelConfig, ModelSource
+    from skyrl_sdk.trainer.config import ModelConfig, ModelSource
 
     model, tokenizer = models.load_model(ModelConfig(source=ModelSource.SMOLLM2))
     assert sum(p.numel() for p in model.parameters()) > 130_000_000

@@ -14,7 +14,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray not installed (extra `ray`)")
 
 import skyrl_gym  # noqa: E402
-from trainer.config import build_config  # noqa: E402
+from skyrl_sdk.trainer.config import build_config  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess")]
 
@@ -32,7 +32,7 @@ TINY_RUN = [
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from trainer.ray_mode import init_local_ray
+    from skyrl_sdk.trainer.ray_mode import init_local_ray
 
     init_local_ray(num_cpus=2)
     yield
@@ -44,7 +44,7 @@ def probe_env():
     """`lookup`, plus: every reset logs the process it runs in (`pid_file`); replies with an
     odd number of words earn 0.5 (a learning signal from the first step); with `fail`, the
     first step always continues and the second raises, naming the process."""
-    from trainer.lookup_env import LookupEnv
+    from skyrl_sdk.trainer.lookup_env import LookupEnv
 
     # Defined here, not at module level, so Ray pickles the class by value into the actors.
     class ProbeEnv(LookupEnv):
@@ -128,7 +128,7 @@ def _same(a, b) -> bool:
 
 
 def test_short_async_run_completes_with_ray_actors(local_ray, tmp_path):
-    from trainer.ray_mode import make_ray_trainer
+    from skyrl_sdk.trainer.ray_mode import make_ray_trainer
 
     cfg = build_config(
         {},
@@ -159,8 +159,8 @@ def test_short_async_run_completes_with_ray_actors(local_ray, tmp_path):
 
 def test_fsdp_ranks_train_feed_the_engine_and_resume(local_ray, probe_env, tmp_path):
     """FSDP2 at world size 2 in two learner actors, envs in two env actors; then --resume."""
-    from trainer.checkpoint import Checkpointer
-    from trainer.ray_mode import make_ray_trainer
+    from skyrl_sdk.trainer.checkpoint import Checkpointer
+    from skyrl_sdk.trainer.ray_mode import make_ray_trainer
 
     pid_file = tmp_path / "env_pids.txt"
     data = {"env": {"id": PROBE_ENV, "kwargs": {"pid_file": str(pid_file)}}}
@@ -236,7 +236,7 @@ def test_deepspeed_ranks_train_while_env_errors_in_an_actor_end_episodes(
     """DeepSpeed ZeRO-1 at world size 2; every episode's env raises at its second step inside
     its env actor: the episodes end with ENV_ERROR (the env's own exception, as locally) and
     keep their first turn, which trains, so the run completes."""
-    from trainer.ray_mode import make_ray_trainer
+    from skyrl_sdk.trainer.ray_mode import make_ray_trainer
 
     cfg = build_config(
         {"env": {"id": PROBE_ENV, "kwargs": {"fail": True}}},
@@ -264,8 +264,8 @@ def test_deepspeed_ranks_train_while_env_errors_in_an_actor_end_episodes(
 
 
 def test_an_env_that_cannot_be_built_in_its_actor_fails_the_pool_start(local_ray):
-    from trainer.lookup_env import LookupEnv
-    from trainer.ray_envs import EnvPool
+    from skyrl_sdk.trainer.lookup_env import LookupEnv
+    from skyrl_sdk.trainer.ray_envs import EnvPool
 
     driver = os.getpid()
 

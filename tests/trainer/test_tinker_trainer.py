@@ -21,11 +21,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from agents.policy import PolicyError, SamplingParams
-from agents.trajectory import TrainingSample
 from skyrl_gym import cli
-from trainer.config import AlgorithmConfig, Backend, ConfigError, build_config
-from trainer.metrics import read_metrics
+from skyrl_sdk.agents.policy import PolicyError, SamplingParams
+from skyrl_sdk.agents.trajectory import TrainingSample
+from skyrl_sdk.trainer.config import AlgorithmConfig, Backend, ConfigError, build_config
+from skyrl_sdk.trainer.metrics import read_metrics
 
 MODEL = "skyrl/lookup-tiny"
 GROUPS, GROUP_SIZE = 2, 8
@@ -189,7 +189,7 @@ def test_config_defaults_to_the_local_backend() -> None:
     ],
 )
 def test_settings_tinker_cannot_honour_are_rejected(override: str, names: str) -> None:
-    from trainer.tinker_trainer import check_config
+    from skyrl_sdk.trainer.tinker_trainer import check_config
 
     base = ["backend=tinker", "tinker.base_url=http://h:1", "tinker.base_model=m"]
     check_config(build_config({}, base))
@@ -245,7 +245,7 @@ def _sample(mask: list[int]) -> TrainingSample:
 def test_reduction_becomes_per_token_advantage_weights(
     reduction: str, expected: list[list[float]]
 ) -> None:
-    from trainer.tinker_trainer import reduction_weights
+    from skyrl_sdk.trainer.tinker_trainer import reduction_weights
 
     samples = [_sample([0, 0, 1, 1, 0]), _sample([0, 1, 1, 1])]
     algorithm = AlgorithmConfig(reduction=reduction, normalizer=4.0)
@@ -257,7 +257,7 @@ def test_reduction_becomes_per_token_advantage_weights(
 
 def test_sampling_params_map_to_tinker() -> None:
     pytest.importorskip("tinker")
-    from agents.tinker_policy import to_tinker_params
+    from skyrl_sdk.agents.tinker_policy import to_tinker_params
 
     params = to_tinker_params(SamplingParams(max_tokens=5, top_k=0, stop_token_ids=(2, 7), seed=3))
     assert (params.max_tokens, params.top_k, list(params.stop), params.seed) == (5, -1, [2, 7], 3)
@@ -267,7 +267,7 @@ def test_sampling_params_map_to_tinker() -> None:
 
 
 def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agents.tinker_policy import import_tinker
+    from skyrl_sdk.agents.tinker_policy import import_tinker
 
     monkeypatch.setitem(sys.modules, "tinker", None)
     with pytest.raises(ImportError, match=r"skyrl-sdk\[tinker\]"):

@@ -26,7 +26,7 @@ TOL = 1e-3
 
 
 def _config(tmp_path) -> Any:
-    from trainer.config import build_config
+    from skyrl_sdk.trainer.config import build_config
 
     return build_config(
         {},
@@ -51,7 +51,7 @@ def _config(tmp_path) -> Any:
 
 def _check_tokenizer(trainer: Any) -> None:
     """The engine's tokenizer (reloaded from the run directory) is the trainer's."""
-    from agents.chat import ChatRenderer
+    from skyrl_sdk.agents.chat import ChatRenderer
 
     ours = ChatRenderer(trainer.tokenizer)
     theirs = trainer.engine.renderer
@@ -70,11 +70,11 @@ def test_async_training_with_vllm_engine(tmp_path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agents.chat import ChatRenderer
-    from agents.policy import FinishReason
-    from agents.trajectory import read_trajectories
-    from agents.vllm_engine import VLLMEngine
-    from trainer.async_trainer import ENGINE_MODEL_DIR, AsyncTrainer
+    from skyrl_sdk.agents.chat import ChatRenderer
+    from skyrl_sdk.agents.policy import FinishReason
+    from skyrl_sdk.agents.trajectory import read_trajectories
+    from skyrl_sdk.agents.vllm_engine import VLLMEngine
+    from skyrl_sdk.trainer.async_trainer import ENGINE_MODEL_DIR, AsyncTrainer
 
     trainer = AsyncTrainer(_config(tmp_path))
     assert isinstance(trainer.engine, VLLMEngine)

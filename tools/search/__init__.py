@@ -5,10 +5,16 @@ and the `search` tool built on either.
 The server (`tools.search.server`) needs the `server` extra and is imported only on use.
 """
 
-from tools.search.bm25 import BM25Index, IndexManifest, SearchIndexError, build_index, query_terms
-from tools.search.client import HttpRetriever, RetryPolicy
-from tools.search.tool import SearchOutcome, SearchResult, SearchTool
-from tools.search.types import (
+from skyrl_sdk.tools.search.bm25 import (
+    BM25Index,
+    IndexManifest,
+    SearchIndexError,
+    build_index,
+    query_terms,
+)
+from skyrl_sdk.tools.search.client import HttpRetriever, RetryPolicy
+from skyrl_sdk.tools.search.tool import SearchOutcome, SearchResult, SearchTool
+from skyrl_sdk.tools.search.types import (
     CorpusError,
     Document,
     Passage,

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.search.types import (
+from skyrl_sdk.tools.search.types import (
     CorpusError,
     Document,
     Passage,

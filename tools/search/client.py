@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from tools.search.types import (
+from skyrl_sdk.tools.search.types import (
     CorpusError,
     Passage,
     RetrievalError,

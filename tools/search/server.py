@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tools.search.types import Passage, RetrievalError, Retriever
+from skyrl_sdk.tools.search.types import Passage, RetrievalError, Retriever
 
 MAX_QUERIES = 1024
 """Queries per request; larger batches are rejected with 422."""
@@ -81,7 +81,7 @@ def serve_index(
     """Serve the BM25 index at `index_dir` until interrupted (blocking)."""
     import uvicorn
 
-    from tools.search.bm25 import BM25Index
+    from skyrl_sdk.tools.search.bm25 import BM25Index
 
     index = BM25Index(index_dir)
     app = create_app(index, documents=index.num_docs)

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tools.core import Tool
-from tools.search.types import Passage, RetrievalError, Retriever, format_passages
+from skyrl_sdk.tools.core import Tool
+from skyrl_sdk.tools.search.types import Passage, RetrievalError, Retriever, format_passages
 
 
 class SearchOutcome(enum.Enum):

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.losses import token_logprobs
-from trainer.tinker.wire import AdamParams, Datum, SamplingParamsIn
+from skyrl_sdk.trainer.losses import token_logprobs
+from skyrl_sdk.trainer.tinker.wire import AdamParams, Datum, SamplingParamsIn
 
 
 class LossFn(StrEnum):

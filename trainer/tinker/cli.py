@@ -37,8 +37,8 @@ def lookup_tiny_dir(seed: int = 0) -> Path:
     from skyrl_gym.cache import build_once, cache_dir
 
     def build(staging: Path) -> None:
-        from trainer.config import ModelConfig
-        from trainer.models import load_model
+        from skyrl_sdk.trainer.config import ModelConfig
+        from skyrl_sdk.trainer.models import load_model
 
         model, tokenizer = load_model(ModelConfig(pretrain_steps=0), seed=seed)
         model.save_pretrained(staging)
@@ -49,9 +49,9 @@ def lookup_tiny_dir(seed: int = 0) -> Path:
 
 def default_models() -> list:
     """The built-in tiny models (built locally), plus SmolLM2-135M-Instruct if already cached."""
-    from agents.tiny import tiny_model_dir
     from skyrl_gym.cache import cache_dir
-    from trainer.tinker.backend import BaseModelSpec
+    from skyrl_sdk.agents.tiny import tiny_model_dir
+    from skyrl_sdk.trainer.tinker.backend import BaseModelSpec
 
     lookup = lookup_tiny_dir()
     context = json.loads((lookup / "config.json").read_text())["max_position_embeddings"]
@@ -73,7 +73,7 @@ def default_models() -> list:
 def load_models(path: Path) -> list:
     """Base models from a JSON or YAML file: a list of
     `{name, path, max_context_length?, tokenizer?}` (`tokenizer`: a separate tokenizer dir)."""
-    from trainer.tinker.backend import BaseModelSpec
+    from skyrl_sdk.trainer.tinker.backend import BaseModelSpec
 
     text = path.read_text()
     if path.suffix in (".yaml", ".yml"):
@@ -130,7 +130,7 @@ def serve(
     """Serve the Tinker API; point the SDK at it with `TINKER_BASE_URL=http://HOST:PORT`."""
     import uvicorn
 
-    from trainer.tinker.server import ServerConfig, create_app
+    from skyrl_sdk.trainer.tinker.server import ServerConfig, create_app
 
     if torch_threads is not None:
         import torch

@@ -16,10 +16,10 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
-from trainer.tinker import wire
-from trainer.tinker.backend import read_meta
-from trainer.tinker.server import TinkerService, http_error, iso, str_metadata
-from trainer.tinker.store import CheckpointKind, RunRow, SessionRow
+from skyrl_sdk.trainer.tinker import wire
+from skyrl_sdk.trainer.tinker.backend import read_meta
+from skyrl_sdk.trainer.tinker.server import TinkerService, http_error, iso, str_metadata
+from skyrl_sdk.trainer.tinker.store import CheckpointKind, RunRow, SessionRow
 
 UNSUPPORTED = {
     ("POST", "/api/v1/copy_weights"): "copying weights into another project needs hosted "

@@ -44,8 +44,8 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from trainer.tinker import wire
-from trainer.tinker.backend import (
+from skyrl_sdk.trainer.tinker import wire
+from skyrl_sdk.trainer.tinker.backend import (
     BaseModels,
     BaseModelSpec,
     Cancelled,
@@ -56,7 +56,7 @@ from trainer.tinker.backend import (
     lora_of,
     read_meta,
 )
-from trainer.tinker.store import (
+from skyrl_sdk.trainer.tinker.store import (
     DB_NAME,
     CheckpointKind,
     CheckpointRow,
@@ -615,7 +615,7 @@ def _check_name(svc: TinkerService, req: wire.SaveWeightsRequest) -> str:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The FastAPI app serving the Tinker API under `/api/v1`."""
-    from trainer.tinker.rest import add_rest_routes
+    from skyrl_sdk.trainer.tinker.rest import add_rest_routes
 
     svc = TinkerService(config)
 
@@ -909,7 +909,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.post("/api/v1/save_weights_external")
     async def save_weights_external(req: wire.SaveWeightsRequest) -> dict[str, Any]:
-        from trainer.tinker.rest import EXTERNAL_WHY
+        from skyrl_sdk.trainer.tinker.rest import EXTERNAL_WHY
 
         why = f"not supported by the local tinker server: {EXTERNAL_WHY}"
         raise svc.refuse(req.model_id, req.seq_id, 400, why)

@@ -19,16 +19,16 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from sandboxes import Backend, Sandbox
 from skyrl_gym.core import Messages
 from skyrl_gym.envs.harbor.runtime import HarborRuntime, VerifierResult
 from skyrl_gym.envs.harbor.task import find_task_dirs, load_task
 from skyrl_gym.sandbox_env import SandboxToolEnv
 from skyrl_gym.tasks import TaskRow
 from skyrl_gym.tool_env import Tooling, answer
-from tools import Tool, ToolFormat, Toolset
-from tools.bash import bash_tool
-from tools.files import file_tools
+from skyrl_sdk.sandboxes import Backend, Sandbox
+from skyrl_sdk.tools import Tool, ToolFormat, Toolset
+from skyrl_sdk.tools.bash import bash_tool
+from skyrl_sdk.tools.files import file_tools
 
 BUNDLED_TASKS = Path(__file__).with_name("tasks")
 """The bundled offline example tasks."""

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sandboxes import Backend, Sandbox, SandboxError, SandboxSpec, create_sandbox
-from sandboxes.bwrap import BwrapSandbox
 from skyrl_gym.envs.harbor.dockerfile import SetupStep, StepKind, inside, plan_dockerfile
 from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode
+from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxError, SandboxSpec, create_sandbox
+from skyrl_sdk.sandboxes.bwrap import BwrapSandbox
 
 LOGS = "/logs"
 AGENT_LOGS = "/logs/agent"
@@ -432,7 +432,7 @@ class HarborRuntime:
     # ---- docker -------------------------------------------------------------------------------
 
     async def _start_docker(self, with_solution: bool) -> Sandbox:
-        from sandboxes.docker_backend import docker_client
+        from skyrl_sdk.sandboxes.docker_backend import docker_client
 
         client = await asyncio.to_thread(docker_client)
         try:

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_gym.tool_env import ToolEnv, Tooling
-from tools import ToolFormat
-from tools.calculator import calculator
+from skyrl_sdk.tools import ToolFormat
+from skyrl_sdk.tools.calculator import calculator
 
 TASKS_FILE = Path(__file__).with_name("tasks.jsonl")
 

@@ -12,12 +12,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sandboxes import Backend, Sandbox, SandboxSpec
 from skyrl_gym.envs.sql_basic.env import answers_match
 from skyrl_gym.sandbox_env import SandboxToolEnv
 from skyrl_gym.tasks import TaskRow, load_tasks
-from tools import Tool, ToolFormat
-from tools.python_exec import python_tool
+from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxSpec
+from skyrl_sdk.tools import Tool, ToolFormat
+from skyrl_sdk.tools.python_exec import python_tool
 
 TASKS_FILE = Path(__file__).with_name("tasks.jsonl")
 

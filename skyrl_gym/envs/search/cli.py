@@ -38,7 +38,7 @@ def index_cmd(
     threads: int = typer.Option(1, help="Indexing threads (1 = reproducible segment layout)."),
 ) -> None:
     """Build a BM25 index of a corpus on disk."""
-    from tools.search import CorpusError, SearchIndexError, build_index
+    from skyrl_sdk.tools.search import CorpusError, SearchIndexError, build_index
 
     try:
         manifest = build_index(corpus, out, overwrite=overwrite, num_threads=threads)
@@ -59,8 +59,8 @@ def serve_cmd(
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Serve an index over the Search-R1 retrieval API (POST /retrieve)."""
-    from tools.search import SearchIndexError
-    from tools.search.server import serve_index
+    from skyrl_sdk.tools.search import SearchIndexError
+    from skyrl_sdk.tools.search.server import serve_index
 
     try:
         index_dir = _index_dir(index)
@@ -79,7 +79,7 @@ def query_cmd(
     topk: int = typer.Option(3, help="Passages to return."),
 ) -> None:
     """Run one query and print the passages."""
-    from tools.search import BM25Index, HttpRetriever, RetrievalError, SearchIndexError
+    from skyrl_sdk.tools.search import BM25Index, HttpRetriever, RetrievalError, SearchIndexError
 
     try:
         if source.startswith(("http://", "https://")):

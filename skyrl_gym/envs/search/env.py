@@ -25,8 +25,8 @@ from skyrl_gym.core import Messages
 from skyrl_gym.envs.search.scoring import RewardKind, exact_match, f1_score, score_answer
 from skyrl_gym.tasks import TaskError, TaskRow, load_tasks
 from skyrl_gym.tool_env import ToolEnv, Tooling
-from tools import ToolCall, ToolFormat, ToolResult, XMLTagFormat
-from tools.search import (
+from skyrl_sdk.tools import ToolCall, ToolFormat, ToolResult, XMLTagFormat
+from skyrl_sdk.tools.search import (
     BM25Index,
     HttpRetriever,
     Retriever,

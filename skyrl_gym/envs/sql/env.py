@@ -25,9 +25,17 @@ from skyrl_gym.envs.sql.loaders import REQUIRED_FIELDS, database_schema, resolve
 from skyrl_gym.envs.sql.metrics import Metric, execution_match
 from skyrl_gym.envs.sql.reward import RewardOutcome, SQLReward, skyrl_reward
 from skyrl_gym.tasks import TaskRow
-from tools import ParseError, ParseErrorKind, ToolCall, ToolFormat, ToolResult, Toolset, tool
-from tools.formats import FORMATS
-from tools.sqldb import (
+from skyrl_sdk.tools import (
+    ParseError,
+    ParseErrorKind,
+    ToolCall,
+    ToolFormat,
+    ToolResult,
+    Toolset,
+    tool,
+)
+from skyrl_sdk.tools.formats import FORMATS
+from skyrl_sdk.tools.sqldb import (
     QueryOutcome,
     QueryStatus,
     ReadOnlyDatabase,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_gym.tasks import TaskError, TaskRow, load_tasks
-from tools.sqldb import ReadOnlyDatabase, SQLiteDatabase
+from skyrl_sdk.tools.sqldb import ReadOnlyDatabase, SQLiteDatabase
 
 __all__ = [
     "DatasetFormat",

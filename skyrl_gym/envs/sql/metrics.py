@@ -26,7 +26,7 @@ from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tools.sqldb import QueryOutcome, QueryStatus, ReadOnlyDatabase
+from skyrl_sdk.tools.sqldb import QueryOutcome, QueryStatus, ReadOnlyDatabase
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

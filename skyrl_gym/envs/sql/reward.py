@@ -19,7 +19,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 from skyrl_gym.envs.sql.metrics import MatchResult, MatchStatus, Metric, execution_match
-from tools.sqldb import QueryOutcome, ReadOnlyDatabase
+from skyrl_sdk.tools.sqldb import QueryOutcome, ReadOnlyDatabase
 
 __all__ = ["RewardOutcome", "SQLReward", "check_format", "skyrl_reward"]
 

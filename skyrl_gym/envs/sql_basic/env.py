@@ -13,8 +13,8 @@ from skyrl_gym.cache import build_once, cache_dir
 from skyrl_gym.envs.math.env import parse_number
 from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_gym.tool_env import ToolEnv, Tooling
-from tools import ToolFormat
-from tools.sqlite import SQLiteReadOnly, sql_tool
+from skyrl_sdk.tools import ToolFormat
+from skyrl_sdk.tools.sqlite import SQLiteReadOnly, sql_tool
 
 HERE = Path(__file__).parent
 SCHEMA_FILE = HERE / "schema.sql"

@@ -26,7 +26,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sandboxes import Backend, Sandbox, SandboxSpec
 from skyrl_gym.core import ResetNeeded, StepReturn, coerce_action
 from skyrl_gym.envs.swe.harness import (
     HarnessConfig,
@@ -45,9 +44,10 @@ from skyrl_gym.envs.swe.instances import (
 from skyrl_gym.envs.swe.repos import snapshot_git_dir, workspace_patch
 from skyrl_gym.sandbox_env import SandboxToolEnv
 from skyrl_gym.tool_env import Tooling, answer
-from tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, tool
-from tools.bash import bash_tool, describe_result
-from tools.files import file_tools
+from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxSpec
+from skyrl_sdk.tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, tool
+from skyrl_sdk.tools.bash import bash_tool, describe_result
+from skyrl_sdk.tools.files import file_tools
 
 SUBMIT = "submit"
 MAX_SEARCH_LINES = 200

@@ -36,11 +36,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sandboxes import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_sandbox
-from sandboxes.spec import DEFAULT_PATH
 from skyrl_gym.envs.swe import grading
 from skyrl_gym.envs.swe.instances import Prediction, SWEInstance
 from skyrl_gym.envs.swe.repos import RepoError, materialize, path_exists_at
+from skyrl_sdk.sandboxes import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_sandbox
+from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
 APPLY_COMMANDS = (
     "git apply --verbose",
@@ -359,7 +359,7 @@ def _docker_workspace(image: str, dest: Path) -> None:
     import io
     import tarfile
 
-    from sandboxes.docker_backend import docker_client
+    from skyrl_sdk.sandboxes.docker_backend import docker_client
 
     try:
         client = docker_client()

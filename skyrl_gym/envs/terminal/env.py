@@ -20,12 +20,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sandboxes import Backend, Sandbox, SandboxSpec, create_sandbox
 from skyrl_gym.sandbox_env import SandboxToolEnv
 from skyrl_gym.tasks import TaskRow, load_tasks
-from tools import Tool, ToolFormat
-from tools.bash import bash_tool
-from tools.files import file_tools
+from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxSpec, create_sandbox
+from skyrl_sdk.tools import Tool, ToolFormat
+from skyrl_sdk.tools.bash import bash_tool
+from skyrl_sdk.tools.files import file_tools
 
 TASKS_FILE = Path(__file__).with_name("tasks.jsonl")
 GRADER_DIR = "/tmp/grader"

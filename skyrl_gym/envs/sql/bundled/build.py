@@ -549,7 +549,7 @@ def _write(path: Path, text: str) -> None:
 
 def _check(out: Path, rows: list[dict[str, object]]) -> None:
     from skyrl_gym.envs.sql.metrics import Metric, execution_match
-    from tools.sqldb import open_database
+    from skyrl_sdk.tools.sqldb import open_database
 
     dbs = {db_id: open_database(out / "database" / db_id / f"{db_id}.sqlite") for db_id in BUILDERS}
     try:
