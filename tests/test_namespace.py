@@ -44,9 +44,33 @@ def test_every_module_imports_under_its_installed_name(tmp_path):
     assert lines["LEAKED"] == "[]", lines["LEAKED"]
 
 
-def test_bare_folder_names_are_not_installed(tmp_path):
-    probe = "import importlib.util as u; print([n for n in %r if u.find_spec(n)])" % (BARE,)
+def test_bare_folder_names_do_not_resolve_to_this_project(tmp_path):
+    probe = (
+        "import importlib.util as u, pathlib, skyrl_sdk\n"
+        "ours = pathlib.Path(skyrl_sdk.__file__).resolve().parents[1]\n"
+        f"specs = [(n, u.find_spec(n)) for n in {BARE!r}]\n"
+        "print([n for n, s in specs if s and ours in pathlib.Path(s.origin).resolve().parents "
+        "and 'site-packages' not in s.origin])"
+    )
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_openai_agents_and_skyrl_sdk_agents_live_in_one_environment(tmp_path):
+    """`openai-agents` installs the top-level `agents`; ours is `skyrl_sdk.agents`."""
+    probe = (
+        "import skyrl_sdk.agents, agents\n"
+        "from agents import Agent, Runner\n"  # the OpenAI Agents SDK's own API
+        "from skyrl_sdk.agents import rollout\n"
+        "print(agents.__file__)\n"
+        "print(skyrl_sdk.agents.__file__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    theirs, ours = result.stdout.split()
+    assert "site-packages" in theirs and theirs.endswith("agents/__init__.py")
+    assert "site-packages" not in ours
