@@ -1,5 +1,7 @@
 # Set-up and entry points. Both `make test` and `make demo` work on a fresh machine:
-# they create .venv, install the CPU build of torch and the package, and bubblewrap (as root).
+# they create .venv, install the CPU build of torch and the package, and (as root) the sandboxes'
+# Debian packages: bubblewrap, passt + nftables for networked sandboxes (pasta, nft), and gcc +
+# libc6-dev to build the native in-sandbox command server (without them: the Python one, slower).
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
@@ -19,12 +21,18 @@ QUIET_PIP := grep -v "^WARNING: Location 'file:" || true
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@if ! command -v bwrap >/dev/null; then \
+	@missing=""; \
+	for pair in bwrap:bubblewrap pasta:passt nft:nftables cc:gcc; do \
+	  command -v $${pair%%:*} >/dev/null || PATH="$$PATH:/usr/sbin:/sbin" command -v $${pair%%:*} >/dev/null \
+	    || missing="$$missing $${pair#*:}"; \
+	done; \
+	[ -e /usr/include/stdio.h ] || missing="$$missing libc6-dev"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing bubblewrap"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
-	      || echo "warning: could not install bubblewrap; sandbox tests will skip"; \
-	  else echo "warning: bwrap missing and not root; install the 'bubblewrap' package"; fi; \
+	    echo "installing$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
+	      || echo "warning: could not install$$missing; sandbox (network) tests will skip or fail"; \
+	  else echo "warning: not root; install the Debian packages$$missing (sandboxes; network=True needs passt and nftables)"; fi; \
 	fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH) 2>&1 | { $(QUIET_PIP); }

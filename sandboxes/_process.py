@@ -2,6 +2,12 @@
 
 Start = create cgroups, spawn the server (inside bwrap or as a plain subprocess) and wait for
 its hello. Every `exec` is then one request/response over the server's stdin/stdout.
+
+The server shares a uid with the code it runs, so its replies are treated as untrusted: a
+reply longer than the request in flight can legitimately return (two output caps for an
+`exec`, `max_bytes` for a `read` or `tar`, plus a small overhead) is refused from its length
+header before a byte of it is read, and payloads are decoded by a bounded decoder, not
+`marshal.loads`. Either marks the sandbox broken and kills it.
 """
 
 from __future__ import annotations
@@ -10,20 +16,21 @@ import abc
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import importlib.util
 import marshal
 import os
 import shlex
+import struct
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from skyrl_sdk.sandboxes import tracking
+from skyrl_sdk.sandboxes import _native, tracking
 from skyrl_sdk.sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
 from skyrl_sdk.sandboxes.cgroups import CgroupSet, controller_bases
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxError, decode_capped
+from skyrl_sdk.sandboxes.workspace import chown_tree
 
 SERVER_SOURCE = (Path(__file__).with_name("_server.py")).read_text()
 # Compiling the server's source takes 4-10 ms of a ~20 ms start. Once an interpreter has said
@@ -55,8 +62,107 @@ def _frame(obj: dict[str, Any]) -> bytes:
     return len(data).to_bytes(4, "big") + data
 
 
+# ---- replies from the server are untrusted ------------------------------------------------
+# Code inside the sandbox might take over the command server (the seccomp filter and its
+# non-dumpable state are there to stop that; this is the layer behind them). The host then
+# must not let a reply make it allocate beyond the output cap: a frame's announced length is
+# checked before any of it is read (`_read_frames`), and the payload is decoded by
+# `_safe_loads`, not `marshal.loads`, which allocates a container of the announced element
+# count (up to 2**31) before reading a single element.
+
+_OVERHEAD = 64 << 10  # keys, numbers, an error message: everything in a reply but the data
+_MAX_DEPTH = 4
+_I32 = struct.Struct("<i")
+_F64 = struct.Struct("<d")
+
+
+class _BadReply(ValueError):
+    """A reply that is not what the command server sends."""
+
+
+def _safe_loads(data: bytes) -> Any:
+    """Decode a marshal (version 2) reply made of dict, list, tuple, str, bytes, int, float,
+    bool and None, where no length can exceed the bytes that are actually there."""
+    value, pos = _decode(memoryview(data), 0, 0)
+    if pos != len(data):
+        raise _BadReply(f"{len(data) - pos} trailing bytes in a reply")
+    return value
+
+
+def _length(buf: memoryview, pos: int, unit: int) -> tuple[int, int]:
+    if pos + 4 > len(buf):
+        raise _BadReply("truncated reply")
+    n = _I32.unpack_from(buf, pos)[0]
+    if n < 0 or n * unit > len(buf) - pos - 4:
+        raise _BadReply(f"a reply announces {n} items with {len(buf) - pos - 4} bytes left")
+    return n, pos + 4
+
+
+def _decode(buf: memoryview, pos: int, depth: int) -> tuple[Any, int]:
+    if pos >= len(buf):
+        raise _BadReply("truncated reply")
+    code = buf[pos]
+    pos += 1
+    if code in (0x75, 0x74):  # "u" unicode, "t" interned
+        n, pos = _length(buf, pos, 1)
+        return str(buf[pos : pos + n], "utf-8", "surrogatepass"), pos + n
+    if code == 0x73:  # "s" bytes
+        n, pos = _length(buf, pos, 1)
+        return bytes(buf[pos : pos + n]), pos + n
+    if code == 0x69:  # "i" int32
+        if pos + 4 > len(buf):
+            raise _BadReply("truncated reply")
+        return _I32.unpack_from(buf, pos)[0], pos + 4
+    if code == 0x6C:  # "l" long: signed count of 15-bit digits, 2 bytes each
+        if pos + 4 > len(buf):
+            raise _BadReply("truncated reply")
+        count = _I32.unpack_from(buf, pos)[0]
+        digits = abs(count)
+        if digits > 8 or pos + 4 + 2 * digits > len(buf):
+            raise _BadReply("integer too large in a reply")
+        pos += 4
+        value = 0
+        for i in range(digits):
+            value |= int.from_bytes(buf[pos + 2 * i : pos + 2 * i + 2], "little") << (15 * i)
+        return (-value if count < 0 else value), pos + 2 * digits
+    if code == 0x67:  # "g" binary float
+        if pos + 8 > len(buf):
+            raise _BadReply("truncated reply")
+        return _F64.unpack_from(buf, pos)[0], pos + 8
+    if code == 0x54:  # "T"
+        return True, pos
+    if code == 0x46:  # "F"
+        return False, pos
+    if code == 0x4E:  # "N"
+        return None, pos
+    if depth >= _MAX_DEPTH:
+        raise _BadReply("a reply nests too deeply")
+    if code in (0x5B, 0x28):  # "[" list, "(" tuple: every element takes at least one byte
+        n, pos = _length(buf, pos, 1)
+        items = []
+        for _ in range(n):
+            item, pos = _decode(buf, pos, depth + 1)
+            items.append(item)
+        return (items if code == 0x5B else tuple(items)), pos
+    if code == 0x7B:  # "{" dict, up to a "0"
+        out: dict[Any, Any] = {}
+        while True:
+            if pos >= len(buf):
+                raise _BadReply("truncated reply")
+            if buf[pos] == 0x30:
+                return out, pos + 1
+            key, pos = _decode(buf, pos, depth + 1)
+            if not isinstance(key, str):
+                raise _BadReply("a reply has a non-str key")
+            out[key], pos = _decode(buf, pos, depth + 1)
+    raise _BadReply(f"unexpected type byte {code:#x} in a reply")
+
+
 class ServerSandbox(Sandbox):
     """Shared client side of the command server; subclasses say how to launch it."""
+
+    max_archive_bytes: int = DEFAULT_MAX_READ
+    """The largest tar archive `download()` accepts from the server."""
 
     def __init__(self, spec=None):
         super().__init__(spec)
@@ -71,6 +177,18 @@ class ServerSandbox(Sandbox):
         self._workspace: Path | None = None
         self._state_dir: Path | None = None
         self._fsize_rlimit: int | None = None
+        self._disk = "none"  # how the workspace's size is capped: tmpfs, rlimit or none
+        # Descriptors `_server_argv` opened for the launcher to inherit (bwrap's seccomp
+        # program); closed here once the server is spawned.
+        self._pass_fds: tuple[int, ...] = ()
+        self._data_cap = 0  # bytes of file data the request in flight may return
+        self._server_hardened = False  # the server said it made itself non-dumpable
+        self._seccomp_loaded = False  # set by backends that load a seccomp filter
+        self._userns_disabled = False  # set by backends that disable nested user namespaces
+        # The native command server's binary on the host (None: the Python server), chosen
+        # at start; `_server_argv` launches it instead of the interpreter.
+        self._server_binary: str | None = None
+        self._server_kind: str | None = None
 
     # ---- what subclasses provide --------------------------------------------------------------
 
@@ -85,6 +203,25 @@ class ServerSandbox(Sandbox):
     def _server_cwd(self, workspace: Path) -> str | None:
         return None
 
+    def _server_needs_static(self) -> bool:
+        """True if the native server must be a static binary (it runs in an image root)."""
+        return False
+
+    def _helper_python(self) -> str:
+        """The interpreter that runs tar/untar helpers under the native server."""
+        return self.spec.python
+
+    def _pick_server(self) -> str | None:
+        """The native server's binary to launch, or None for the Python server."""
+        native = _native.choose(need_static=self._server_needs_static())
+        return None if native is None else str(native.path)
+
+    @property
+    def server_kind(self) -> str | None:
+        """Which command server runs this sandbox: `native` (`_server.c`) or `python`
+        (`_server.py`); None until started. `$SKYRL_SANDBOX_SERVER` chooses."""
+        return self._server_kind
+
     @property
     def _run_as(self) -> int | None:
         """Host uid the sandbox runs as (the workspace is handed to it), or None for ours."""
@@ -98,18 +235,33 @@ class ServerSandbox(Sandbox):
 
     @property
     def limits(self) -> dict[str, str]:
-        """How each cap is enforced here: `cgroup`, `rlimit` or `none`."""
+        """How each cap is enforced here (see `Sandbox.limits`)."""
         spec = self.spec
+        memory = "cgroup" if self._cgroups.has("memory") else "rlimit"
         return {
-            "memory": "cgroup"
-            if self._cgroups.has("memory")
-            else ("rlimit" if spec.memory_bytes else "none"),
+            "memory": memory if spec.memory_bytes else "none",
             "pids": "cgroup" if self._cgroups.has("pids") and spec.pids else "none",
-            "cpus": "cgroup" if self._cgroups.has("cpu") else "none",
+            "cpus": "cgroup" if self._cgroups.has("cpu") and spec.cpus else "none",
             "cpu_time": "rlimit" if spec.cpu_time_s else "none",
-            "disk": ("tmpfs" if self._fsize_rlimit is None else "rlimit")
-            if spec.disk_bytes
-            else "none",
+            "disk": self._disk,
+            "tmp": self._tmp_cap(),
+            "wall_time": "timeout",
+            "output": "truncate",
+        }
+
+    def _tmp_cap(self) -> str:
+        """How the sandbox's `/tmp` is size-capped (`tmpfs` or `none`)."""
+        return "none"
+
+    @property
+    def hardening(self) -> dict[str, bool]:
+        """Which defences of the command server are on (known once started):
+        `nondumpable` (the server said so in its hello), `seccomp` (a filter was loaded),
+        `no_userns` (nested user namespaces are disabled)."""
+        return {
+            "nondumpable": self._server_hardened,
+            "seccomp": self._seccomp_loaded,
+            "no_userns": self._seccomp_loaded or self._userns_disabled,
         }
 
     async def start(self) -> None:
@@ -144,10 +296,6 @@ class ServerSandbox(Sandbox):
         workspace = state / "ws" if owned else Path(spec.workspace_dir).resolve()  # type: ignore[arg-type]
         mounts: tuple[str, ...] = ()
         tmpfs_disk = bool(spec.disk_bytes) and owned and os.geteuid() == 0
-        if spec.disk_bytes and not owned:
-            raise SandboxError(
-                "SandboxSpec.disk_bytes needs a workspace the sandbox owns (workspace_dir=None)"
-            )
         if tmpfs_disk:
             mounts = (str(workspace),)
         bases = controller_bases()
@@ -163,22 +311,54 @@ class ServerSandbox(Sandbox):
         self._state_dir = tracking.save(self._record, root)
         workspace.mkdir(parents=True, exist_ok=True)
         if tmpfs_disk:
-            _mount_tmpfs(workspace, spec.disk_bytes, self._run_as)  # type: ignore[arg-type]
+            tracking.mount_tmpfs(workspace, spec.disk_bytes, self._run_as)  # type: ignore[arg-type]
+            self._disk = "tmpfs"
+        elif not owned:
+            # A caller's workspace carries its own cap (a `Workspace` is a sized tmpfs).
+            self._disk = "tmpfs" if tracking.tmpfs_size(workspace) else "none"
         elif spec.disk_bytes:
             self._fsize_rlimit = spec.disk_bytes
+            self._disk = "rlimit"
         self._workspace = workspace
         for rel, content in spec.files:
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         if self._run_as is not None:
-            _chown_tree(workspace, self._run_as)
+            chown_tree(workspace, self._run_as)
         with contextlib.suppress(OSError):
             self._cgroups = CgroupSet.create(self.id, spec)
+        if _native.settled():
+            self._server_binary = self._pick_server()
+        else:  # the first start of this process may compile the server: off the event loop
+            self._server_binary = await asyncio.to_thread(self._pick_server)
+        native = self._server_binary is not None
         key = self._interpreter_key()
-        use_bytecode = _bytecode_ok.get(key, False)
+        use_bytecode = not native and _bytecode_ok.get(key, False)
         boot = _BOOT.format(size=len(_SERVER_CODE)) if use_bytecode else SERVER_SOURCE
-        argv = self._server_argv(workspace, ["-I", "-S", "-c", boot])
+        try:
+            argv = self._server_argv(workspace, [] if native else ["-I", "-S", "-c", boot])
+            await self._spawn(argv, workspace, state)
+        finally:
+            for fd in self._pass_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pass_fds = ()
+        assert self._proc is not None
+        if use_bytecode:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(_SERVER_CODE)
+        self._frames = asyncio.Queue()
+        self._reader = asyncio.get_running_loop().create_task(self._read_frames())
+        hello = await self._frames.get()
+        if not hello or not hello.get("ready"):
+            raise SandboxError(f"{self.backend} sandbox server did not start{self._log_tail()}")
+        if not native:
+            _bytecode_ok[key] = hello.get("magic") == importlib.util.MAGIC_NUMBER
+        self._server_kind = "native" if hello.get("server") == "native" else "python"
+        self._server_hardened = bool(hello.get("nondumpable"))
+
+    async def _spawn(self, argv: list[str], workspace: Path, state: Path) -> None:
         if self._cgroups.paths:
             # Join the cgroups before exec'ing the launcher, so every process it ever forks
             # is inside them from its first instruction.
@@ -197,29 +377,54 @@ class ServerSandbox(Sandbox):
                 # The sandbox's own PATH: `spec.python` must resolve inside it, not to a venv.
                 env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"},
                 limit=1 << 20,
+                pass_fds=self._pass_fds,
             )
         finally:
             log.close()
-        if use_bytecode:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(_SERVER_CODE)
-        self._frames = asyncio.Queue()
-        self._reader = asyncio.get_running_loop().create_task(self._read_frames())
-        hello = await self._frames.get()
-        if not hello or not hello.get("ready"):
-            raise SandboxError(f"{self.backend} sandbox server did not start{self._log_tail()}")
-        _bytecode_ok[key] = hello.get("magic") == importlib.util.MAGIC_NUMBER
+
+    def _frame_cap(self) -> int:
+        """The largest reply the server may legitimately send now.
+
+        An exec reply holds at most `output_limit_bytes` of each stream (any reply due for a
+        cancelled exec is one too); a `read` or `tar` reply at most its `max_bytes`.
+        """
+        return max(2 * self.spec.output_limit_bytes, self._data_cap) + _OVERHEAD
 
     async def _read_frames(self) -> None:
-        """Move whole frames from the server's stdout into a queue (cancellation-safe reads)."""
+        """Move whole frames from the server's stdout into a queue (cancellation-safe reads).
+
+        A frame longer than `_frame_cap()` is refused from its 4-byte header, before a byte of
+        it is read: the server is killed and the sandbox marked broken.
+        """
         assert self._proc is not None and self._proc.stdout is not None and self._frames
         try:
             while True:
                 size = int.from_bytes(await self._proc.stdout.readexactly(4), "big")
+                cap = self._frame_cap()
+                if size > cap:
+                    self._broken = (
+                        f"its server announced a {size}-byte reply where at most {cap} bytes "
+                        "can be legitimate (a compromised server?); the sandbox was killed"
+                    )
+                    self._kill_server()
+                    break
                 payload = await self._proc.stdout.readexactly(size)
-                self._frames.put_nowait(marshal.loads(payload))
+                self._frames.put_nowait(_safe_loads(payload))
+        except _BadReply as e:
+            self._broken = f"its server sent a malformed reply ({e}); the sandbox was killed"
+            self._kill_server()
         except (asyncio.IncompleteReadError, ConnectionError, ValueError, EOFError):
-            self._frames.put_nowait(None)
+            pass
+        self._frames.put_nowait(None)
+
+    def _kill_server(self) -> None:
+        """Kill the server and everything in the sandbox now (it is no longer trusted)."""
+        if self._proc is not None:
+            tracking.kill_quietly(self._proc.pid)
+            if self._proc.stdin is not None:
+                with contextlib.suppress(Exception):
+                    self._proc.stdin.close()
+        self._cgroups.kill_all(0.5)
 
     def _log_tail(self) -> str:
         if self._state_dir is None:
@@ -270,7 +475,11 @@ class ServerSandbox(Sandbox):
 
     # ---- requests -----------------------------------------------------------------------------
 
-    async def _request(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def _request(
+        self, request: dict[str, Any], timeout: float, data_cap: int = 0
+    ) -> dict[str, Any]:
+        """Send one request and wait for its reply; `data_cap`: the most file bytes it may
+        return (beyond the exec output cap), which bounds the reply frame."""
         self._check_usable()
         if self._broken:
             raise SandboxError(f"sandbox {self.id} is broken: {self._broken}")
@@ -281,6 +490,7 @@ class ServerSandbox(Sandbox):
                 self._discard -= 1
                 if got is None:
                     break
+            self._data_cap = data_cap
             try:
                 self._proc.stdin.write(_frame(request))
                 await self._proc.stdin.drain()
@@ -296,9 +506,11 @@ class ServerSandbox(Sandbox):
                         self._proc.stdin.write(_frame({"op": "cancel"}))
                 self._discard += 1
                 raise
+            finally:
+                self._data_cap = 0
         if reply is None:
-            self._broken = "its server exited"
-            raise SandboxError(f"sandbox {self.id}: its server exited{self._log_tail()}")
+            self._broken = self._broken or "its server exited"
+            raise SandboxError(f"sandbox {self.id}: {self._broken}{self._log_tail()}")
         error = reply.get("error")
         if error:
             raise _OS_ERRORS.get(error, SandboxError)(f"{error}: {reply.get('message', '')}")
@@ -341,24 +553,31 @@ class ServerSandbox(Sandbox):
         }
         ooms = self._cgroups.oom_kills()
         reply = await self._request(request, float(limit) + _GRACE_S)
-        out, out_cut = decode_capped(reply["out_head"], reply["out_tail"], reply["out_total"])
-        err, err_cut = decode_capped(reply["err_head"], reply["err_tail"], reply["err_total"])
-        return ExecResult(
-            exit_code=int(reply["exit_code"]),
-            stdout=out,
-            stderr=err,
-            timed_out=bool(reply["timed_out"]),
-            truncated=out_cut or err_cut,
-            duration_s=float(reply["duration"]),
-            oom_killed=self._cgroups.oom_kills() > ooms,
-            cancelled=bool(reply.get("cancelled")),
-            stdout_bytes=int(reply["out_total"]),
-            stderr_bytes=int(reply["err_total"]),
-        )
+        try:
+            out, out_cut = decode_capped(reply["out_head"], reply["out_tail"], reply["out_total"])
+            err, err_cut = decode_capped(reply["err_head"], reply["err_tail"], reply["err_total"])
+            return ExecResult(
+                exit_code=int(reply["exit_code"]),
+                stdout=out,
+                stderr=err,
+                timed_out=bool(reply["timed_out"]),
+                truncated=out_cut or err_cut,
+                duration_s=float(reply["duration"]),
+                oom_killed=self._cgroups.oom_kills() > ooms,
+                cancelled=bool(reply.get("cancelled")),
+                stdout_bytes=int(reply["out_total"]),
+                stderr_bytes=int(reply["err_total"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._broken = f"its server sent a malformed exec reply ({type(e).__name__}: {e})"
+            self._kill_server()
+            raise SandboxError(f"sandbox {self.id} is broken: {self._broken}") from None
 
     async def read_file(self, path: str, *, max_bytes: int = DEFAULT_MAX_READ) -> bytes:
         reply = await self._request(
-            {"op": "read", "path": self.resolve(path), "max_bytes": max_bytes}, self.spec.timeout_s
+            {"op": "read", "path": self.resolve(path), "max_bytes": max_bytes},
+            self.spec.timeout_s,
+            data_cap=max_bytes + 1,
         )
         data: bytes = reply["data"]
         if len(data) > max_bytes:
@@ -380,29 +599,30 @@ class ServerSandbox(Sandbox):
             self.spec.timeout_s,
         )
 
+    def _archive_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The native server does not implement tar: it runs this helper (the Python
+        server's own tar code, by the sandbox's interpreter) with the request on stdin."""
+        if self._server_binary is not None:
+            python = self._helper_python()
+            request["helper"] = [python, "-I", "-S", "-c", SERVER_SOURCE, "--archive"]
+            request["env"] = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+            # Inside the host's own wait for the reply, so a stuck helper gets an error reply.
+            request["timeout"] = max(1.0, 0.9 * self.spec.timeout_s)
+        return request
+
     async def _get_archive(self, path: str) -> bytes:
-        reply = await self._request({"op": "tar", "path": path}, self.spec.timeout_s)
+        reply = await self._request(
+            self._archive_request({"op": "tar", "path": path, "max_bytes": self.max_archive_bytes}),
+            self.spec.timeout_s,
+            data_cap=self.max_archive_bytes,
+        )
         return reply["data"]
 
     async def _put_archive(self, dest: str, data: bytes) -> None:
-        await self._request({"op": "untar", "dest": dest, "data": data}, self.spec.timeout_s)
-
-
-def _chown_tree(root: Path, uid: int) -> None:
-    os.chown(root, uid, uid)
-    for base, dirs, files in os.walk(root):
-        for name in dirs + files:
-            with contextlib.suppress(OSError):
-                os.chown(os.path.join(base, name), uid, uid, follow_symlinks=False)
-
-
-def _mount_tmpfs(path: Path, size: int, uid: int | None) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    owner = f",uid={uid},gid={uid}" if uid is not None else ""
-    options = f"size={size},mode=0755{owner}".encode()
-    if libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", 0, options) != 0:
-        err = ctypes.get_errno()
-        raise SandboxError(f"cannot mount a {size}-byte tmpfs workspace: {os.strerror(err)}")
+        await self._request(
+            self._archive_request({"op": "untar", "dest": dest, "data": data}),
+            self.spec.timeout_s,
+        )
 
 
 @atexit.register

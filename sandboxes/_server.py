@@ -1,6 +1,11 @@
 # ruff: noqa: UP031, SIM105 - runs on any Python >= 3.6 and must not import contextlib
 """The command server that runs *inside* a sandbox (bwrap and local backends).
 
+This is the reference implementation and the fallback: where a C compiler is available the
+sandbox runs `_server.c` instead, which speaks the same protocol and starts 10-20 ms faster
+(see `_native.py`). Keep the two in step (tests/sandboxes/test_native_server.py compares
+them); the native server runs this file with `--archive` for tar and untar.
+
 The host starts it once per sandbox (`python3 -I -S -c <this file>`) and then sends it
 requests over its stdin/stdout, so an `exec` costs one fork+exec inside the sandbox instead of
 a whole sandbox start. It must run on any Python >= 3.6 that an image may carry, so it uses
@@ -8,6 +13,11 @@ only modules built into the interpreter (no `json`, `subprocess`, `signal`: they
 of imports, which would double the sandbox start time).
 
 Wire format, both ways: a 4-byte big-endian length, then a `marshal` (version 2) dict.
+
+Hardening: first thing, it makes itself non-dumpable (prctl through the `_ctypes` extension,
+well under a millisecond), so the commands it runs, which share its uid, cannot ptrace it or
+open its memory or pipes under /proc; under bwrap a seccomp filter is the second wall. The
+hello says whether that worked (`nondumpable`).
 
 Lifetime: when the host side goes away (even by SIGKILL) this process reads EOF on stdin and
 exits. Under bwrap it runs as PID 1 of the sandbox's PID namespace, so its exit makes the
@@ -111,12 +121,64 @@ def _limits(req):
     return limits
 
 
+def _own_soft_limits(req):
+    """Lower this server's own *soft* limits to what the next command gets, so that the
+    child inherits them from its first instruction; returns what to restore.
+
+    `_apply_limits` sets the exact soft and hard limits on the child, but only after
+    posix_spawn returned: by then a shell may already have forked the real command, which
+    would keep the old limits (measured: most `sh -c 'python3 ...'` children escaped
+    RLIMIT_CPU that way). Soft limits can be raised back afterwards (hard ones could not), and
+    CPU time counts per process, so the server sets its own soft RLIMIT_CPU to its own CPU time
+    plus the command's allowance: the child, which starts at zero, gets at most a little more
+    than the allowance (the server's own CPU seconds) until `_apply_limits` makes it exact.
+    """
+    import resource
+
+    saved = []
+    for name, soft, _hard in _limits(req):
+        which = getattr(resource, name)
+        current = resource.getrlimit(which)
+        if name == "RLIMIT_CPU":
+            used = os.times()
+            soft = int(used[0] + used[1]) + 1 + soft
+        elif name == "RLIMIT_AS" and soft < _vm_size() + (64 << 20):
+            continue  # the server itself would fail to map the child's stack
+        if current[1] != resource.RLIM_INFINITY:
+            soft = min(soft, current[1])
+        try:
+            resource.setrlimit(which, (soft, current[1]))
+        except (OSError, ValueError):
+            continue
+        saved.append((which, current))
+    return saved
+
+
+def _restore_limits(saved):
+    import resource
+
+    for which, limits in saved:
+        try:
+            resource.setrlimit(which, limits)
+        except (OSError, ValueError):
+            pass
+
+
+def _vm_size():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 1 << 62
+
+
 def _apply_limits(pid, req):
-    """Lower the rlimits of a just-spawned child and make it the OOM killer's first choice.
+    """Set the exact rlimits of a just-spawned child and make it the OOM killer's first choice.
 
     posix_spawn cannot set rlimits in the child, and fork() costs ~5 ms on these VMs against
     ~1 ms for posix_spawn, so limits are applied from outside right after the spawn (the
-    window is microseconds; memory and pids caps are cgroups and have no window at all).
+    child already inherited the soft ones, see `_own_soft_limits`; memory and pids caps are
+    cgroups and have no window at all).
     """
     try:
         with open("/proc/%d/oom_score_adj" % pid, "w") as f:
@@ -213,7 +275,11 @@ def _exec(req, inp):
         stdin_r, stdin_w = os.open("/dev/null", os.O_RDONLY), None
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    pid = _spawn(req, argv, stdin_r, out_w, err_w)
+    saved = _own_soft_limits(req)
+    try:
+        pid = _spawn(req, argv, stdin_r, out_w, err_w)
+    finally:
+        _restore_limits(saved)
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
     if isinstance(pid, str):
@@ -390,6 +456,10 @@ def _untar(req):
     return {}
 
 
+class _TooLarge(Exception):
+    pass
+
+
 def _tar(req):
     import io
     import tarfile
@@ -397,7 +467,15 @@ def _tar(req):
     path = req["path"].rstrip("/") or "/"
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file or directory", path)
-    buf = io.BytesIO()
+    cap = int(req.get("max_bytes") or (1 << 62))
+
+    class _Capped(io.BytesIO):
+        def write(self, data):
+            if self.tell() + len(data) > cap:
+                raise _TooLarge("archive of %s is larger than max_bytes=%d" % (path, cap))
+            return io.BytesIO.write(self, data)
+
+    buf = _Capped()
     with tarfile.open(fileobj=buf, mode="w:") as tar:
         tar.add(path, arcname=os.path.basename(path) or ".")
     return {"data": buf.getvalue()}
@@ -406,7 +484,39 @@ def _tar(req):
 _OPS = {"read": _read, "write": _write, "untar": _untar, "tar": _tar}
 
 
+def _make_undumpable():
+    """prctl(PR_SET_DUMPABLE, 0): the commands this server runs share its uid, and a
+    non-dumpable process can be neither ptrace-attached nor read or written through
+    /proc/PID/mem or /proc/PID/fd by them. The setting is per process and resets at execve,
+    so the commands themselves stay ordinary. Uses the `_ctypes` extension directly: the
+    `ctypes` package costs 3-5 ms of imports, `_ctypes` well under one. Returns True once
+    PR_GET_DUMPABLE confirms it."""
+    try:
+        import _ctypes
+    except ImportError:  # an interpreter built without libffi: nothing to call prctl with
+        return False
+
+    class _Long(_ctypes._SimpleCData):
+        _type_ = "l"
+
+    class _Func(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL
+        _restype_ = _Long
+
+    class _Libc:
+        _handle = _ctypes.dlopen(None)
+
+    try:
+        prctl = _Func(("prctl", _Libc))
+        prctl.argtypes = (_Long, _Long, _Long, _Long, _Long)
+        prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        return prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+    except Exception:
+        return False
+
+
 def main():
+    nondumpable = _make_undumpable()
     if _IS_INIT:
         # Orphans of the sandbox are re-parented to us: reap them as they die, even while an
         # exec is running, so no zombie lingers (a zombie still answers `kill -0`).
@@ -419,7 +529,15 @@ def main():
     # The magic number says whether the host may send this interpreter precompiled bytecode.
     boot = sys.modules.get("_frozen_importlib_external")
     magic = getattr(boot, "MAGIC_NUMBER", b"")
-    _send({"ready": True, "pid": os.getpid(), "python": sys.version.split()[0], "magic": magic})
+    _send(
+        {
+            "ready": True,
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "magic": magic,
+            "nondumpable": nondumpable,
+        }
+    )
     while True:
         msg = inp.frame()
         if msg is None:
@@ -451,5 +569,30 @@ def main():
         _reap_orphans()
 
 
+def _archive_main():
+    """`python3 -I -S -c <this file> --archive`: one `tar` or `untar` request on stdin, its
+    marshal reply on stdout. The native command server (_server.c) runs this as a child
+    rather than reimplementing tar; archives are rare (upload/download)."""
+    chunks = []
+    while True:
+        chunk = os.read(0, _READ)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    req = marshal.loads(b"".join(chunks))
+    try:
+        if req.get("op") not in ("tar", "untar"):
+            raise ValueError("not an archive op: %r" % req.get("op"))
+        reply = _OPS[req["op"]](req)
+    except Exception as e:
+        reply = {"error": type(e).__name__, "message": str(e)}
+    data = memoryview(marshal.dumps(reply, 2))
+    while data:
+        data = data[os.write(1, data) :]
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--archive"]:
+        _archive_main()
+    else:
+        main()

@@ -127,6 +127,17 @@ class Sandbox(abc.ABC):
         """The workspace path as commands see it (their default cwd)."""
 
     @property
+    def limits(self) -> dict[str, str]:
+        """How each cap is enforced on this machine, by name.
+
+        Keys: `memory`, `pids`, `cpus`, `cpu_time`, `disk` (the workspace), `tmp` (its
+        `/tmp`), `wall_time`, `output`. Values: `cgroup`, `rlimit`, `tmpfs`, `timeout`,
+        `truncate`, a backend-specific mechanism, or `none` (not enforced here, e.g. no
+        writable cgroup controller, or the cap is off in the spec).
+        """
+        return {}
+
+    @property
     def host_workspace(self) -> Path | None:
         """The workspace's directory on the host, where the backend has one."""
         return None

@@ -1,9 +1,21 @@
 """The `docker` backend: a container per sandbox, through the docker SDK (imported lazily).
 
-Same semantics as bwrap: no network unless asked (`network_mode="none"`; with `network=True`
-the host's network, since engines here run with `--bridge=none`), a read-only root filesystem
-with a tmpfs `/tmp`, the workspace bind-mounted read-write from the host, memory/pids/CPU caps
-from the engine, all capabilities dropped. The engine is found through `DOCKER_HOST` (or the
+Same guarantees as bwrap:
+- network: always `network_mode="none"`, never the host's network and never a bridge (our
+  engines run with `--bridge=none --iptables=false`). With `network=True` (or
+  `forward_ports`), pasta is attached to the container's own namespace with the same firewall
+  as bwrap's (`network.py`): outbound user-mode networking, no route to the host. That needs
+  root and a local engine; otherwise the start is refused with `SandboxError` saying why;
+- no Docker socket inside: `ro_binds` (and a caller's workspace) that would show the engine's
+  socket are refused;
+- a non-root user (uid 65534 when we are root, else our own uid) with every capability
+  dropped and `no-new-privileges`;
+- a read-only root filesystem, the workspace bind-mounted read-write (as root, a tmpfs of
+  `disk_bytes` on the host, like bwrap's), and size-capped tmpfs `/tmp` (`disk_bytes`) and
+  `/run`;
+- memory (swap included), pids and CPU caps from the engine.
+
+The engine is found through `DOCKER_HOST` (or the
 default socket). Each `exec` is a `docker exec` (~80 ms) whose output is read from the raw
 attach socket, so caps and timeouts hold even against a flood. Images come from `spec.image`;
 build them locally (`docker build` or `docker import`), since nothing can be pulled here.
@@ -23,12 +35,17 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skyrl_sdk.sandboxes import tracking
+from skyrl_sdk.sandboxes import network, tracking
 from skyrl_sdk.sandboxes._server import _Capture
 from skyrl_sdk.sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
 from skyrl_sdk.sandboxes.spec import BackendUnavailable, ExecResult, SandboxError, decode_capped
+from skyrl_sdk.sandboxes.workspace import chown_tree
 
 LABEL = "skyrl.sandbox"
+SANDBOX_UID = 65534  # nobody: the container's user when we are root
+_RUN_TMPFS_BYTES = 64 << 20  # /run holds sockets and pid files, not data
+# Where engines usually listen; with DOCKER_HOST's own socket, never shown to a sandbox.
+_ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 _KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600; done"]
 _reaped_engines: set[str] = set()
 
@@ -84,6 +101,8 @@ class DockerSandbox(Sandbox):
         self._record: tracking.SandboxRecord | None = None
         self._workspace: Path | None = None
         self._has_timeout = False
+        self._container_pid: int | None = None
+        self._network: network.UserModeNetwork | None = None
 
     @property
     def workdir(self) -> str:
@@ -102,16 +121,37 @@ class DockerSandbox(Sandbox):
             raise ValueError("the docker backend needs SandboxSpec(image=...)")
         self._started = True
         try:
-            await asyncio.wait_for(asyncio.to_thread(self._launch), self.spec.start_timeout_s)
+            await asyncio.wait_for(self._start(), self.spec.start_timeout_s)
         except BaseException as e:
             await self.close()
             if isinstance(e, SandboxError | asyncio.CancelledError | ValueError):
                 raise
             raise SandboxError(f"docker sandbox failed to start: {type(e).__name__}: {e}") from e
 
+    async def _start(self) -> None:
+        mode = network.network_mode(self.spec)
+        if mode is not network.NetworkMode.NONE:
+            network.tools()  # root, pasta and nft, or a clear BackendUnavailable, before anything
+        await asyncio.to_thread(self._launch)
+        if mode is not network.NetworkMode.NONE:
+            assert self._container_pid is not None
+            # From the event loop's thread: pasta's parent-death signal follows this thread.
+            log = tracking.state_root() / self.id / "pasta.log"
+            self._network = await network.attach(self._container_pid, self.spec, log)
+
     def _launch(self) -> None:
         spec = self.spec
         client = self._client = docker_client()
+        _refuse_engine_socket(spec, client.api.base_url)
+        if network.network_mode(spec) is not network.NetworkMode.NONE and not str(
+            client.api.base_url
+        ).startswith("http+docker://"):
+            raise SandboxError(
+                "docker sandbox: network=True (and forward_ports) attach user-mode networking "
+                "to the container's own namespace from this host, so the engine must be local "
+                f"(a unix socket), not {client.api.base_url}; the host's network or a bridge "
+                "is never used instead"
+            )
         base_url = client.api.base_url
         if base_url not in _reaped_engines:
             _reaped_engines.add(base_url)
@@ -120,20 +160,28 @@ class DockerSandbox(Sandbox):
         owned = spec.workspace_dir is None
         root = tracking.ensure_state_root()
         workspace = root / self.id / "ws" if owned else Path(spec.workspace_dir).resolve()  # type: ignore[arg-type]
+        as_root = os.geteuid() == 0
+        tmpfs_disk = bool(spec.disk_bytes) and owned and as_root
         self._record = tracking.SandboxRecord.for_current_process(
             self.id,
             self.backend,
             workspace=str(workspace) if owned else None,
+            mounts=(str(workspace),) if tmpfs_disk else (),
             container_id=self.id,
             docker_host=os.environ.get("DOCKER_HOST") or None,
         )
         tracking.save(self._record, root)
         workspace.mkdir(parents=True, exist_ok=True)
+        uid = SANDBOX_UID if as_root else os.geteuid()
+        if tmpfs_disk:
+            tracking.mount_tmpfs(workspace, spec.disk_bytes, uid)  # type: ignore[arg-type]
         self._workspace = workspace
         for rel, content in spec.files:
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
+        if as_root:  # like bwrap: the sandbox's user owns its workspace (a caller's too)
+            chown_tree(workspace, uid)
         record = self._record
         labels = {
             LABEL: self.id,
@@ -144,14 +192,22 @@ class DockerSandbox(Sandbox):
             "name": self.id,
             "detach": True,
             "labels": labels,
-            "network_mode": "host" if spec.network else "none",
+            # Never the host's network, never a bridge: with network=True, pasta is attached
+            # to this empty namespace once the container runs (see `_start`).
+            "network_mode": "none",
+            "user": f"{uid}:{uid}",
             "working_dir": self.workdir,
             "volumes": {
                 str(workspace): {"bind": self.workdir, "mode": "rw"},
                 **{path: {"bind": path, "mode": "ro"} for path in self.spec.ro_binds},
             },
             "read_only": True,
-            "tmpfs": {"/tmp": "", "/run": ""},
+            "tmpfs": {
+                "/tmp": _tmpfs_options(spec.disk_bytes, "1777"),
+                "/run": _tmpfs_options(
+                    min(spec.disk_bytes or _RUN_TMPFS_BYTES, _RUN_TMPFS_BYTES), "1777"
+                ),
+            },
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "environment": self.base_env(),
@@ -176,6 +232,7 @@ class DockerSandbox(Sandbox):
             ) from None
         container = client.containers.run(spec.image, _KEEPALIVE, **kwargs)
         self._container = container.id
+        self._container_pid = int(client.api.inspect_container(container.id)["State"]["Pid"])
         probe = self._exec_blocking(["sh", "-c", "command -v timeout"], None, {}, None, 10, 4096)
         self._has_timeout = probe[0] == 0
 
@@ -183,6 +240,8 @@ class DockerSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
+        if self._network is not None:
+            await self._network.close()
         if self._record is not None:
             errors = await asyncio.to_thread(tracking.release, self._record)
             if errors:
@@ -346,6 +405,35 @@ class DockerSandbox(Sandbox):
 
     async def _put_archive(self, dest: str, data: bytes) -> None:
         await self._raw(["sh", "-c", 'mkdir -p "$1" && tar -x -C "$1"', "sh", dest], data, 1 << 20)
+
+
+def _tmpfs_options(size: int | None, mode: str) -> str:
+    """Docker tmpfs options: writable, executable (like bwrap's), size-capped."""
+    return f"rw,nosuid,nodev,exec,mode={mode}" + (f",size={size}" if size else "")
+
+
+def _engine_sockets(base_url: str) -> set[str]:
+    found = set(_ENGINE_SOCKETS)
+    for url in (base_url, os.environ.get("DOCKER_HOST", "")):
+        for prefix in ("unix://", "http+unix://"):
+            if url.startswith(prefix):
+                found.add(url[len(prefix) :])
+    return {os.path.realpath(p) for p in found}
+
+
+def _refuse_engine_socket(spec: Any, base_url: str) -> None:
+    """No Docker socket inside: a bind that shows the engine's socket would hand the sandbox
+    the engine (root on the host)."""
+    sockets = _engine_sockets(base_url)
+    shown = [*spec.ro_binds, *([spec.workspace_dir] if spec.workspace_dir else [])]
+    for path in shown:
+        real = os.path.realpath(path)
+        for sock in sockets:
+            if sock == real or sock.startswith(real.rstrip("/") + "/"):
+                raise SandboxError(
+                    f"docker sandbox: {path!r} would show the Docker engine's socket {sock} "
+                    "inside the sandbox (that is root on the host); bind something narrower"
+                )
 
 
 def _ulimit(name: str, value: int) -> Any:

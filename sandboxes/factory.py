@@ -14,7 +14,8 @@ class Backend(enum.StrEnum):
     """Where sandboxes run."""
 
     BWRAP = "bwrap"
-    """Linux namespaces via bubblewrap (the default): isolated, ~20 ms to start."""
+    """Linux namespaces via bubblewrap (the default): isolated, ~20 ms to start (network=True
+    adds pasta and a firewall: +5-20 ms; see `network.py`)."""
     LOCAL = "local"
     """A plain subprocess in a temp dir: NOT isolated, for trusted code only."""
     DOCKER = "docker"
@@ -70,4 +71,12 @@ def create_sandbox(
     """
     if spec is not None and not isinstance(spec, SandboxSpec):
         raise TypeError(f"create_sandbox() takes a SandboxSpec, got {type(spec).__name__}")
-    return _Starting(sandbox_class(backend)(spec))
+    cls = sandbox_class(backend)
+    if spec is not None and cls.backend != Backend.LOCAL:
+        from skyrl_sdk.sandboxes import network
+
+        if network.network_mode(spec) is not network.NetworkMode.NONE:
+            # Fail here, naming the missing packages, not half-way through start(); never
+            # fall back to the host's network.
+            network.tools()
+    return _Starting(cls(spec))

@@ -31,4 +31,9 @@ class LocalSandbox(ServerSandbox):
         return (self.backend, sys.executable)
 
     def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
+        if self._server_binary:  # the native command server
+            return [self._server_binary]
         return [sys.executable, *python_args]
+
+    def _helper_python(self) -> str:
+        return sys.executable

@@ -11,6 +11,14 @@ from pathlib import PurePosixPath
 from typing import Any
 
 MiB = 1 << 20
+GiB = 1 << 30
+
+DEFAULT_DISK_BYTES = 1 * GiB
+"""Default size cap of a sandbox's workspace, of a `Workspace` and of a sandbox's `/tmp`."""
+DEFAULT_CPUS = 1.0
+"""Default CPU bandwidth of a sandbox, in cores."""
+DEFAULT_CPU_TIME_S = 600.0
+"""Default CPU-time cap of one command, in seconds."""
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -44,32 +52,48 @@ class SandboxSpec:
     image: str | None = None
     """Docker image to run (docker backend only; required there)."""
     rootfs: str | None = None
-    """Host directory mounted read-only as the sandbox's `/` (bwrap). None: the host's own
-    root, read-only, with `/root` and `/home` hidden."""
+    """Host directory mounted read-only as the sandbox's `/` (bwrap): an image's root shows
+    itself. None: a minimal read-only system from the host (`/usr`, `/bin`, `/lib*`, `/sbin` and
+    from `/etc` only what programs need); nothing else of the host is visible: not the
+    project's checkout or venv, not `/root`, `/home`, `/var`, `/opt`, `/mnt`, `/srv`."""
     workdir: str = "/workspace"
     """Absolute path of the writable workspace inside the sandbox; the default cwd of `exec`.
     (The local backend has no mount namespace: there it is the host temp dir instead.)"""
     workspace_dir: str | None = None
     """Host directory to use as the workspace; it is kept at `close()`. None: a fresh temporary
-    directory that `close()` deletes."""
+    directory that `close()` deletes. A `Workspace` (or any path-like) is accepted: its own
+    size cap then applies, not `disk_bytes`."""
     files: tuple[tuple[str, bytes], ...] = ()
     """Files written into the workspace before the sandbox starts, as (relative path, content);
     a dict {path: str | bytes} is accepted and normalised."""
     network: bool = False
     """Allow network access. Off by default: the sandbox gets its own empty network namespace
-    (only a loopback that is not the host's)."""
+    (only a loopback that is not the host's). True: a namespace of its own with user-mode
+    outbound networking (pasta, root only) and no route to the host: not its loopback, not
+    its interfaces' addresses, not its abstract sockets (see `sandboxes/network.py`)."""
     memory_bytes: int | None = 512 * MiB
     """Memory cap for everything in the sandbox (cgroup v1 `memory.limit_in_bytes`; falls back
     to RLIMIT_AS per command where cgroups are unavailable)."""
     pids: int | None = 256
     """Cap on live processes and threads (cgroup `pids.max`), so a fork bomb is contained."""
-    cpus: float | None = None
-    """CPU bandwidth in cores (cgroup `cpu.cfs_quota_us`); e.g. 0.5 is half a core."""
-    cpu_time_s: float | None = None
-    """CPU-time cap per command (RLIMIT_CPU): the command is killed after this much CPU."""
-    disk_bytes: int | None = None
-    """Size cap of the workspace. As root it is a size-limited tmpfs (writes beyond fail with
-    ENOSPC; its pages count against `memory_bytes`); otherwise RLIMIT_FSIZE per file."""
+    cpus: float | None = DEFAULT_CPUS
+    """CPU bandwidth in cores (cgroup `cpu.cfs_quota_us`); e.g. 0.5 is half a core. Where the
+    cpu controller is not writable it is not enforced (`Sandbox.limits` says so)."""
+    cpu_time_s: float | None = DEFAULT_CPU_TIME_S
+    """CPU-time cap per command (RLIMIT_CPU): the command is killed (SIGKILL after SIGXCPU)
+    after this much CPU time."""
+    disk_bytes: int | None = DEFAULT_DISK_BYTES
+    """Size cap of the sandbox's own workspace and of its `/tmp`. As root the workspace is a
+    size-limited tmpfs (writes beyond fail with ENOSPC); otherwise RLIMIT_FSIZE per file.
+    `/tmp` is a tmpfs of this size for every user (bwrap `--size`). Both are memory: tmpfs
+    pages count against `memory_bytes` (the memory cgroup charges them to the sandbox that
+    wrote them, and they stay charged after the writer died), so with the defaults the memory
+    cap (512 MiB) stops a runaway write first: the writer is OOM-killed, and when the files
+    left behind keep the cgroup full, the command server may be killed next, after which
+    `exec` raises `SandboxError` and the sandbox must be replaced. The disk cap is what
+    stops the write (ENOSPC) when `memory_bytes` is above it. Size `memory_bytes` for the
+    processes *plus* the files a task keeps in /tmp and the workspace. Ignored for a
+    caller's `workspace_dir`, which carries its own cap (see `Workspace`)."""
     timeout_s: float = 30.0
     """Default wall-clock limit of one `exec`; the command's process group is killed after it."""
     start_timeout_s: float = 20.0
@@ -83,11 +107,18 @@ class SandboxSpec:
     """Interpreter that runs the in-sandbox command server (bwrap backend; must exist in the
     root filesystem, Python >= 3.6)."""
     ro_binds: tuple[str, ...] = ()
-    """Host directories mounted read-only at the same path inside the sandbox, on top of what
-    the backend hides (`/tmp`, `/root`, `/home`): e.g. a virtualenv the commands need. The
-    local backend needs none; docker adds them as read-only volumes."""
+    """Host directories mounted read-only at the same path inside the sandbox, on top of the
+    minimal system: e.g. data a task needs, or a small virtualenv built for sandboxes (never
+    the project's own venv: its packages and the checkout it points to would be readable).
+    The local backend needs none; docker adds them as read-only volumes."""
+    forward_ports: tuple[int, ...] = ()
+    """TCP ports of the host's loopback reachable inside at 127.0.0.1:PORT (and [::1]:PORT),
+    with or without `network`; nothing else of the host is. For an agent inside a sandbox
+    that calls the SDK's own model server. bwrap and docker, root only (pasta `-T`)."""
 
     def __post_init__(self) -> None:
+        if self.workspace_dir is not None and not isinstance(self.workspace_dir, str):
+            object.__setattr__(self, "workspace_dir", os.fspath(self.workspace_dir))
         binds = (self.ro_binds,) if isinstance(self.ro_binds, str) else tuple(self.ro_binds)
         for path in binds:
             if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") == "":
@@ -95,6 +126,10 @@ class SandboxSpec:
                     f"SandboxSpec.ro_binds: {path!r} must be an absolute path other than /"
                 )
         object.__setattr__(self, "ro_binds", tuple(os.path.normpath(p) for p in binds))
+        ports = tuple(self.forward_ports)
+        if any(not isinstance(p, int) or isinstance(p, bool) or not 0 < p < 65536 for p in ports):
+            raise ValueError(f"SandboxSpec.forward_ports must be TCP ports 1-65535, got {ports!r}")
+        object.__setattr__(self, "forward_ports", ports)
         object.__setattr__(self, "env", tuple((k, str(v)) for k, v in _pairs(self.env, "env")))
         files = []
         for path, content in _pairs(self.files, "files"):

@@ -1,4 +1,5 @@
-"""Every sandbox is recorded on disk with its owner; `reap()` removes those whose owner died.
+"""Every sandbox (and every `Workspace`) is recorded on disk with its owner; `reap()` removes
+those whose owner died.
 
 A record is written *before* anything is started, so even a sandbox whose owner is killed
 with SIGKILL in the middle of `start()` is found. The owner is identified by PID **and** the
@@ -20,9 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from skyrl_sdk.sandboxes.cgroups import CgroupSet
+from skyrl_sdk.sandboxes.spec import SandboxError
 
 RECORD = "record.json"
 MNT_DETACH = 2
+MS_NOSUID = 2
+MS_NODEV = 4
 
 
 def state_root() -> Path:
@@ -156,6 +160,48 @@ def _controller_of(path: Path) -> str:
         if f"/{controller}/" in str(path):
             return controller
     return str(path)
+
+
+def mount_tmpfs(path: Path, size: int, uid: int | None) -> None:
+    """Mount a tmpfs of `size` bytes on `path` (root only), owned by `uid` if given."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    options = f"size={size},mode=0755{owner}".encode()
+    if libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(f"cannot mount a {size}-byte tmpfs on {path}: {os.strerror(err)}")
+
+
+def tmpfs_size(path: str | Path) -> int | None:
+    """The size cap of the tmpfs mounted exactly at `path`, or None if it is not one."""
+    target = os.path.realpath(path)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    found: int | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 10 or fields[4].replace("\\040", " ") != target:
+            continue
+        sep = fields.index("-")
+        fstype, options = fields[sep + 1], fields[sep + 3]
+        found = None  # the last mount on a path is the visible one
+        if fstype == "tmpfs":
+            for option in options.split(","):
+                if option.startswith("size="):
+                    found = _parse_size(option[5:])
+    return found
+
+
+def _parse_size(text: str) -> int | None:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    try:
+        if text and text[-1].lower() in units:
+            return int(text[:-1]) * units[text[-1].lower()]
+        return int(text)
+    except ValueError:
+        return None
 
 
 def _umount(path: str) -> int:

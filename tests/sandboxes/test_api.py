@@ -196,3 +196,24 @@ def test_bad_input_gets_clear_errors() -> None:
     arun(go())
     assert SandboxSpec(env={"A": 1}).env == (("A", "1"),)
     assert hash(SandboxSpec(files={"a": "x"})) == hash(SandboxSpec(files={"a": b"x"}))
+
+
+@needs_bwrap
+def test_a_workspace_carries_its_cap_across_sandboxes() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a size-capped Workspace needs root (a tmpfs)")
+    from skyrl_sdk.sandboxes import Workspace
+
+    async def go(ws: Workspace):
+        spec = SandboxSpec(workspace_dir=ws, disk_bytes=None)
+        async with create_sandbox(spec) as agent:
+            wrote = await agent.exec("echo kept > a.txt; head -c 3000000 /dev/zero > big")
+            how = agent.limits["disk"]
+        async with create_sandbox(spec) as grader:
+            seen = await grader.exec("cat a.txt")
+        return wrote, how, seen
+
+    with Workspace.create(disk_bytes=1 << 20) as ws:
+        wrote, how, seen = arun(go(ws))
+    assert not wrote.ok and "No space left" in wrote.stderr and how == "tmpfs"
+    assert seen.stdout == "kept\n"

@@ -24,14 +24,19 @@ CONNECT = (
 
 
 def test_network_is_blocked_by_default_and_open_when_asked(host_listener: int) -> None:
-    async def probe(network: bool) -> str:
-        async with create_sandbox(SandboxSpec(network=network)) as sb:
+    async def probe(spec: SandboxSpec) -> str:
+        async with create_sandbox(spec) as sb:
             result = await sb.exec(["python3", "-c", CONNECT, str(host_listener)], timeout=10)
             return result.stdout
 
-    assert arun(probe(False)).startswith("blocked ConnectionRefusedError")
-    # The same probe reaches the listener when the network is asked for.
-    assert arun(probe(True)).strip() == "connected"
+    assert arun(probe(SandboxSpec())).startswith("blocked ConnectionRefusedError")
+    if os.geteuid() != 0:
+        return  # networked sandboxes need root (tests/sandboxes/test_network.py)
+    # Asked-for network is a namespace of its own: the host's loopback stays out of reach
+    # (issue 14, vector 4); only a port forwarded on purpose is reachable.
+    assert arun(probe(SandboxSpec(network=True))).startswith("blocked ConnectionRefusedError")
+    forwarded = SandboxSpec(network=True, forward_ports=(host_listener,))
+    assert arun(probe(forwarded)).strip() == "connected"
 
 
 def test_host_files_outside_the_workspace_are_not_writable() -> None:
@@ -134,6 +139,19 @@ def test_cpu_time_cap_kills_a_busy_command() -> None:
     result = arun(burn())
     assert not result.timed_out and result.status is ExecStatus.KILLED
     assert result.duration_s < 10
+
+
+def test_cpu_time_cap_reaches_what_a_shell_forks_at_once() -> None:
+    # The child of `sh -c` may fork before the server sets its rlimits from outside: the
+    # soft limit must be inherited from the first instruction all the same.
+    probe = "python3 -c 'import resource; print(resource.getrlimit(resource.RLIMIT_CPU)[0])'"
+
+    async def go():
+        async with create_sandbox(SandboxSpec(cpu_time_s=5)) as sb:
+            return [(await sb.exec(f"{probe}; true")).stdout.strip() for _ in range(20)]
+
+    softs = arun(go())
+    assert all(0 < int(s) <= 5 + 5 for s in softs), softs
 
 
 def test_one_gigabyte_of_output_is_truncated_and_marked() -> None:

@@ -67,3 +67,49 @@ def test_sigkilled_owner_leaves_nothing_after_reap() -> None:
         assert not Path(b["ws"]).exists()
         assert not any(Path(cg).exists() for cg in b["cg"])
     shutil.rmtree(state, ignore_errors=True)
+
+
+WORKSPACE_OWNER = """
+import asyncio, json
+from skyrl_sdk.sandboxes import SandboxSpec, Workspace, create_sandbox
+
+async def main():
+    ws = Workspace.create("skyrl-leak-ws-", owner_uid=65534)
+    sb = await create_sandbox(SandboxSpec(workspace_dir=ws))
+    await sb.exec("echo data > kept.txt")
+    print(json.dumps(dict(ws=str(ws.path), sandbox=sb.id, cap=ws.disk_cap)), flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+@needs_bwrap
+def test_sigkilled_owner_of_a_workspace_leaves_nothing_after_reap() -> None:
+    state = Path(tempfile.mkdtemp(prefix="skyrl-leak-test-"))
+    state.chmod(0o711)
+    env = {**os.environ, "SKYRL_SANDBOX_STATE": str(state / "state"), "TMPDIR": str(state)}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", WORKSPACE_OWNER],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        made = json.loads(owner.stdout.readline())  # type: ignore[union-attr]
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+    try:
+        workspace = Path(made["ws"])
+        assert (workspace / "kept.txt").read_text() == "data\n"
+        assert {r.id for r in records(state / "state")} >= {made["sandbox"]}
+        report = reap(state / "state")
+        assert made["sandbox"] in report.reaped and not report.errors
+        assert not workspace.exists()
+        assert records(state / "state") == []
+        if os.geteuid() == 0:
+            assert made["cap"] == "tmpfs"
+            assert str(workspace) not in Path("/proc/self/mountinfo").read_text()
+    finally:
+        shutil.rmtree(state, ignore_errors=True)

@@ -4,12 +4,39 @@ Inside the environment the usual Harbor paths exist: the task's working director
 by convention), `/logs/agent`, `/logs/verifier`, `/logs/artifacts`, `/solution` (oracle only)
 and, for the verifier phase only, `/tests`.
 
-Grading follows Harbor's verifier, with one stricter rule: the agent's sandbox is closed first
-(every process it left is killed), then a fresh sandbox opens on the same working directory
-with an empty `/logs/verifier` and the task's `tests/` uploaded only now, so nothing the agent
-wrote under `/logs/verifier` (or leaves running) can count. `test.sh` runs under the verifier
-timeout; its exit status is ignored and the reward comes from `reward.json` (a flat object of
+Grading follows Harbor's verifier, with stricter rules, because an agent trained with RL will
+find any way to raise its reward:
+
+- The agent's sandbox is closed first (every process it left is killed), then a fresh sandbox
+  opens on the same working directory with an empty `/logs/verifier` and the task's `tests/`
+  uploaded only now, so nothing the agent wrote under `/logs/verifier` (or leaves running)
+  can count.
+- `test.sh` runs from a process environment the agent never wrote (`verifier_env`): `HOME` is
+  the verifier sandbox's fresh `/tmp`, not the working directory (so a `usercustomize.py` or
+  `.pth` left in `~/.local/lib/python3.X/site-packages` is never loaded), user site-packages
+  are off (`PYTHONNOUSERSITE`), `PYTHONSAFEPATH` keeps the current directory (`/app`) and a
+  script's directory off `sys.path` (so `/app/json.py` does not shadow the standard library),
+  and every directory the agent could write (the working directory, `/logs`, `/tmp`) is
+  dropped from the task's `PATH`, `PYTHONPATH`, `LD_LIBRARY_PATH` and similar variables.
+- When `test.sh` ends, the verifier sandbox is closed (whatever it started is killed) before
+  the host reads anything back; the reward files and `test-stdout.txt` are read without
+  following symlinks, as regular files only, size-capped (a `reward.txt` that is a symlink to
+  a host file is an error, `reward_file_unsafe`, and its target is never read), and
+  `copy_logs` copies symlinks as links.
+- The trial's scratch directory (working directory, logs, tests) is a `Workspace`: capped at
+  `[environment].storage_mb` (else `DEFAULT_DISK_BYTES`), recorded so it is reaped after a
+  SIGKILL.
+
+Its exit status is ignored and the reward comes from `reward.json` (a flat object of
 numbers, which wins) or `reward.txt` (one number).
+
+What a task author must still do: the verifier can only be as safe as `test.sh` is. Never
+import or execute the agent's files in a way that lets them change the grading: do not put
+`/app` on `sys.path` or `PATH` for the checker itself (import the agent's module in a
+subprocess, or load it by path as data), do not `source` files from `/app`, and treat what you
+read there as data. If the check runs the agent's programs, run them first (with a timeout),
+make sure none is left running (they run as the same user and could rewrite
+`/logs/verifier`), and write the reward file last, with a fixed path and plain `open(..., "w")`.
 
 Backends:
 - `bwrap`: the host's root filesystem read-only (or `rootfs`); the Dockerfile is read, not
@@ -30,7 +57,6 @@ import math
 import os
 import shutil
 import tarfile
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,8 +65,21 @@ from typing import Any
 
 from skyrl_gym.envs.harbor.dockerfile import SetupStep, StepKind, inside, plan_dockerfile
 from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode
-from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxError, SandboxSpec, create_sandbox
+from skyrl_sdk.sandboxes import (
+    DEFAULT_DISK_BYTES,
+    Backend,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    UnsafeFileError,
+    Workspace,
+    chown_tree,
+    create_sandbox,
+    grading_env,
+    read_regular_file,
+)
 from skyrl_sdk.sandboxes.bwrap import BwrapSandbox
+from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
 LOGS = "/logs"
 AGENT_LOGS = "/logs/agent"
@@ -51,6 +90,33 @@ SOLUTION = "/solution"
 SANDBOX_UID = 65534  # bwrap sandboxes started by root run as `nobody`
 NO_LIMIT_S = 7 * 24 * 3600.0
 _OUTPUT_TAIL = 4000
+REWARD_MAX_BYTES = 1 << 20
+"""The most of reward.json / reward.txt the host reads (a larger file is a parse error)."""
+LOG_FILE_MAX_BYTES = 64 << 20
+"""`copy_logs` copies at most this much of one file (the rest is cut, and noted)."""
+LOGS_MAX_BYTES = 256 << 20
+"""`copy_logs` copies at most this much in all."""
+
+# Environment variables that name code to load or run: in the verifier, their entries that
+# lie in a directory the agent could write are dropped.
+CODE_PATH_VARS = (
+    "PATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "BASH_ENV",
+    "ENV",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYLIB",
+    "NODE_PATH",
+    "GEM_HOME",
+    "GEM_PATH",
+    "CLASSPATH",
+)
 
 
 class TaskEnvironmentError(RuntimeError):
@@ -68,6 +134,8 @@ class VerifierError(enum.StrEnum):
     """reward.txt (or reward.json) is empty."""
     REWARD_PARSE_ERROR = "reward_parse_error"
     """The reward file is not one finite number / a flat object of finite numbers."""
+    REWARD_FILE_UNSAFE = "reward_file_unsafe"
+    """reward.json or reward.txt is a symlink or not a regular file; it was not read."""
     SANDBOX_ERROR = "verifier_sandbox_error"
     """The verifier's sandbox failed (could not start, died)."""
 
@@ -80,12 +148,35 @@ class RewardFileError(ValueError):
         self.kind = kind
 
 
+def _read_reward_file(verifier_dir: Path, name: str) -> str | None:
+    """The text of `verifier_dir/name`, or None when there is none. Never follows a symlink
+    (the verifier could have left one to a host file) and never reads more than
+    `REWARD_MAX_BYTES`."""
+    try:
+        data = read_regular_file(name, max_bytes=REWARD_MAX_BYTES + 1, under=verifier_dir)
+    except FileNotFoundError:
+        return None
+    except UnsafeFileError:
+        # The target is neither read nor named: the message may end up in result.json.
+        raise RewardFileError(
+            VerifierError.REWARD_FILE_UNSAFE,
+            f"{name} is a symlink or not a regular file; it was not read",
+        ) from None
+    if len(data) > REWARD_MAX_BYTES:
+        raise RewardFileError(
+            VerifierError.REWARD_PARSE_ERROR, f"{name} is larger than {REWARD_MAX_BYTES} bytes"
+        )
+    return data.decode("utf-8", errors="replace")
+
+
 def read_rewards(verifier_dir: Path) -> dict[str, float]:
     """Harbor's reward parse: reward.json (flat object of finite numbers) wins over reward.txt
-    (one finite float); a .txt becomes `{"reward": x}`."""
-    as_json, as_text = verifier_dir / "reward.json", verifier_dir / "reward.txt"
-    if as_json.is_file():
-        raw = as_json.read_text(encoding="utf-8", errors="replace")
+    (one finite float); a .txt becomes `{"reward": x}`.
+
+    Both are read without following symlinks, as regular files only, size-capped
+    (`REWARD_FILE_UNSAFE` otherwise)."""
+    raw = _read_reward_file(verifier_dir, "reward.json")
+    if raw is not None:
         if not raw.strip():
             raise RewardFileError(VerifierError.REWARD_FILE_EMPTY, "reward.json is empty")
         try:
@@ -107,8 +198,8 @@ def read_rewards(verifier_dir: Path) -> dict[str, float]:
                 )
             rewards[str(key)] = float(value)
         return rewards
-    if as_text.is_file():
-        raw = as_text.read_text(encoding="utf-8", errors="replace")
+    raw = _read_reward_file(verifier_dir, "reward.txt")
+    if raw is not None:
         if not raw.strip():
             raise RewardFileError(VerifierError.REWARD_FILE_EMPTY, "reward.txt is empty")
         try:
@@ -179,16 +270,49 @@ class _BoundBwrap(BwrapSandbox):
 
 def _give(path: Path) -> None:
     """Hand a host tree to the sandbox user (bwrap as root runs commands as `nobody`)."""
-    if os.geteuid() != 0:
+    if os.geteuid() == 0:
+        chown_tree(path, SANDBOX_UID)
+
+
+def _copy_untrusted_tree(
+    src: Path, dest: Path, shown: str, budget: list[int], notes: list[str]
+) -> None:
+    """Copy a directory tree written by sandboxed code without following anything in it.
+
+    Entries are classified by `lstat` (a symlink is recreated as a link, never followed) and
+    each file is read with `read_regular_file(..., under=parent)` (O_NOFOLLOW, regular files
+    only), so a file swapped for a link or a FIFO is refused, not read. Call it while no
+    sandbox of the trial runs, so nothing changes under it."""
+    try:
+        entries = sorted(os.scandir(src), key=lambda e: e.name)
+    except OSError as e:
+        notes.append(f"{shown}: not copied ({e.strerror})")
         return
-    os.chown(path, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
-    if path.is_dir() and not path.is_symlink():
-        for base, dirs, files in os.walk(path):
-            for name in dirs + files:
-                with contextlib.suppress(OSError):
-                    os.chown(
-                        os.path.join(base, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False
-                    )
+    for entry in entries:
+        rel = f"{shown}/{entry.name}"
+        target = dest / entry.name
+        try:
+            if entry.is_symlink():
+                if target.is_symlink() or target.exists():
+                    continue
+                os.symlink(os.readlink(entry.path), target)  # kept as a link, never followed
+            elif entry.is_dir(follow_symlinks=False):
+                target.mkdir(exist_ok=True)
+                _copy_untrusted_tree(Path(entry.path), target, rel, budget, notes)
+            elif entry.is_file(follow_symlinks=False):
+                cap = min(LOG_FILE_MAX_BYTES, budget[0])
+                data = read_regular_file(entry.name, max_bytes=cap + 1, under=src)
+                if len(data) > cap:
+                    data = data[:cap]
+                    notes.append(f"{rel}: cut at {cap} bytes")
+                budget[0] -= len(data)
+                if target.is_symlink():
+                    target.unlink()
+                target.write_bytes(data)
+            else:
+                notes.append(f"{rel}: not a regular file, directory or symlink; skipped")
+        except OSError as e:  # UnsafeFileError included: swapped for a link or a FIFO
+            notes.append(f"{rel}: skipped ({type(e).__name__}: {e.strerror or e})")
 
 
 def _fresh_dir(path: Path) -> Path:
@@ -219,12 +343,20 @@ class HarborRuntime:
     """The agent phase's sandbox (None before `start` and after the agent phase)."""
     verifier_result: VerifierResult | None = None
     """Set once `verify` has run."""
+    disk_bytes: int | None = None
+    """Size cap of the trial's scratch directory (working directory, logs, tests); None: the
+    task's `[environment].storage_mb`, else `DEFAULT_DISK_BYTES`."""
 
     def __post_init__(self) -> None:
         self.backend = Backend(self.backend)
         if self.backend is Backend.LOCAL:
             raise ValueError("Harbor tasks need an isolated backend: bwrap or docker")
-        self._work = Path(tempfile.mkdtemp(prefix="skyrl-harbor-"))
+        if self.disk_bytes is None:
+            storage = self.task.environment.storage_mb
+            self.disk_bytes = storage << 20 if storage else DEFAULT_DISK_BYTES
+        # Recorded with its owner before it exists: reaped even after a SIGKILL.
+        self._workspace = Workspace.create("skyrl-harbor-", disk_bytes=self.disk_bytes)
+        self._work = self._workspace.path
         self._work.chmod(0o711)  # a bwrap sandbox running as nobody must traverse it
         self.workdir = self.task.environment.workdir or DEFAULT_WORKDIR
         self._env: dict[str, str] = {}
@@ -255,6 +387,11 @@ class HarborRuntime:
     def artifacts_dir(self) -> Path:
         """Host copy of /logs/artifacts."""
         return self._work / "logs" / "artifacts"
+
+    @property
+    def work_dir(self) -> Path:
+        """The trial's scratch directory on the host (a `Workspace`; deleted by `close`)."""
+        return self._work
 
     def _real(self, path: str) -> str:
         """Where a Harbor path lives inside the sandbox (docker keeps them under /tmp)."""
@@ -612,6 +749,36 @@ class HarborRuntime:
         self.verifier_result = result
         return result
 
+    def agent_writable(self, path: str) -> bool:
+        """True when the agent phase could have written `path` (or it is relative, i.e. the
+        verifier's working directory): the working directory, `/logs`, `/tmp`, `/solution`."""
+        if not path.startswith("/"):
+            return True
+        roots = (self.workdir, LOGS, "/tmp", "/var/tmp", "/dev/shm", SOLUTION)
+        return any(inside(os.path.normpath(path), root) for root in roots)
+
+    def verifier_env(self) -> dict[str, str]:
+        """The environment of `test.sh`: the task's variables (Dockerfile ENV,
+        `[environment].env`, `[verifier].env`) hardened by `grading_env` (HOME=/tmp,
+        PYTHONNOUSERSITE, PYTHONSAFEPATH, ...), with every agent-writable directory dropped
+        from the variables that name code to load (`CODE_PATH_VARS`). The task's own PATH is
+        kept (it may name the image's tools), minus those directories, plus the system PATH."""
+        task_env = {**self._env, **self.task.verifier.env}
+        env = grading_env(task_env)
+        for name in CODE_PATH_VARS:
+            value = task_env.get(name)
+            if value is None:
+                continue
+            sep = " " if name == "LD_PRELOAD" and ":" not in value else ":"
+            kept = [p for p in value.split(sep) if p and not self.agent_writable(p)]
+            if name == "PATH":
+                kept += [p for p in DEFAULT_PATH.split(":") if p not in kept]
+            if kept:
+                env[name] = sep.join(kept)
+            else:
+                env.pop(name, None)
+        return env
+
     async def _verify(self, started: float) -> VerifierResult:
         task = self.task
         timeout = task.verifier.timeout_s
@@ -621,7 +788,9 @@ class HarborRuntime:
         command = (
             f"chmod +x {TESTS}/test.sh 2>/dev/null; ({run}) > {VERIFIER_LOGS}/test-stdout.txt 2>&1"
         )
-        env = {**self._env, **task.verifier.env}
+        # The same hardened environment is the sandbox's and the command's, so no variable
+        # of the agent phase's environment is left over underneath it.
+        env = self.verifier_env()
         sandbox: Sandbox | None = None
         try:
             if self.backend is Backend.BWRAP:
@@ -641,9 +810,7 @@ class HarborRuntime:
                 sandbox = await self._open({}, env)
                 await sandbox.upload(task.tests_dir, self._real(TESTS))
             ran = await asyncio.wait_for(
-                sandbox.exec(
-                    [self._shell, "-c", command], timeout=timeout, env=dict(task.verifier.env)
-                ),
+                sandbox.exec([self._shell, "-c", command], timeout=timeout, env=env),
                 timeout + 30,
             )
             if self.backend is Backend.DOCKER:
@@ -664,11 +831,16 @@ class HarborRuntime:
                 duration_s=time.monotonic() - started,
             )
         finally:
+            # Closed before anything is read back: whatever test.sh (or an agent program it
+            # ran) left running is dead, so no file below changes after this point.
             if sandbox is not None:
                 await sandbox.close()
         output = ""
-        with contextlib.suppress(OSError):
-            output = (verifier_dir / "test-stdout.txt").read_text(errors="replace")[-_OUTPUT_TAIL:]
+        with contextlib.suppress(OSError):  # a symlink or a FIFO is not read (UnsafeFileError)
+            tail = read_regular_file(
+                "test-stdout.txt", max_bytes=4 * _OUTPUT_TAIL, tail=True, under=verifier_dir
+            )
+            output = tail.decode("utf-8", errors="replace")[-_OUTPUT_TAIL:]
         duration = time.monotonic() - started
         if ran.timed_out:
             return VerifierResult(
@@ -693,17 +865,27 @@ class HarborRuntime:
         try:
             await self.end_agent_phase()
         finally:
-            shutil.rmtree(self._work, ignore_errors=True)
+            self._workspace.close()
 
-    def copy_logs(self, trial_dir: Path) -> None:
+    def copy_logs(self, trial_dir: Path) -> list[str]:
         """Copy /logs/agent, /logs/verifier and /logs/artifacts into `trial_dir` (Harbor's
-        `agent/`, `verifier/`, `artifacts/`)."""
+        `agent/`, `verifier/`, `artifacts/`).
+
+        Call it once no sandbox of the trial runs (after `verify`, or `end_agent_phase`).
+        Everything in these folders was written by sandboxed code, so nothing is followed:
+        symlinks are copied as links, FIFOs, sockets and devices are skipped, each file is
+        read as a regular file without following symlinks and cut at `LOG_FILE_MAX_BYTES`
+        (`LOGS_MAX_BYTES` in all). Returns what was skipped or cut, one line each.
+        """
+        notes: list[str] = []
+        budget = [LOGS_MAX_BYTES]
         for src, name in (
             (self.agent_logs_dir, "agent"),
             (self.verifier_logs_dir, "verifier"),
             (self.artifacts_dir, "artifacts"),
         ):
-            if src.is_dir():
-                shutil.copytree(src, trial_dir / name, dirs_exist_ok=True, symlinks=True)
-            else:
-                (trial_dir / name).mkdir(parents=True, exist_ok=True)
+            dest = trial_dir / name
+            dest.mkdir(parents=True, exist_ok=True)
+            if src.is_dir() and not src.is_symlink():
+                _copy_untrusted_tree(src, dest, name, budget, notes)
+        return notes

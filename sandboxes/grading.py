@@ -1,0 +1,55 @@
+"""The process environment of a grading (verifier) command.
+
+An agent controls every file in its workspace, and the workspace is often the agent's `HOME`.
+If a verifier then starts Python with that `HOME`, a `usercustomize.py` or a `.pth` file the
+agent left in `~/.local/lib/python3.X/site-packages` runs inside the verifier and can print
+whatever reward it likes. `grading_env()` closes the routes that do not depend on the task:
+
+- `HOME=/tmp`: the private, fresh `/tmp` of a *new* sandbox (the grading sandbox), which no
+  agent process ever saw (they are all dead before grading starts);
+- `PYTHONNOUSERSITE=1`: no user site-packages at all;
+- `PYTHONSAFEPATH=1` (Python >= 3.11): neither the current directory nor the script's
+  directory is put on `sys.path`, so `/app/json.py` does not shadow the standard library;
+- `PYTHONDONTWRITEBYTECODE=1`: the verifier leaves no `.pyc` behind;
+- `PATH`: the default system PATH, without any agent-writable directory.
+
+What a task author must still do: not import or execute code from the workspace in the
+verifier (e.g. `sys.path.insert(0, "/app")` or `source /app/env.sh` re-opens the hole), run
+tests with an interpreter and packages from the read-only image or the grading sandbox's own
+binds, and treat everything read from the workspace as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
+
+__all__ = ["GRADING_HOME", "grading_env"]
+
+GRADING_HOME = "/tmp"
+"""`HOME` of a grading command: the grading sandbox's own fresh tmpfs."""
+
+
+def grading_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a grading command: `exec(cmd, env=grading_env(task_env))`.
+
+    Args:
+        extra: Variables the task author asks for; applied first, so the hardening
+            variables (HOME, PATH, PYTHONNOUSERSITE, PYTHONSAFEPATH,
+            PYTHONDONTWRITEBYTECODE) win over them.
+
+    Returns:
+        A new dict of environment variables.
+    """
+    env = {str(k): str(v) for k, v in (extra or {}).items()}
+    env.update(
+        {
+            "HOME": GRADING_HOME,
+            "PATH": DEFAULT_PATH,
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONSAFEPATH": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
+    return env
