@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import enum
 import json
+import os
 import secrets
 import time
 import traceback
@@ -59,6 +60,8 @@ class TrialError(enum.StrEnum):
     """The reward file is empty; no reward."""
     REWARD_PARSE_ERROR = "reward_parse_error"
     """The reward file is malformed; no reward."""
+    REWARD_FILE_UNSAFE = "reward_file_unsafe"
+    """The reward file is a symlink or not a regular file (not read); no reward."""
     VERIFIER_SANDBOX_ERROR = "verifier_sandbox_error"
     """The verifier's sandbox failed; no reward."""
     INTERNAL = "internal_error"
@@ -313,7 +316,11 @@ async def run_trial(
         notes: tuple[str, ...] = tuple(runtime.notes) if runtime is not None else ()
         if runtime is not None:
             with contextlib.suppress(Exception):
-                runtime.copy_logs(trial_dir)
+                # No sandboxed process may run while its logs are copied (nothing can swap a
+                # file for a link mid-copy); copy_logs itself never follows a link.
+                await runtime.end_agent_phase()
+                copied = runtime.copy_logs(trial_dir)
+                notes += tuple(f"logs: {line}" for line in copied)
         if env is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(env.close)
@@ -325,9 +332,9 @@ async def run_trial(
 
         agent_dir = trial_dir / "agent"
         agent_dir.mkdir(parents=True, exist_ok=True)
-        (agent_dir / "trajectory.json").write_text(
-            json.dumps(to_atif(outcome.trajectory), indent=2)
-        )
+        # The agent may have left /logs/agent/trajectory.json as a symlink (copied as a
+        # link): replace it, never write through it.
+        _write_new(agent_dir / "trajectory.json", json.dumps(to_atif(outcome.trajectory), indent=2))
     agent_error = _AGENT_ERRORS[outcome.failure] if outcome.failure else None
     if error is None and verified is not None and verified.error is not None:
         error, message = TrialError(verified.error.value), verified.message
@@ -348,8 +355,16 @@ async def run_trial(
     return _write_trial(trial_dir, result)
 
 
+def _write_new(path: Path, text: str) -> None:
+    """Write `path` as a new file: a symlink (or anything) already there is replaced, never
+    written through (the trial folder holds links the sandboxed agent chose)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _write_trial(trial_dir: Path, result: TrialResult) -> TrialResult:
-    (trial_dir / RESULT_FILE).write_text(json.dumps(result.to_json(), indent=2))
+    _write_new(trial_dir / RESULT_FILE, json.dumps(result.to_json(), indent=2))
     return result
 
 

@@ -69,6 +69,12 @@ def eval_command(
     timeout: float = typer.Option(1800.0, help="Seconds per instance."),
     clone: bool = typer.Option(False, help="Fetch repositories missing from --repos from GitHub."),
     ids: str | None = typer.Option(None, help="Comma-separated instance ids to evaluate."),
+    package: list[str] = typer.Option(
+        [],
+        "--package",
+        help="bwrap: another distribution the tests need inside the sandbox, copied from this "
+        "Python's environment into the read-only package directory next to pytest (repeatable).",
+    ),
 ) -> None:
     """Evaluate predictions: OUT/report.json (official keys) and OUT/logs/<instance_id>/."""
     from skyrl_gym.envs.swe.harness import HarnessConfig, run_evaluation
@@ -79,8 +85,15 @@ def eval_command(
         preds = load_predictions(predictions, chosen)
     except InstanceError as e:
         _die(str(e))
+    from skyrl_gym.envs.swe.packages import DEFAULT_PACKAGES
+
     config = HarnessConfig(
-        backend=backend, repos_dir=repos_dir, allow_clone=clone, timeout_s=timeout, workers=workers
+        backend=backend,
+        repos_dir=repos_dir,
+        allow_clone=clone,
+        timeout_s=timeout,
+        workers=workers,
+        packages=(*DEFAULT_PACKAGES, *package),
     )
 
     def progress(result) -> None:

@@ -104,3 +104,25 @@ def test_editing_the_tests_does_not_earn_the_reward(
 @needs_bwrap
 def test_env_passes_the_checker(repos_dir: str) -> None:
     skyrl_gym.check_env(lambda: skyrl_gym.make("swe", repos=repos_dir))
+
+
+@needs_bwrap
+def test_agent_phase_sees_no_gold_patch_checkout_or_project_venv(
+    instances: list[SWEInstance], repos_dir: str
+) -> None:
+    """Issue 14, vector 2: the agent's sandbox has the repository and a small read-only
+    package directory with pytest, never the instances file (gold patches, hidden tests), the
+    project's checkout or its venv."""
+    look = (
+        "find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o "
+        "\\( -name instances.jsonl -o -name 'skyrl-bench__*' -o -name pyvenv.cfg \\) -print "
+        "2>/dev/null; echo FIND-DONE; "
+        "python3 -c 'import pytest, sys; print(\"PYTEST-AT\", pytest.__file__)'"
+    )
+    task = by_id(instances, LRU).to_row()
+    env = SWEEnv(repos=repos_dir)
+    trajectory = _play(env, [hermes("bash", command=look), hermes("submit")], task)
+    seen = trajectory.turns[0].observation[0]["content"]
+    found, _, rest = seen.partition("FIND-DONE")
+    assert found.strip() == "", found
+    assert "PYTEST-AT" in rest and ".venv" not in rest and "site-packages" not in rest, rest

@@ -165,3 +165,27 @@ def test_docker_without_engine_or_image_is_skipped_with_a_reason(
     assert "docker" in run.results[0].error
     assert run.report["skipped_ids"] == [inst.instance_id]
     assert run.report["incomplete_ids"] == [inst.instance_id]
+
+
+@needs_bwrap
+def test_sandbox_package_directory_holds_pytest_and_is_read_only_inside() -> None:
+    """SWE grading's pytest comes from a small read-only directory, not the project's venv."""
+    from skyrl_gym.envs.swe.packages import sandbox_packages
+    from skyrl_sdk.sandboxes import SandboxSpec, create_sandbox
+
+    packages = sandbox_packages()
+    names = {p.name for p in packages.iterdir()}
+    assert {"pytest", "_pytest", "pluggy"} <= names
+    assert not any(n.startswith(("skyrl", "torch", "transformers")) for n in names), names
+    assert sandbox_packages() == packages  # built once
+
+    async def go() -> tuple[str, int]:
+        spec = SandboxSpec(ro_binds=(str(packages),), env={"PYTHONPATH": str(packages)})
+        async with create_sandbox(spec) as sb:
+            version = await sb.exec("python3 -m pytest --version", timeout=60)
+            write = await sb.exec(f"touch {packages}/planted", timeout=10)
+            return version.output, write.exit_code
+
+    output, write_status = arun(go(), 120)
+    assert "pytest" in output and write_status != 0
+    assert not (packages / "planted").exists()

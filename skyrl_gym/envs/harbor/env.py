@@ -4,7 +4,10 @@ Each episode starts the task's environment (`HarborRuntime`), gives the model `b
 `view_file` and `edit_file` in it, and ends when the model calls `answer`: the agent's
 sandbox is then closed and the task's own verifier (tests/test.sh) grades the result in a
 fresh phase. The reward is the verifier's (0.0 when it gives none; the reason is in
-`info["episode"]["verifier_error"]`).
+`info["episode"]["verifier_error"]`). That phase is hardened against an agent that wants the
+reward (HOME off the working directory, no user site-packages, no agent-writable directory on
+PATH/PYTHONPATH, result files never read through a symlink); what a task author must still do
+is in `skyrl_gym.envs.harbor.runtime`'s docstring.
 
 Task rows: `{"task_id": <folder name>, "path": <task folder>}`; `task_rows(path)` lists them.
 By default the env plays the bundled example tasks.

@@ -11,16 +11,21 @@ Grading happens after `submit`, in a fresh phase the agent cannot have changed:
    directory taken before the episode (the workspace's own `.git` is not trusted);
 3. changes to test files (test directories, `test_*.py`, `conftest.py`, ...) are dropped;
 4. the remaining patch is evaluated like a prediction by the SWE-bench harness: a fresh
-   checkout in a fresh sandbox, the test files restored from the instance's test patch, the
-   FAIL_TO_PASS and PASS_TO_PASS tests run. Reward 1.0 when resolved, else 0.0.
+   checkout the agent never wrote, in a fresh sandbox, the test files restored from the
+   instance's test patch, the FAIL_TO_PASS and PASS_TO_PASS tests run from a process
+   environment the agent never wrote (`HOME` off the repository, user site-packages off, pytest
+   from a read-only package directory; see `harness`). Reward 1.0 when resolved, else 0.0.
+
+The instance's gold patch and hidden tests never enter the agent's sandbox, which sees the
+repository, a read-only directory with pytest (`packages.sandbox_packages`) and the minimal
+system, never the project's checkout or venv. The episode's directory is a `Workspace`
+(size-capped by `disk_bytes`, reaped after a SIGKILL).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +49,7 @@ from skyrl_gym.envs.swe.instances import (
 from skyrl_gym.envs.swe.repos import snapshot_git_dir, workspace_patch
 from skyrl_gym.sandbox_env import SandboxToolEnv
 from skyrl_gym.tool_env import Tooling, answer
-from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxSpec
+from skyrl_sdk.sandboxes import DEFAULT_DISK_BYTES, Backend, Sandbox, SandboxSpec, Workspace
 from skyrl_sdk.tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, tool
 from skyrl_sdk.tools.bash import bash_tool, describe_result
 from skyrl_sdk.tools.files import file_tools
@@ -132,6 +137,7 @@ class SWEEnv(SandboxToolEnv):
         python: str = sys.executable,
         memory_bytes: int = 2 << 30,
         max_output_chars: int = 16_000,
+        disk_bytes: int | None = DEFAULT_DISK_BYTES,
     ):
         if tasks is None:
             tasks = [i.to_row() for i in load_instances(instances)] if instances else None
@@ -148,8 +154,11 @@ class SWEEnv(SandboxToolEnv):
             memory_bytes=memory_bytes,
             pids=512,
             workers=1,
+            disk_bytes=disk_bytes,
         )
-        self._root: Path | None = None
+        self.disk_bytes = disk_bytes
+        """Size cap of the episode's directory (repository + pristine git dir); None: none."""
+        self._workspace: Workspace | None = None
         self.last_result: InstanceResult | None = None
         self.last_patch: str | None = None
         self.stripped: list[str] = []
@@ -189,7 +198,7 @@ class SWEEnv(SandboxToolEnv):
         # The workspace belongs to the env: it outlives the agent's sandbox so the grading
         # phase can read it; the pristine git directory next to it is never mounted.
         self._drop_workspace()
-        self._root = Path(tempfile.mkdtemp(prefix="skyrl-swe-env-"))
+        self._workspace = Workspace.create("skyrl-swe-env-", disk_bytes=self.disk_bytes)
         self._root.chmod(0o711)  # the sandbox user must reach the workspace inside it
         workspace = self._root / "testbed"
         instance = SWEInstance.from_row(task)
@@ -246,7 +255,6 @@ class SWEEnv(SandboxToolEnv):
         import asyncio
 
         await self._close_sandbox()  # end the agent phase: every process it left is killed
-        assert self._root is not None
         instance = SWEInstance.from_row(task)
         patch = await asyncio.to_thread(
             workspace_patch,
@@ -285,10 +293,15 @@ class SWEEnv(SandboxToolEnv):
             "tests_status": (result.report.get("tests_status") if result else None) or {},
         }
 
+    @property
+    def _root(self) -> Path:
+        assert self._workspace is not None, "reset() first"
+        return self._workspace.path
+
     def _drop_workspace(self) -> None:
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-            self._root = None
+        workspace, self._workspace = self._workspace, None
+        if workspace is not None:
+            workspace.close()
 
     def close(self) -> None:
         super().close()

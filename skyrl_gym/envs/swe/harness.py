@@ -1,8 +1,8 @@
 """Evaluate SWE-bench predictions in sandboxes, the way the official harness does.
 
 Per instance: a workspace holding the repository at `base_commit` (bwrap/local: fetched from a
-local git repository or GitHub into a host directory, run with the host's Python; docker: the
-instance image's `/testbed`), then in a sandbox with no network:
+local git repository or GitHub into a host directory; docker: the instance image's `/testbed`),
+then in a sandbox with no network:
 
 1. the model patch is applied with the official fallbacks (`git apply`, `git apply --3way`,
    `git apply --reject`, `patch --batch --forward --fuzz=5`), the tree reset between tries,
@@ -11,6 +11,16 @@ instance image's `/testbed`), then in a sandbox with no network:
    test patch, runs the tests between the official output markers and records their exit code;
 3. `swebench`'s `get_eval_report` grades the log (FAIL_TO_PASS must pass, PASS_TO_PASS must
    keep passing).
+
+The tests run the patched code, so a patch can always change what they report from inside
+the test process (as in the official harness); what the harness closes is every *other*
+route: the commands run with `grading_env` (`HOME=/tmp`, the sandbox's fresh tmpfs, so a
+`.local/.../usercustomize.py` the patch adds is never loaded; user site-packages off; no
+agent-writable directory on `PATH`), pytest comes from a read-only package directory that is
+first on `PYTHONPATH` (bwrap: `sandbox_packages`, never the project's venv; a `pytest.py` in
+the repository does not shadow it), the test output is read back only after the sandbox is
+closed (nothing left running can rewrite it) and without following symlinks, size-capped.
+The workspace is a `Workspace` (size-capped, reaped after a SIGKILL).
 
 `run_evaluation` writes `OUT/report.json` with the official summary keys and, per instance,
 `OUT/logs/<instance_id>/` (`patch.diff`, `eval.sh`, `test_output.txt`, `run_instance.log`,
@@ -25,21 +35,31 @@ import json
 import os
 import secrets
 import shlex
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from skyrl_gym.envs.swe import grading
 from skyrl_gym.envs.swe.instances import Prediction, SWEInstance
+from skyrl_gym.envs.swe.packages import DEFAULT_PACKAGES, sandbox_packages
 from skyrl_gym.envs.swe.repos import RepoError, materialize, path_exists_at
-from skyrl_sdk.sandboxes import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_sandbox
+from skyrl_sdk.sandboxes import (
+    DEFAULT_DISK_BYTES,
+    Backend,
+    BackendUnavailable,
+    Sandbox,
+    SandboxSpec,
+    UnsafeFileError,
+    Workspace,
+    create_sandbox,
+    grading_env,
+    read_regular_file,
+)
+from skyrl_sdk.sandboxes.grading import GRADING_HOME
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
 APPLY_COMMANDS = (
@@ -56,6 +76,8 @@ DEFAULT_TEST_CMD = "python3 -m pytest --no-header -rA --tb=no -p no:cacheprovide
 pytest log parser reads."""
 TESTBED = "/testbed"
 SCHEMA_VERSION = 2
+TEST_OUTPUT_MAX_BYTES = 32 << 20
+"""The most of a test log the host reads back (the start: the parsers need the markers)."""
 
 # Test commands of repositories whose suites do not run under plain pytest (their parsers
 # expect these runners' output). Directives for django are dotted test modules.
@@ -106,8 +128,16 @@ class HarnessConfig:
     workers: int = 2
     """Instances evaluated at once."""
     python: str = sys.executable
-    """Interpreter (with pytest) that runs the tests in bwrap/local sandboxes; see
-    `host_python`."""
+    """bwrap: the interpreter whose installed `packages` are copied into the sandbox's package
+    directory (the sandbox's own `python3` runs the tests); local: the interpreter (with
+    pytest) that runs them, see `host_python_env`."""
+    packages: tuple[str, ...] = DEFAULT_PACKAGES
+    """bwrap: the distributions (with their requirements) the tests need inside the sandbox,
+    copied from `python`'s environment into a read-only directory on `PYTHONPATH`
+    (`sandbox_packages`). Never the project's venv, which the sandbox must not see."""
+    disk_bytes: int | None = DEFAULT_DISK_BYTES
+    """Size cap of each evaluation workspace (a `Workspace`: a tmpfs as root); None: no cap
+    (still reaped after a SIGKILL)."""
     memory_bytes: int | None = 4 << 30
     """Memory cap of an evaluation sandbox."""
     pids: int | None = 1024
@@ -170,68 +200,16 @@ class InstanceResult:
         }
 
 
-# ---- the host Python in a sandbox ---------------------------------------------------------
-
-_HIDDEN_IN_BWRAP = ("/root/", "/home/", "/tmp/", "/run/")
+# ---- the host Python (local backend) ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HostPython:
-    """How commands in a bwrap sandbox run the host's Python environment as `python3`."""
-
-    env: dict[str, str]
-    """PATH (and PYTHONPATH where needed) for the sandbox's commands."""
-    ro_binds: tuple[str, ...]
-    """Host directories the sandbox must mount read-only for that environment to be visible."""
-
-
-@cache
-def host_python(python: str = sys.executable) -> HostPython:
-    """Make `python3` in a bwrap sandbox the host interpreter `python`, packages included.
-
-    bwrap hides `/tmp`, `/root` and `/home`. A virtualenv whose own directory lies there (a
-    checkout under /tmp) is mounted back read-only. A virtualenv whose *base* interpreter lies
-    there (pyenv under /root) cannot run inside; then the system `python3` of the same minor
-    version runs with the virtualenv's site-packages on PYTHONPATH instead.
-    """
-    env = {"PYTHONDONTWRITEBYTECODE": "1"}
-    bin_dir = os.path.dirname(python)
-    venv_root = os.path.dirname(bin_dir)
-    binds = (venv_root,) if venv_root.startswith(_HIDDEN_IN_BWRAP) else ()
-    real = os.path.realpath(python)
-    if not real.startswith(_HIDDEN_IN_BWRAP):
-        env["PATH"] = f"{bin_dir}:{DEFAULT_PATH}"
-        return HostPython(env, binds)
-    info = subprocess.run(
-        [
-            python,
-            "-c",
-            "import site,sys;print(sys.version_info[:2]);print(*site.getsitepackages(),sep=':')",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout.splitlines()
-    system = shutil.which("python3", path=DEFAULT_PATH)
-    if len(info) == 2 and system and not os.path.realpath(system).startswith(_HIDDEN_IN_BWRAP):
-        same = subprocess.run(
-            [system, "-c", "import sys;print(sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout.strip()
-        if same == info[0]:
-            # The venv's packages, mounted back where bwrap would hide them; the base
-            # interpreter's own site-packages (under pyenv in /root) stay hidden.
-            site_dirs = [p for p in info[1].split(":") if p]
-            visible = [
-                p
-                for p in site_dirs
-                if not p.startswith(_HIDDEN_IN_BWRAP) or p.startswith(venv_root + "/")
-            ]
-            env["PYTHONPATH"] = ":".join(visible)
-    env["PATH"] = DEFAULT_PATH
-    return HostPython(env, binds)
+def host_python_env(python: str = sys.executable) -> dict[str, str]:
+    """The local backend's command environment: `python3` is the host interpreter `python`
+    (its directory first on PATH). The local backend runs on the host: trusted code only."""
+    return {
+        "PATH": f"{os.path.dirname(python)}:{DEFAULT_PATH}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 # ---- eval script ------------------------------------------------------------------------
@@ -405,24 +383,52 @@ def prepare_workspace(
         _docker_workspace(docker_image(instance), Path(workspace))
         return SandboxSpec(image=docker_image(instance), **common), _CONDA
     materialize(instance, workspace, repos_dir=config.repos_dir, allow_clone=config.allow_clone)
-    host = host_python(config.python)
-    return SandboxSpec(env=host.env, ro_binds=host.ro_binds, **common), ""
+    if config.backend == Backend.LOCAL:  # trusted code only: the host's own interpreter
+        return SandboxSpec(env=host_python_env(config.python), **common), ""
+    # The sandbox's own python3 with a read-only directory of just the packages the tests
+    # need: the project's venv (and the checkout it may point to) is never visible.
+    packages = str(sandbox_packages(config.packages, config.python))
+    env = {"PYTHONPATH": packages, "PYTHONDONTWRITEBYTECODE": "1"}
+    return SandboxSpec(env=env, ro_binds=(packages,), **common), ""
 
 
-async def _apply_patch(sb: Sandbox, patch_path: str, timeout: float, log: _Log) -> str | None:
+def grading_command_env(config: HarnessConfig, spec: SandboxSpec, workdir: str) -> dict[str, str]:
+    """The environment of the patch-apply and test commands (see the module docstring).
+
+    bwrap: `grading_env` over the spec's variables, with `PYTHONPATH` = the package directory,
+    then the repository (tests import it, as `python -m pytest` from its root did).
+    docker: the image's PATH is kept (its root is read-only; the eval script activates its
+    conda env); `HOME` moves off the repository and user site-packages are off.
+    local (trusted code only): `grading_env` with the host interpreter's PATH kept.
+    """
+    spec_env = dict(spec.env)
+    if config.backend == Backend.DOCKER:
+        return {"HOME": GRADING_HOME, "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = grading_env(spec_env)
+    env["PYTHONPATH"] = ":".join(p for p in (spec_env.get("PYTHONPATH"), workdir) if p)
+    if config.backend == Backend.LOCAL:
+        env["PATH"] = spec_env.get("PATH", DEFAULT_PATH)
+    return env
+
+
+async def _apply_patch(
+    sb: Sandbox, patch_path: str, timeout: float, log: _Log, env: dict[str, str] | None = None
+) -> str | None:
     """Apply the patch at `patch_path` with the fallback chain; the command that worked."""
     last = ""
     for attempt, command in enumerate(APPLY_COMMANDS):
         if attempt:
-            await sb.exec(["bash", "-c", RESET_TREE], timeout=timeout)
-        result = await sb.exec(["bash", "-c", f"{command} {patch_path}"], timeout=timeout)
+            await sb.exec(["bash", "-c", RESET_TREE], timeout=timeout, env=env)
+        result = await sb.exec(["bash", "-c", f"{command} {patch_path}"], timeout=timeout, env=env)
         if result.ok:
             log(f"applied with `{command}`:\n{result.output.strip()}")
             return command
         last = result.output.strip()
         log(f"`{command}` failed (exit {result.exit_code}):\n{last[-3000:]}")
-    await sb.exec(["bash", "-c", RESET_TREE], timeout=timeout)
-    check = await sb.exec(["git", "apply", "--check", "--reverse", patch_path], timeout=timeout)
+    await sb.exec(["bash", "-c", RESET_TREE], timeout=timeout, env=env)
+    check = await sb.exec(
+        ["git", "apply", "--check", "--reverse", patch_path], timeout=timeout, env=env
+    )
     if check.ok:
         log("patch already applied (git apply --check --reverse)")
         return "already applied"
@@ -456,7 +462,13 @@ async def evaluate_instance(
     if prediction.is_empty:
         return done(Outcome.EMPTY_PATCH)
     log.write("patch.diff", prediction.model_patch or "")
-    workspace = Path(tempfile.mkdtemp(prefix=f"skyrl-swe-{iid[:40]}-"))
+    prefix = f"skyrl-swe-{safe_name(iid)[:40]}-"
+    owned: Workspace | None = None
+    if config.keep_workspaces:  # for debugging: a plain directory that outlives the run
+        workspace = Path(tempfile.mkdtemp(prefix=prefix))
+    else:  # size-capped, and reaped even if this process is SIGKILLed
+        owned = Workspace.create(prefix, disk_bytes=config.disk_bytes)
+        workspace = owned.path
     try:
         # The tests get what is left of the instance's time; the outer limit adds a grace
         # period so a timed-out test run is still graded and logged.
@@ -477,8 +489,8 @@ async def evaluate_instance(
     except Exception as e:  # an instance's failure never stops the run
         return done(Outcome.ERROR, error=f"{type(e).__name__}: {e}")
     finally:
-        if not config.keep_workspaces:
-            shutil.rmtree(workspace, ignore_errors=True)
+        if owned is not None:
+            owned.close()
 
 
 async def _evaluate_in_sandbox(
@@ -499,12 +511,16 @@ async def _evaluate_in_sandbox(
         existing = await asyncio.to_thread(
             path_exists_at, workspace, instance.base_commit, instance.test_files
         )
+    # Created only after the patch is applied, under a name it could not know: the log the
+    # host reads back once the sandbox is closed.
+    out_rel = f".skyrl-grading-{secrets.token_hex(8)}/test_output.txt"
     async with create_sandbox(spec, config.backend) as sb:
+        env = grading_command_env(config, spec, sb.workdir)
         scratch = f"/tmp/skyrl-swe-{secrets.token_hex(4)}"
         patch_path = f"{scratch}/patch.diff"
         patch = prediction.model_patch or ""
         await sb.write_file(patch_path, patch if patch.endswith("\n") else patch + "\n")
-        applied = await _apply_patch(sb, patch_path, config.apply_timeout_s, log)
+        applied = await _apply_patch(sb, patch_path, config.apply_timeout_s, log, env)
         if applied is None:
             log.write("test_output.txt", f"{c.APPLY_PATCH_FAIL}\n")
             return done(Outcome.PATCH_APPLY_FAILED, error="the patch does not apply")
@@ -517,17 +533,27 @@ async def _evaluate_in_sandbox(
                 log("note: the instance's eval script does not record the test exit code")
         log.write("eval.sh", script)
         await sb.write_file(f"{scratch}/eval.sh", script)
-        out_file = f"{scratch}/test_output.txt"
+        out_dir = shlex.quote(os.path.dirname(out_rel))
         result = await sb.exec(
-            ["bash", "-c", f"bash {scratch}/eval.sh > {out_file} 2>&1"],
+            [
+                "bash",
+                "-c",
+                f"mkdir {out_dir} && bash {scratch}/eval.sh > {shlex.quote(out_rel)} 2>&1",
+            ],
             timeout=max(1.0, deadline - time.perf_counter()),
+            cwd=sb.workdir,
+            env=env,
         )
-        try:
-            output = (await sb.read_file(out_file)).decode("utf-8", "replace")
-        except Exception as e:
-            output = f"[test output unreadable: {e}]\n"
-        if result.timed_out:
-            output += f"\n{c.TESTS_TIMEOUT}\n"
+    # The sandbox is closed: nothing the tests started still runs to rewrite the log.
+    try:
+        raw = await asyncio.to_thread(
+            read_regular_file, out_rel, max_bytes=TEST_OUTPUT_MAX_BYTES, under=workspace
+        )
+        output = raw.decode("utf-8", "replace")
+    except (UnsafeFileError, OSError) as e:
+        output = f"[test output unreadable: {type(e).__name__}: {e.strerror or e}]\n"
+    if result.timed_out:
+        output += f"\n{c.TESTS_TIMEOUT}\n"
     path = log.write("test_output.txt", output)
     if path is None:
         tmp = workspace.parent / f"{workspace.name}.test_output.txt"

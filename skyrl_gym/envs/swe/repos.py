@@ -41,6 +41,9 @@ _SAFE_GIT = [
 ]
 _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
+    # Nor the host user's ~/.gitconfig: its filters or diff drivers must not run on a work
+    # tree an agent wrote.
+    "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_AUTHOR_NAME": "skyrl",
     "GIT_AUTHOR_EMAIL": "skyrl@localhost",
