@@ -10,9 +10,14 @@ but one read-only query, with layered guards:
    an authorizer that allows only reads; DuckDB opens `read_only` with external access off and
    its configuration locked; other dialects run in a `READ ONLY` transaction that is rolled back.
 
-Time limits interrupt the running query: SQLite through a progress handler, DuckDB through
-`interrupt()` from a timer, PostgreSQL through `statement_timeout`, others through the DBAPI
-connection's `cancel()` from a timer where the driver has one.
+Every query also runs under the caps of `skyrl_sdk.tools.sql_limits.SQLLimits` (given when
+the database is opened): a row cap and a byte cap on the result, a bound on how much the
+process's memory may grow while it runs, and its time limit. Limits interrupt the running
+query: SQLite through a progress handler and a watchdog thread calling `interrupt()`, DuckDB
+through `interrupt()` from the watchdog (plus its own `memory_limit`), PostgreSQL through
+`statement_timeout` (rows come through a server-side cursor), others through the DBAPI
+connection's `cancel()` from the watchdog where the driver has one. A query stopped by a cap
+ends with `QueryStatus.TOO_LARGE` and a message naming the cap.
 """
 
 from __future__ import annotations
@@ -23,14 +28,26 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from skyrl_sdk.tools.sql_limits import (
+    DEFAULT_SQL_LIMITS,
+    Fetched,
+    QueryGuard,
+    RowKeep,
+    SQLCap,
+    SQLLimits,
+    cap_message,
+    fetch_capped,
+)
+
 __all__ = [
     "DuckDBDatabase",
+    "QueryInterrupted",
     "QueryOutcome",
     "QueryStatus",
     "ReadOnlyDatabase",
@@ -38,9 +55,11 @@ __all__ = [
     "SQLRefused",
     "SQLiteDatabase",
     "check_statement",
+    "connect_sqlite_read_only",
     "min_table_chars",
     "open_database",
     "render_table",
+    "run_sqlite_guarded",
     "split_statements",
 ]
 
@@ -60,6 +79,9 @@ class QueryStatus(enum.Enum):
     """It ran past its time limit and was interrupted."""
     REFUSED = "refused"
     """It was not a single read-only query and did not run (or was stopped by a guard)."""
+    TOO_LARGE = "too_large"
+    """It hit a cap (`cap`: rows, result bytes or memory) and was stopped; `rows` holds the rows
+    fetched before the cap, which are not the whole result."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +100,8 @@ class QueryOutcome:
     """True when the query returned more than `max_rows` rows and only those were kept."""
     duration_s: float = 0.0
     """Wall time spent executing and fetching."""
+    cap: SQLCap | None = None
+    """The cap that stopped the query (set when `status` is TOO_LARGE)."""
 
     @property
     def ok(self) -> bool:
@@ -158,22 +182,28 @@ class ReadOnlyDatabase(abc.ABC):
 
     url: str
     """Where the data lives, as a SQLAlchemy-style URL."""
+    limits: SQLLimits
+    """The caps every query on this database runs under."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: SQLLimits | None = None) -> None:
         self._lock = threading.Lock()
+        self.limits = limits or DEFAULT_SQL_LIMITS
 
     def execute(
-        self, sql: str, *, timeout_s: float = 30.0, max_rows: RowLimit = None
+        self, sql: str, *, timeout_s: float | None = None, max_rows: RowLimit = None
     ) -> QueryOutcome:
-        """Run one read-only query within `timeout_s` seconds, keeping at most `max_rows` rows
-        (a number, or a function of the result's column names; None keeps every row)."""
+        """Run one read-only query within `timeout_s` seconds (default: `limits.timeout_s`),
+        keeping at most `max_rows` rows (a number, or a function of the result's column names;
+        None keeps every row up to the row cap). A result past the row or byte cap, or a query
+        that grows memory past its budget, ends with `QueryStatus.TOO_LARGE`."""
         started = time.perf_counter()
         try:
             statement = check_statement(sql)
         except SQLRefused as e:
             return QueryOutcome(QueryStatus.REFUSED, message=str(e))
+        limit = self.limits.timeout_s if timeout_s is None else timeout_s
         with self._lock:
-            outcome = self._run(statement, timeout_s, max_rows)
+            outcome = self._run(statement, limit, max_rows)
         return QueryOutcome(
             outcome.status,
             outcome.columns,
@@ -181,6 +211,27 @@ class ReadOnlyDatabase(abc.ABC):
             outcome.message,
             outcome.truncated,
             time.perf_counter() - started,
+            outcome.cap,
+        )
+
+    def _outcome(self, columns: tuple[str, ...], fetched: Fetched) -> QueryOutcome:
+        """The outcome of a fetch: OK, or TOO_LARGE with the rows fetched before the cap."""
+        if fetched.cap is None:
+            return QueryOutcome(
+                QueryStatus.OK, columns, tuple(fetched.rows), truncated=fetched.truncated
+            )
+        return self._capped(fetched.cap, columns, fetched.rows)
+
+    def _capped(
+        self, cap: SQLCap, columns: tuple[str, ...] = (), rows: list[tuple[Any, ...]] | None = None
+    ) -> QueryOutcome:
+        return QueryOutcome(
+            QueryStatus.TOO_LARGE,
+            columns,
+            tuple(rows or ()),
+            message=f"query stopped: {cap_message(cap, self.limits)}",
+            truncated=True,
+            cap=cap,
         )
 
     @abc.abstractmethod
@@ -201,17 +252,8 @@ class ReadOnlyDatabase(abc.ABC):
         return f"{type(self).__name__}({self.url!r})"
 
 
-RowLimit = int | Callable[[tuple[str, ...]], int] | None
-"""Rows to keep: a number, a function of the column names, or None for all."""
-
-
-def _fetch(cursor: Any, max_rows: RowLimit) -> tuple[list[tuple[Any, ...]], bool]:
-    if callable(max_rows):
-        max_rows = max_rows(tuple(d[0] for d in cursor.description or ()))
-    if max_rows is None:
-        return [tuple(r) for r in cursor.fetchall()], False
-    rows = cursor.fetchmany(max_rows + 1)
-    return [tuple(r) for r in rows[:max_rows]], len(rows) > max_rows
+RowLimit = RowKeep
+"""Rows to keep: a number, a function of the column names, or None for all (up to the row cap)."""
 
 
 _SQLITE_ALLOWED = frozenset(
@@ -231,28 +273,82 @@ def _sqlite_authorizer(action: int, arg1: str | None, arg2: str | None, *_: Any)
     return sqlite3.SQLITE_DENY
 
 
+def connect_sqlite_read_only(path: Path, limits: SQLLimits) -> sqlite3.Connection:
+    """A connection to a SQLite file that can only read, under `limits`: `mode=ro`,
+    `PRAGMA query_only`, an authorizer that allows only reads, no string or blob larger than the
+    byte cap, and temporary tables and sorts kept in memory (where the memory cap sees them)
+    rather than in temporary files (where nothing would bound them)."""
+    conn = sqlite3.connect(
+        f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, check_same_thread=False
+    )
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, min(limits.max_result_bytes, 2**31 - 1))
+    conn.execute("PRAGMA temp_store = MEMORY")
+    conn.execute("PRAGMA query_only = ON")
+    conn.set_authorizer(_sqlite_authorizer)
+    return conn
+
+
+def run_sqlite_guarded(
+    conn: sqlite3.Connection,
+    statement: str,
+    limits: SQLLimits,
+    timeout_s: float,
+    keep: RowKeep,
+    progress_every: int = 10_000,
+) -> tuple[tuple[str, ...], Fetched]:
+    """Execute `statement` on `conn` and fetch its rows under `limits` and `timeout_s`.
+
+    Returns (columns, rows fetched; `Fetched.cap` says whether the row, byte or memory cap cut
+    them). Raises the `sqlite3` error of a failed query, and `QueryInterrupted` when the deadline
+    or a cap stopped it while it ran."""
+    guard = QueryGuard(limits, timeout_s, conn.interrupt)
+    conn.set_progress_handler(guard.should_stop, progress_every)
+    try:
+        with guard:
+            cursor = conn.execute(statement)
+            fetched = fetch_capped(cursor, limits, keep, guard)
+            columns = tuple(d[0] for d in cursor.description or ())
+            cursor.close()
+            return columns, fetched
+    except sqlite3.Error as e:
+        if "interrupted" in str(e) and guard.hit is not None:
+            raise QueryInterrupted(guard.hit) from e
+        if "string or blob too big" in str(e):
+            raise QueryInterrupted(SQLCap.BYTES) from e
+        raise
+    finally:
+        conn.set_progress_handler(None, 0)
+        if conn.in_transaction:
+            conn.rollback()
+
+
+class QueryInterrupted(Exception):
+    """A query stopped by its time limit or a cap."""
+
+    def __init__(self, cap: SQLCap):
+        super().__init__(cap.value)
+        self.cap = cap
+        """Which limit stopped it (`SQLCap.TIME` for the deadline)."""
+
+
 class SQLiteDatabase(ReadOnlyDatabase):
-    """A SQLite file opened read-only (`mode=ro`, `query_only`, a read-only authorizer).
+    """A SQLite file opened read-only (`mode=ro`, `query_only`, a read-only authorizer), under
+    the caps of `limits` (see `connect_sqlite_read_only`).
 
     Text that is not valid UTF-8 is decoded with errors ignored, as the Spider evaluator does
     (the query is run again with a lenient decoder when the strict, fast one fails).
     """
 
     progress_every: int = 10_000
-    """SQLite VM instructions between two checks of the deadline."""
+    """SQLite VM instructions between two checks of the deadline and the memory budget."""
 
-    def __init__(self, path: str | Path):
-        super().__init__()
+    def __init__(self, path: str | Path, limits: SQLLimits | None = None):
+        super().__init__(limits)
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"SQLite database not found: {self.path}")
         self.url = f"sqlite:///{self.path}"
-        conn = sqlite3.connect(
-            f"file:{quote(str(self.path.resolve()))}?mode=ro", uri=True, check_same_thread=False
-        )
-        conn.execute("PRAGMA query_only = ON")
-        conn.set_authorizer(_sqlite_authorizer)
-        self._conn: sqlite3.Connection | None = conn
+        self._conn: sqlite3.Connection | None = connect_sqlite_read_only(self.path, self.limits)
 
     def _run(self, statement: str, timeout_s: float, max_rows: RowLimit) -> QueryOutcome:
         outcome = self._run_once(statement, timeout_s, max_rows)
@@ -269,13 +365,17 @@ class SQLiteDatabase(ReadOnlyDatabase):
         conn = self._conn
         if conn is None:
             return QueryOutcome(QueryStatus.ERROR, message="the database is closed")
-        deadline = time.monotonic() + timeout_s
-        conn.set_progress_handler(lambda: time.monotonic() > deadline, self.progress_every)
         try:
-            cursor = conn.execute(statement)
-            rows, truncated = _fetch(cursor, max_rows)
-            columns = tuple(d[0] for d in cursor.description or ())
-            return QueryOutcome(QueryStatus.OK, columns, tuple(rows), truncated=truncated)
+            columns, fetched = run_sqlite_guarded(
+                conn, statement, self.limits, timeout_s, max_rows, self.progress_every
+            )
+            return self._outcome(columns, fetched)
+        except QueryInterrupted as e:
+            if e.cap is SQLCap.TIME:
+                return QueryOutcome(
+                    QueryStatus.TIMEOUT, message=f"query exceeded the {timeout_s:g} s time limit"
+                )
+            return self._capped(e.cap)
         except (sqlite3.Error, sqlite3.Warning) as e:
             message = str(e)
             if "interrupted" in message:
@@ -288,12 +388,10 @@ class SQLiteDatabase(ReadOnlyDatabase):
                     message=f"refused: the database is read-only ({message})",
                 )
             return QueryOutcome(QueryStatus.ERROR, message=message)
-        except (OverflowError, ValueError, MemoryError) as e:
+        except MemoryError:
+            return self._capped(SQLCap.MEMORY)
+        except (OverflowError, ValueError) as e:
             return QueryOutcome(QueryStatus.ERROR, message=f"{type(e).__name__}: {e}")
-        finally:
-            conn.set_progress_handler(None, 0)
-            if conn.in_transaction:
-                conn.rollback()
 
     def close(self) -> None:
         if self._conn is not None:
@@ -310,13 +408,15 @@ _DUCKDB_LOCK = threading.Lock()
 
 
 class DuckDBDatabase(ReadOnlyDatabase):
-    """A DuckDB file opened `read_only`, external access off, configuration locked.
+    """A DuckDB file opened `read_only`, external access off, configuration locked, with
+    `memory_limit` (the memory cap), `threads` and `max_temp_directory_size` from `limits`.
 
     DuckDB allows one configuration per file per process, so connections to the same file share
-    one database instance (each executor gets its own cursor)."""
+    one database instance (each executor gets its own cursor); its engine limits are those of
+    the first opener, while the row, byte and time caps are each connection's own."""
 
-    def __init__(self, path: str | Path):
-        super().__init__()
+    def __init__(self, path: str | Path, limits: SQLLimits | None = None):
+        super().__init__(limits)
         import duckdb
 
         self.path = Path(path)
@@ -330,37 +430,44 @@ class DuckDBDatabase(ReadOnlyDatabase):
                 base = duckdb.connect(
                     key,
                     read_only=True,
-                    config={"enable_external_access": False, "autoinstall_known_extensions": False},
+                    config={
+                        "enable_external_access": False,
+                        "autoinstall_known_extensions": False,
+                        "memory_limit": f"{self.limits.max_memory_growth_bytes}B",
+                        "threads": self.limits.duckdb_threads,
+                        "max_temp_directory_size": f"{self.limits.duckdb_temp_bytes}B",
+                    },
                 )
                 base.execute("SET lock_configuration = true")
                 _DUCKDB_INSTANCES[key] = base
         self._error = duckdb.Error
         self._interrupted = getattr(duckdb, "InterruptException", ())
+        self._out_of_memory = getattr(duckdb, "OutOfMemoryException", ())
         self._conn: Any = base.cursor()
 
     def _run(self, statement: str, timeout_s: float, max_rows: RowLimit) -> QueryOutcome:
         conn = self._conn
         if conn is None:
             return QueryOutcome(QueryStatus.ERROR, message="the database is closed")
-        fired = threading.Event()
-
-        def interrupt() -> None:
-            fired.set()
-            conn.interrupt()
-
-        timer = threading.Timer(timeout_s, interrupt)
-        timer.daemon = True
-        timer.start()
+        guard = QueryGuard(self.limits, timeout_s, conn.interrupt)
         try:
-            conn.execute(statement)
-            rows, truncated = _fetch(conn, max_rows)
-            columns = tuple(d[0] for d in conn.description or ())
-            return QueryOutcome(QueryStatus.OK, columns, tuple(rows), truncated=truncated)
+            with guard:
+                conn.execute(statement)
+                fetched = fetch_capped(conn, self.limits, max_rows, guard)
+                columns = tuple(d[0] for d in conn.description or ())
+            return self._outcome(columns, fetched)
         except Exception as e:
-            if fired.is_set() or (self._interrupted and isinstance(e, self._interrupted)):
+            interrupted = bool(self._interrupted) and isinstance(e, self._interrupted)
+            if guard.hit is SQLCap.MEMORY or (
+                self._out_of_memory and isinstance(e, self._out_of_memory)
+            ):
+                return self._capped(SQLCap.MEMORY)
+            if guard.hit is SQLCap.TIME or interrupted:
                 return QueryOutcome(
                     QueryStatus.TIMEOUT, message=f"query exceeded the {timeout_s:g} s time limit"
                 )
+            if isinstance(e, MemoryError):
+                return self._capped(SQLCap.MEMORY)
             message = f"{type(e).__name__}: {e}" if not isinstance(e, self._error) else str(e)
             lowered = message.lower()
             if "read-only" in lowered or "read only" in lowered or "permission" in lowered:
@@ -368,8 +475,6 @@ class DuckDBDatabase(ReadOnlyDatabase):
                     QueryStatus.REFUSED, message=f"refused: the database is read-only ({message})"
                 )
             return QueryOutcome(QueryStatus.ERROR, message=message)
-        finally:
-            timer.cancel()
 
     def close(self) -> None:
         if self._conn is not None:
@@ -377,13 +482,19 @@ class DuckDBDatabase(ReadOnlyDatabase):
             self._conn = None
 
 
+_SERVER_SIDE_FIRST_WORDS = frozenset({"SELECT", "WITH", "VALUES", "TABLE"})
+_WRITE_WORDS = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
+
+
 class SQLAlchemyDatabase(ReadOnlyDatabase):
     """Any SQLAlchemy URL (PostgreSQL, MySQL, ...): each query runs in a fresh `READ ONLY`
-    transaction that is always rolled back. PostgreSQL enforces the limit with
-    `statement_timeout`; other drivers are cancelled from a timer when they support it."""
+    transaction that is always rolled back. PostgreSQL enforces the time limit with
+    `statement_timeout` and streams rows through a server-side (named) cursor, so the row and
+    byte caps stop the transfer; other drivers are cancelled from the watchdog when they support
+    it, and may read a whole result client-side before the caps see it."""
 
-    def __init__(self, url: str):
-        super().__init__()
+    def __init__(self, url: str, limits: SQLLimits | None = None):
+        super().__init__(limits)
         from sqlalchemy import create_engine
         from sqlalchemy.pool import NullPool
 
@@ -398,32 +509,26 @@ class SQLAlchemyDatabase(ReadOnlyDatabase):
             raw = self._engine.raw_connection()
         except Exception as e:
             return QueryOutcome(QueryStatus.ERROR, message=f"cannot connect: {e}")
-        timer = None
-        fired = threading.Event()
+        cancel = getattr(raw.driver_connection, "cancel", None)
+        guard = QueryGuard(self.limits, timeout_s, cancel)
         try:
-            cursor = raw.cursor()
-            if self._postgres:
-                cursor.execute("SET TRANSACTION READ ONLY")
-                cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
-            else:
-                cancel = getattr(raw.driver_connection, "cancel", None)
-                if cancel is not None:
-
-                    def fire() -> None:
-                        fired.set()
-                        cancel()
-
-                    timer = threading.Timer(timeout_s, fire)
-                    timer.daemon = True
-                    timer.start()
-            cursor.execute(statement)
-            rows, truncated = _fetch(cursor, max_rows)
-            columns = tuple(d[0] for d in cursor.description or ())
-            return QueryOutcome(QueryStatus.OK, columns, tuple(rows), truncated=truncated)
+            with guard:
+                cursor = raw.cursor()
+                if self._postgres:
+                    cursor.execute("SET TRANSACTION READ ONLY")
+                    cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
+                    cursor = self._server_side_cursor(raw, statement) or cursor
+                cursor.execute(statement)
+                fetched = fetch_capped(cursor, self.limits, max_rows, guard)
+                columns = tuple(d[0] for d in cursor.description or ())
+            return self._outcome(columns, fetched)
         except Exception as e:
             message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             lowered = message.lower()
-            if fired.is_set() or "statement timeout" in lowered or "canceling statement" in lowered:
+            if guard.hit is SQLCap.MEMORY or isinstance(e, MemoryError):
+                return self._capped(SQLCap.MEMORY)
+            timed_out = "statement timeout" in lowered or "canceling statement" in lowered
+            if guard.hit is SQLCap.TIME or timed_out:
                 return QueryOutcome(
                     QueryStatus.TIMEOUT, message=f"query exceeded the {timeout_s:g} s time limit"
                 )
@@ -433,12 +538,28 @@ class SQLAlchemyDatabase(ReadOnlyDatabase):
                 )
             return QueryOutcome(QueryStatus.ERROR, message=message)
         finally:
-            if timer is not None:
-                timer.cancel()
             try:
                 raw.rollback()
             finally:
                 raw.close()
+
+    @staticmethod
+    def _server_side_cursor(raw: Any, statement: str) -> Any:
+        """A named (server-side) cursor for a query PostgreSQL can declare one for, so rows
+        arrive in batches as `fetch_capped` asks for them; None when the driver has none.
+
+        A `WITH` that writes cannot be declared as a cursor (a syntax error, not a refusal): it
+        runs on a plain cursor, where the read-only transaction refuses it before any row."""
+        match = _FIRST_WORD.match(_strip_comments(statement))
+        if not match or match.group(1).upper() not in _SERVER_SIDE_FIRST_WORDS:
+            return None
+        code = _TOKENS.sub(" ", statement)  # without literals, quoted names and comments
+        if _WRITE_WORDS.search(code):
+            return None
+        try:
+            return raw.cursor(name=f"skyrl_{threading.get_ident()}")
+        except TypeError:  # a driver without named cursors (pg8000, ...)
+            return None
 
     def close(self) -> None:
         if self._engine is not None:
@@ -446,8 +567,9 @@ class SQLAlchemyDatabase(ReadOnlyDatabase):
             self._engine = None
 
 
-def open_database(target: str | Path) -> ReadOnlyDatabase:
-    """Open a database read-only from a file path or a SQLAlchemy URL.
+def open_database(target: str | Path, limits: SQLLimits | None = None) -> ReadOnlyDatabase:
+    """Open a database read-only from a file path or a SQLAlchemy URL, its queries under
+    `limits` (default `DEFAULT_SQL_LIMITS`).
 
     A path ending in `.duckdb`/`.ddb` opens with DuckDB, any other path as SQLite;
     `sqlite:///p` and `duckdb:///p` name files; other URLs go through SQLAlchemy.
@@ -456,8 +578,8 @@ def open_database(target: str | Path) -> ReadOnlyDatabase:
     if "://" not in text:
         path = Path(text)
         if path.suffix.lower() in (".duckdb", ".ddb"):
-            return DuckDBDatabase(path)
-        return SQLiteDatabase(path)
+            return DuckDBDatabase(path, limits)
+        return SQLiteDatabase(path, limits)
     scheme = text.split("://", 1)[0].split("+", 1)[0].lower()
     if scheme in ("sqlite", "duckdb"):
         from sqlalchemy.engine import make_url
@@ -465,8 +587,10 @@ def open_database(target: str | Path) -> ReadOnlyDatabase:
         database = make_url(text).database
         if not database or database == ":memory:":
             raise ValueError(f"{text!r}: a read-only {scheme} URL must name a database file")
-        return SQLiteDatabase(database) if scheme == "sqlite" else DuckDBDatabase(database)
-    return SQLAlchemyDatabase(text)
+        if scheme == "sqlite":
+            return SQLiteDatabase(database, limits)
+        return DuckDBDatabase(database, limits)
+    return SQLAlchemyDatabase(text, limits)
 
 
 def render_table(

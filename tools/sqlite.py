@@ -1,32 +1,33 @@
 """Read-only SQL over a SQLite file, as a tool.
 
 Three independent guards keep the database unchanged: the file is opened with `mode=ro`, the
-connection sets `PRAGMA query_only`, and an authorizer allows only reads. A progress handler
-interrupts queries past their time budget; results are capped in rows and characters.
+connection sets `PRAGMA query_only`, and an authorizer allows only reads. Every query runs
+under the caps of `skyrl_sdk.tools.sql_limits.SQLLimits` (rows, result bytes, memory growth and
+time, enforced as in `skyrl_sdk.tools.sqldb`); results are also cut to `max_rows` rows and the
+text to `max_chars` characters, with a visible marker.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from skyrl_sdk.tools.core import Tool, tool
-
-_ALLOWED_ACTIONS = {
-    sqlite3.SQLITE_SELECT,
-    sqlite3.SQLITE_READ,
-    sqlite3.SQLITE_FUNCTION,
-    sqlite3.SQLITE_RECURSIVE,  # WITH RECURSIVE is still a read
-}
-# SQLite passes the pragma name for SQLITE_PRAGMA; read-only pragmas that tools commonly use.
-_ALLOWED_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list"}
+from skyrl_sdk.tools.sql_limits import (
+    DEFAULT_SQL_LIMITS,
+    SQLCap,
+    SQLLimits,
+    cap_message,
+    clip_text,
+    truncation_marker,
+)
+from skyrl_sdk.tools.sqldb import QueryInterrupted, connect_sqlite_read_only, run_sqlite_guarded
 
 
 class SQLRefused(ValueError):
-    """The statement is not a single read-only query, or it ran out of time."""
+    """The statement is not a single read-only query, ran out of time, or hit a cap."""
 
 
 @dataclass(frozen=True)
@@ -39,35 +40,46 @@ class QueryResult:
     """At most `max_rows` rows."""
     truncated: bool
     """True when the query returned more rows than were kept."""
+    capped_by: str | None = None
+    """When a cap (result bytes or rows) cut the rows short: which, as a sentence."""
 
 
 class SQLiteReadOnly:
-    """A read-only connection to one SQLite file."""
+    """A read-only connection to one SQLite file, its queries under `limits`."""
 
-    def __init__(self, path: str | Path, *, timeout_s: float = 5.0, max_rows: int = 50):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        timeout_s: float = 5.0,
+        max_rows: int = 50,
+        limits: SQLLimits | None = None,
+    ):
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"SQLite database not found: {self.path}")
         self.timeout_s = timeout_s
         self.max_rows = max_rows
+        self.limits = limits or DEFAULT_SQL_LIMITS
         self._conn: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            conn.execute("PRAGMA query_only = ON")
-            conn.set_authorizer(_authorize)
-            self._conn = conn
+            self._conn = connect_sqlite_read_only(self.path, self.limits)
         return self._conn
 
     def query(self, sql: str) -> QueryResult:
-        """Run one read-only statement. Raises `SQLRefused` for anything else."""
+        """Run one read-only statement. Raises `SQLRefused` for anything else, and for a query
+        stopped by its time limit or a cap before it produced a row."""
         conn = self._connect()
-        deadline = time.monotonic() + self.timeout_s
-        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
         try:
-            cursor = conn.execute(sql)
-            rows = cursor.fetchmany(self.max_rows + 1)
+            columns, fetched = run_sqlite_guarded(
+                conn, sql, self.limits, self.timeout_s, self.max_rows
+            )
+        except QueryInterrupted as e:
+            if e.cap is SQLCap.TIME:
+                raise SQLRefused(f"query exceeded the {self.timeout_s:g} s time limit") from None
+            raise SQLRefused(f"query stopped: {cap_message(e.cap, self.limits)}") from None
         except sqlite3.DatabaseError as e:
             message = str(e)
             if "interrupted" in message:
@@ -77,10 +89,14 @@ class SQLiteReadOnly:
             raise SQLRefused(message) from None
         except sqlite3.ProgrammingError as e:  # e.g. several statements at once
             raise SQLRefused(str(e)) from None
-        finally:
-            conn.set_progress_handler(None, 0)
-        columns = [d[0] for d in cursor.description or ()]
-        return QueryResult(columns, rows[: self.max_rows], len(rows) > self.max_rows)
+        except MemoryError:
+            raise SQLRefused(f"query stopped: {cap_message(SQLCap.MEMORY, self.limits)}") from None
+        capped_by = None
+        if fetched.cap is not None:
+            capped_by = cap_message(fetched.cap, self.limits)
+            if not fetched.rows:
+                raise SQLRefused(f"query stopped: {capped_by}")
+        return QueryResult(list(columns), fetched.rows, fetched.truncated, capped_by)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -88,28 +104,22 @@ class SQLiteReadOnly:
             self._conn = None
 
 
-def _authorize(action: int, arg1: str | None, *_: Any) -> int:
-    if action in _ALLOWED_ACTIONS:
-        return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_PRAGMA and arg1 in _ALLOWED_PRAGMAS:
-        return sqlite3.SQLITE_OK
-    return sqlite3.SQLITE_DENY
-
-
 def format_rows(result: QueryResult, max_chars: int = 9000) -> str:
-    """A plain-text table (header, then one ` | `-separated line per row)."""
+    """A plain-text table (header, then one ` | `-separated line per row), at most `max_chars`
+    characters plus a `[... truncated: ...]` marker."""
     if not result.columns:
         return "(no result set)"
+    # The rows are bounded by the byte cap, so building the whole text first is bounded too.
     lines = [" | ".join(result.columns)]
     lines += [" | ".join("NULL" if v is None else str(v) for v in row) for row in result.rows]
     if not result.rows:
         lines.append("(0 rows)")
-    if result.truncated:
-        lines.append(
-            f"... (more than {len(result.rows)} rows; showing the first {len(result.rows)})"
-        )
-    text = "\n".join(lines)
-    return text if len(text) <= max_chars else text[:max_chars] + "\n... (output truncated)"
+    text = clip_text("\n".join(lines), max_chars)
+    if result.capped_by is not None:
+        text += "\n" + truncation_marker(f"rows not shown; {result.capped_by}")
+    elif result.truncated:
+        text += f"\n... (more than {len(result.rows)} rows; showing the first {len(result.rows)})"
+    return text
 
 
 def sql_tool(db: SQLiteReadOnly) -> Tool:

@@ -54,11 +54,34 @@ def eval_command(
     max_turns: int = typer.Option(6, "--max-turns", help="--policy: turns per episode."),
     concurrency: int = typer.Option(8, "--concurrency", help="--policy: episodes at once."),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N questions."),
+    # Defaults come from SQLLimits (not imported here: the CLI loads lazily).
+    max_rows: int | None = typer.Option(
+        None, "--max-rows", help="Row cap per query; a prediction past it scores 0 [10000]."
+    ),
+    max_result_mb: float | None = typer.Option(
+        None, "--max-result-mb", help="Result size cap per query, MiB of text and blobs [16]."
+    ),
+    max_memory_mb: float | None = typer.Option(
+        None, "--max-memory-mb", help="Memory one query may add to the process, MiB [256]."
+    ),
 ) -> None:
     """Score predictions (or a policy) by execution accuracy; write OUT/results.json."""
     from skyrl_gym.envs.sql.loaders import load_dataset
     from skyrl_gym.envs.sql.metrics import Metric
     from skyrl_gym.tasks import TaskError
+    from skyrl_sdk.tools.sql_limits import SQLLimits
+
+    caps: dict[str, int] = {}
+    if max_rows is not None:
+        caps["max_rows"] = max_rows
+    if max_result_mb is not None:
+        caps["max_result_bytes"] = int(max_result_mb * 2**20)
+    if max_memory_mb is not None:
+        caps["max_memory_growth_bytes"] = int(max_memory_mb * 2**20)
+    try:
+        limits = SQLLimits(**caps)
+    except ValueError as e:
+        _die(str(e))
 
     if (predictions is None) == (policy is None):
         _die("give exactly one of --predictions FILE or --policy SPEC")
@@ -98,7 +121,7 @@ def eval_command(
         extra["predictions"] = str(predictions)
         report = score_predictions(
             rows, preds, db_root=db_root, metric=chosen, timeout_s=timeout,
-            keep_distinct=keep_distinct, workers=workers, extra=extra,
+            keep_distinct=keep_distinct, workers=workers, extra=extra, limits=limits,
         )  # fmt: skip
     else:
         from skyrl_sdk.benchmarks.text2sql.policy_eval import PolicyUnavailable, evaluate_policy
@@ -108,6 +131,7 @@ def eval_command(
             report = evaluate_policy(
                 rows, policy, db_root=db_root, metric=chosen, timeout_s=timeout,
                 max_turns=max_turns, concurrency=concurrency, out_dir=out, extra=extra,
+                limits=limits,
             )  # fmt: skip
         except PolicyUnavailable as e:
             _die(str(e))

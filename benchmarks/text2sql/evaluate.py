@@ -6,7 +6,10 @@ Predictions come as (see `read_predictions`):
 - JSONL: `{"index": i, "sql": ...}` or `{"question_id": q, "sql": ...}` (or `task_id`);
 - JSON: BIRD's `{"0": "SQL\\t----- bird -----\\tdb_id", ...}`, or a list of SQL strings.
 
-Every prediction runs read-only: one that tries to write scores 0 and changes nothing.
+Every prediction runs read-only: one that tries to write scores 0 and changes nothing. Every
+query (prediction and gold) runs under the caps of `SQLLimits` (rows, result bytes, memory
+growth): a prediction that hits one scores 0 with status `pred_too_large`, and the evaluation
+goes on with the next question.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from skyrl_gym.envs.sql.metrics import (
     execution_match,
 )
 from skyrl_gym.tasks import TaskError, TaskRow
+from skyrl_sdk.tools.sql_limits import DEFAULT_SQL_LIMITS, SQLCap, SQLLimits, cap_message
 from skyrl_sdk.tools.sqldb import ReadOnlyDatabase, open_database
 
 __all__ = [
@@ -59,7 +63,8 @@ class EvalItem:
     correct: int
     """1 if the prediction's result matches gold under the metric, else 0."""
     status: str
-    """A `MatchStatus` value (correct, wrong, pred_error, pred_timeout, pred_refused, gold_error)."""
+    """A `MatchStatus` value (correct, wrong, pred_error, pred_timeout, pred_refused,
+    pred_too_large, gold_error)."""
     prediction: str | None
     """The predicted SQL (None when there was none)."""
     difficulty: str | None = None
@@ -228,7 +233,8 @@ def _from_jsonl(text: str, rows: Sequence[TaskRow], path: Path) -> list[str | No
 class _Databases:
     """Open read-only databases, one set per worker thread; all closed at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: SQLLimits) -> None:
+        self.limits = limits
         self._local = threading.local()
         self._all: list[ReadOnlyDatabase] = []
         self._lock = threading.Lock()
@@ -240,7 +246,7 @@ class _Databases:
         out = []
         for target in targets:
             if target not in cache:
-                cache[target] = open_database(target)
+                cache[target] = open_database(target, self.limits)
                 with self._lock:
                     self._all.append(cache[target])
             out.append(cache[target])
@@ -262,13 +268,16 @@ def score_predictions(
     workers: int = 1,
     extra: dict[str, Any] | None = None,
     mode: str = "predictions",
+    limits: SQLLimits | None = None,
 ) -> EvalReport:
-    """Score `predictions[i]` against `rows[i]["gold_sql"]` on each row's database."""
+    """Score `predictions[i]` against `rows[i]["gold_sql"]` on each row's database, every query
+    under `limits` (default `DEFAULT_SQL_LIMITS`; written into the report as `limits`)."""
     if len(predictions) != len(rows):
         raise PredictionsError(f"{len(predictions)} predictions for {len(rows)} questions")
     metric = Metric(metric)
     limit = DEFAULT_TIMEOUT_S[metric] if timeout_s is None else timeout_s
-    databases = _Databases()
+    limits = limits or DEFAULT_SQL_LIMITS
+    databases = _Databases(limits)
     started = time.perf_counter()
 
     def score(i: int) -> EvalItem:
@@ -294,6 +303,10 @@ def score_predictions(
             )  # fmt: skip
         except (FileNotFoundError, ValueError, TaskError) as e:
             result = MatchResult(MatchStatus.GOLD_ERROR, f"cannot open the database: {e}")
+        except MemoryError:  # comparing two results under the caps should never get here
+            result = MatchResult(
+                MatchStatus.PRED_TOO_LARGE, f"query stopped: {cap_message(SQLCap.MEMORY, limits)}"
+            )
         return EvalItem(
             **common, correct=int(result.correct), status=result.status.value, error=result.error
         )
@@ -306,7 +319,17 @@ def score_predictions(
             items = [score(i) for i in range(len(rows))]
     finally:
         databases.close()
-    return EvalReport(metric, items, limit, mode, time.perf_counter() - started, dict(extra or {}))
+    details = {**(extra or {}), "limits": _limits_json(limits)}
+    return EvalReport(metric, items, limit, mode, time.perf_counter() - started, details)
+
+
+def _limits_json(limits: SQLLimits) -> dict[str, Any]:
+    """The caps that matter to a reader of the report."""
+    return {
+        "max_rows": limits.max_rows,
+        "max_result_bytes": limits.max_result_bytes,
+        "max_memory_growth_bytes": limits.max_memory_growth_bytes,
+    }
 
 
 def write_report(report: EvalReport, out_dir: str | Path) -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 from skyrl_gym.envs.sql.metrics import Metric
 from skyrl_gym.tasks import TaskRow
 from skyrl_sdk.benchmarks.text2sql.evaluate import EvalReport, score_predictions
+from skyrl_sdk.tools.sql_limits import SQLLimits
 
 __all__ = ["PolicyUnavailable", "evaluate_policy", "make_policy", "solution_of"]
 
@@ -77,25 +78,27 @@ def evaluate_policy(
     concurrency: int = 8,
     out_dir: str | Path | None = None,
     extra: dict[str, Any] | None = None,
+    limits: SQLLimits | None = None,
 ) -> EvalReport:
-    """Run one episode per row with `spec`'s policy; score each final solution."""
+    """Run one episode per row with `spec`'s policy; score each final solution. Every query
+    (exploration and scoring) runs under `limits` (default `DEFAULT_SQL_LIMITS`)."""
     from skyrl_gym.envs.sql.env import SQLEnv
     from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
     from skyrl_sdk.agents.trajectory import TrajectoryWriter
 
     policy = make_policy(spec, rows)
     writer = TrajectoryWriter(Path(out_dir) / "trajectories.jsonl") if out_dir else None
-    limits = RolloutLimits(max_turns=max_turns, max_tokens=max_tokens)
+    rollout_limits = RolloutLimits(max_turns=max_turns, max_tokens=max_tokens)
 
     def make_env() -> SQLEnv:
-        return SQLEnv(tasks=list(rows), db_root=db_root, max_turns=max_turns)
+        return SQLEnv(tasks=list(rows), db_root=db_root, max_turns=max_turns, limits=limits)
 
     episodes = [(str(r["task_id"]), dict(r)) for r in rows]
 
     async def run() -> list[Any]:
         try:
             return await run_episodes(
-                make_env, policy, episodes, concurrency=concurrency, limits=limits,
+                make_env, policy, episodes, concurrency=concurrency, limits=rollout_limits,
                 env_id="sql", writer=writer,
             )  # fmt: skip
         finally:
@@ -127,5 +130,5 @@ def evaluate_policy(
     }
     return score_predictions(
         rows, predictions, db_root=db_root, metric=metric, timeout_s=timeout_s,
-        extra=details, mode="policy",
+        extra=details, mode="policy", limits=limits,
     )  # fmt: skip

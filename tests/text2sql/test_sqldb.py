@@ -153,6 +153,13 @@ def test_postgres_by_url() -> None:
         assert db.execute("SELECT pg_sleep(5)", timeout_s=0.3).status is QueryStatus.TIMEOUT
         assert time.perf_counter() - started < 3
         assert db.execute("SELECT COUNT(*) FROM skyrl_person").rows == ((2,),)
+        # Rows stream through a server-side cursor: an endless result stops at the row cap.
+        endless = db.execute(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, x FROM c"
+        )
+        assert endless.status is QueryStatus.TOO_LARGE and len(endless.rows) == 10_000
+        keep = db.execute("SELECT g FROM generate_series(1, 100) AS g", max_rows=lambda c: 3)
+        assert keep.ok and keep.rows == ((1,), (2,), (3,)) and keep.truncated
         db.close()
     finally:
         with engine.begin() as conn:

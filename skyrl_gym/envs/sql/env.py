@@ -9,6 +9,11 @@ once, at the end (`skyrl_gym.envs.sql.reward`): 1 if the solution's rows match t
 With `tool_format="hermes"` or `"openai"` the same task is played with native tool calls
 (`sql(query)` to explore, `solution(sql)` to answer) through the `tools` layer; the reward is
 then 1 / 0 on execution match, and -1 when the turns run out without a solution.
+
+Every query (exploration, solution, gold) runs under `SQLEnvConfig.limits`
+(`skyrl_sdk.tools.sql_limits.SQLLimits`: row, byte, memory and time caps). An exploration that
+hits a cap shows the rows fetched before it and a `[... truncated: ...]` marker (or an error
+when there were none); a solution that hits one scores 0.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ from skyrl_sdk.tools import (
     tool,
 )
 from skyrl_sdk.tools.formats import FORMATS
+from skyrl_sdk.tools.sql_limits import (
+    DEFAULT_SQL_LIMITS,
+    SQLLimits,
+    clip_text,
+    truncation_marker,
+)
 from skyrl_sdk.tools.sqldb import (
     QueryOutcome,
     QueryStatus,
@@ -123,6 +134,9 @@ class SQLEnvConfig:
     """Rows kept in an observation that is too long."""
     max_chars: int = 9000
     """An observation table longer than this is cut to `max_rows` rows."""
+    limits: SQLLimits = DEFAULT_SQL_LIMITS
+    """Caps on every query (rows, result bytes, memory growth) and on an observation's length
+    (`max_observation_chars`, applied after the cut to `max_rows` rows)."""
 
 
 def render_observation(outcome: QueryOutcome, sql: str, config: SQLEnvConfig) -> str:
@@ -131,18 +145,28 @@ def render_observation(outcome: QueryOutcome, sql: str, config: SQLEnvConfig) ->
         return f"SQL Timeout:\n{sql}"
     if outcome.status is QueryStatus.REFUSED:
         return f"SQL refused: {outcome.message}"
-    if outcome.status is QueryStatus.ERROR:
-        return f"Error executing SQL: {outcome.message}"
+    limit = config.limits.max_observation_chars
+    if outcome.status is QueryStatus.ERROR or (
+        outcome.status is QueryStatus.TOO_LARGE and not outcome.rows
+    ):
+        return f"Error executing SQL: {clip_text(outcome.message, limit)}"
     if not outcome.rows:
         columns = ", ".join(outcome.columns)
-        return f"Empty result (0 rows; columns: {columns})"
+        return clip_text(f"Empty result (0 rows; columns: {columns})", limit)
     rows = outcome.rows
+    text = None
     # Render everything only when it might fit; a lower bound on the length decides the rest.
     if min_table_chars(outcome.columns, len(rows)) <= config.max_chars:
         text = render_table(outcome.columns, rows)
-        if len(text) <= config.max_chars:
-            return text
-    return TRUNCATION_NOTE + render_table(outcome.columns, rows[: config.max_rows])
+        if len(text) > config.max_chars:
+            text = None
+    if text is None:
+        text = TRUNCATION_NOTE + render_table(outcome.columns, rows[: config.max_rows])
+    # Fifty rows of long values can still be huge (the byte cap bounds what was fetched).
+    text = clip_text(text, limit)
+    if outcome.status is QueryStatus.TOO_LARGE:
+        text += "\n" + truncation_marker(outcome.message)
+    return text
 
 
 class SQLEnv(TaskEnv):
@@ -155,6 +179,8 @@ class SQLEnv(TaskEnv):
         tool_format: `"skyrl"` (the `<sql>`/`<solution>` tag protocol) or a native tool-call
             format: `"hermes"`, `"openai"` or a `ToolFormat` instance.
         tool_timeout_s, reward_timeout_s: time limits of exploration and reward queries.
+        limits: caps on every query (default `DEFAULT_SQL_LIMITS`: 10,000 rows, 16 MiB of
+            result, 256 MiB of memory growth) and on an observation's length.
     """
 
     required_fields: ClassVar[tuple[str, ...]] = REQUIRED_FIELDS
@@ -168,6 +194,7 @@ class SQLEnv(TaskEnv):
         tool_format: str | ToolFormat = "skyrl",
         tool_timeout_s: float = 5.0,
         reward_timeout_s: float = 30.0,
+        limits: SQLLimits | None = None,
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
@@ -178,7 +205,9 @@ class SQLEnv(TaskEnv):
             db_root = bundled_root() if db_root is None else db_root
         super().__init__(tasks)
         self.db_root = Path(db_root) if db_root is not None else None
-        self.config = SQLEnvConfig(max_turns, tool_timeout_s, reward_timeout_s)
+        self.config = SQLEnvConfig(
+            max_turns, tool_timeout_s, reward_timeout_s, limits=limits or DEFAULT_SQL_LIMITS
+        )
         self.native: ToolFormat | None = None
         if tool_format != "skyrl":
             if isinstance(tool_format, ToolFormat):
@@ -204,7 +233,7 @@ class SQLEnv(TaskEnv):
         target = resolve_database(task, self.db_root)
         db = self._databases.get(target)
         if db is None:
-            db = open_database(target)
+            db = open_database(target, self.config.limits)
             self._databases[target] = db
             while len(self._databases) > self.max_open_databases:
                 self._databases.popitem(last=False)[1].close()

@@ -12,8 +12,12 @@ result rows; they differ in what counts as "the same result":
 `spider` follows the Spider test-suite evaluation (every `*.sqlite` in the database's folder
 must agree); `bird` follows the widely used BIRD `evaluation_ex` (`set(pred) == set(gold)`, no
 sorting inside rows). No metric has a float tolerance: `1 == 1.0` but `0.1 + 0.2 != 0.3`.
-Column names never matter. A prediction that fails, times out or is refused scores 0. Time
-limits apply to each query and really interrupt it (see `tools.sqldb`).
+Column names never matter. A prediction that fails, times out, is refused or hits a cap scores
+0. Time limits apply to each query and really interrupt it (see `tools.sqldb`), and every query
+runs under the databases' caps (`tools.sql_limits.SQLLimits`: 10,000 rows, 16 MiB of result,
+256 MiB of memory growth by default): a result past a cap cannot be compared, so a prediction
+that hits one scores 0 (`pred_too_large`) and a gold query that hits one leaves the item
+unscorable (`gold_error`).
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class MatchStatus(enum.Enum):
     """The prediction ran past the time limit and was interrupted."""
     PRED_REFUSED = "pred_refused"
     """The prediction was not a single read-only query (a write, ATTACH, several statements)."""
+    PRED_TOO_LARGE = "pred_too_large"
+    """The prediction hit a cap (rows, result bytes or memory) and was stopped."""
     GOLD_ERROR = "gold_error"
     """The gold query failed: the item cannot be scored (counts as wrong)."""
 
@@ -98,6 +104,7 @@ _PRED_STATUS = {
     QueryStatus.ERROR: MatchStatus.PRED_ERROR,
     QueryStatus.TIMEOUT: MatchStatus.PRED_TIMEOUT,
     QueryStatus.REFUSED: MatchStatus.PRED_REFUSED,
+    QueryStatus.TOO_LARGE: MatchStatus.PRED_TOO_LARGE,
 }
 
 

@@ -14,6 +14,7 @@ from skyrl_gym.envs.math.env import parse_number
 from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_gym.tool_env import ToolEnv, Tooling
 from skyrl_sdk.tools import ToolFormat
+from skyrl_sdk.tools.sql_limits import SQLLimits
 from skyrl_sdk.tools.sqlite import SQLiteReadOnly, sql_tool
 
 HERE = Path(__file__).parent
@@ -52,7 +53,11 @@ def answers_match(given: str, gold: str) -> bool:
 
 
 class SQLBasicEnv(ToolEnv):
-    """Explore the schema and data with `sql`, then `answer` with a single value."""
+    """Explore the schema and data with `sql`, then `answer` with a single value.
+
+    Every query runs read-only under `limits` (default `DEFAULT_SQL_LIMITS`: row, byte, memory
+    and time caps) and `timeout_s`; its observation shows at most 50 rows and 9000 characters.
+    """
 
     required_fields: ClassVar[tuple[str, ...]] = ("question", "answer")
     system_prompt: ClassVar[str] = (
@@ -66,8 +71,9 @@ class SQLBasicEnv(ToolEnv):
         database: str | Path | None = None,
         tool_format: str | ToolFormat = "xml",
         timeout_s: float = 5.0,
+        limits: SQLLimits | None = None,
     ):
-        self.db = SQLiteReadOnly(database or bundled_database(), timeout_s=timeout_s)
+        self.db = SQLiteReadOnly(database or bundled_database(), timeout_s=timeout_s, limits=limits)
         tooling = Tooling.build([sql_tool(self.db)], tool_format, self.system_prompt)
         super().__init__(bundled_tasks() if tasks is None else tasks, tooling)
 
