@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from skyrl_sdk.http_guard import API_KEY_ENV, DEFAULT_MAX_REQUEST_BYTES
+
 console = Console()
 
 
@@ -179,15 +181,40 @@ def view_command(
 
 def serve_command(
     model: str = typer.Option("tiny", "--model", "-m", help="'tiny' or a model directory."),
-    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    host: str = typer.Option(
+        "127.0.0.1", help="Interface to bind; any non-loopback address needs --api-key."
+    ),
     port: int = typer.Option(8000, help="TCP port."),
     name: str | None = typer.Option(
         None, help="Model name clients use (default: 'tiny' or the dir name)."
     ),
     max_batch_size: int = typer.Option(16, help="Requests decoded together."),
     device: str = typer.Option("cpu", help="torch device."),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar=API_KEY_ENV,
+        show_default=False,
+        help="Require this key on every request but GET /health, as 'Authorization: Bearer "
+        "KEY' (the openai SDK's api_key); others get 401. Required to bind a non-loopback host.",
+    ),
+    max_request_bytes: int = typer.Option(
+        DEFAULT_MAX_REQUEST_BYTES,
+        "--max-request-bytes",
+        envvar="SKYRL_MAX_REQUEST_BYTES",
+        min=1,
+        help="Larger request bodies get 413 without being read (default 32 MiB).",
+    ),
 ) -> None:
     """Serve a local model over an OpenAI-compatible HTTP API (completions with token ids)."""
+    from skyrl_sdk.http_guard import InsecureBindError, check_bind
+
+    try:
+        check_bind(host, api_key)  # before the model loads: refuse at once
+    except InsecureBindError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
     import uvicorn
 
     from skyrl_sdk.agents.evaluate import _tiny_dir
@@ -199,5 +226,7 @@ def serve_command(
         _die(f"not a model directory: {path}")
     engine = LocalEngine.from_pretrained(path, device=device, max_batch_size=max_batch_size)
     served = name or ("tiny" if model == "tiny" else path.name)
-    console.print(f"serving {escape(str(path))} as {served!r} on http://{host}:{port}/v1")
-    uvicorn.run(create_app(engine, served), host=host, port=port, log_level="warning")
+    auth = "API key required" if api_key else "no API key"
+    console.print(f"serving {escape(str(path))} as {served!r} on http://{host}:{port}/v1 ({auth})")
+    app = create_app(engine, served, api_key=api_key, max_request_bytes=max_request_bytes)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

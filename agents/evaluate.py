@@ -11,6 +11,7 @@ infrastructure error, and runs only the missing or errored ones.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -72,7 +73,10 @@ def load_policy(
     if spec.startswith(("http://", "https://")):
         from skyrl_sdk.agents.openai_client import ApiMode, OpenAIClient
 
-        return OpenAIClient(spec, model=model, renderer=load_renderer(tokenizer), api=ApiMode(api))
+        # The key `skyrl serve --api-key` reads ($SKYRL_API_KEY), else the openai SDK's own.
+        key = os.environ.get("SKYRL_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        renderer = load_renderer(tokenizer)
+        return OpenAIClient(spec, model=model, renderer=renderer, api=ApiMode(api), api_key=key)
     if spec.startswith("scripted:"):
         from skyrl_sdk.agents.scripted import ScriptedPolicy
 

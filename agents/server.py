@@ -4,6 +4,10 @@ Implements the subset agents need: `GET /v1/models`, `POST /v1/completions` (pro
 or token ids; returns `token_ids` and `logprobs` like vLLM with `return_token_ids`),
 `POST /v1/chat/completions` (text only), and `GET /health`. Requests from concurrent clients
 are batched by the engine.
+
+Every request passes `skyrl_sdk.http_guard.HttpGuard` first: with an API key set, a request
+without `Authorization: Bearer KEY` (what the `openai` SDK sends) gets 401 in OpenAI's error
+shape, and any body larger than `max_request_bytes` gets 413 before it is read or parsed.
 """
 
 from __future__ import annotations
@@ -15,11 +19,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from skyrl_sdk.agents.policy import Completion, SamplingParams
+from skyrl_sdk.http_guard import DEFAULT_MAX_REQUEST_BYTES, ErrorStyle, GuardConfig, install
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from skyrl_sdk.agents.chat import ChatRenderer
     from skyrl_sdk.agents.local_engine import LocalEngine
+
+PIECE_CHARS = 1 << 14
+"""A prompt longer than this many characters is first counted in pieces this long."""
 
 
 class CompletionRequest(BaseModel):
@@ -58,11 +67,53 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     return (stop,) if isinstance(stop, str) else tuple(stop)
 
 
-def create_app(engine: LocalEngine, model_name: str = "tiny") -> FastAPI:
-    """The FastAPI app serving `engine` under the name `model_name`."""
+def encode_within(renderer: ChatRenderer, text: str, limit: int | None) -> tuple[int, ...] | None:
+    """`text`'s token ids, or None if it has far more than `limit` tokens.
+
+    Tokenizing a whole long text is what costs: a 48 MB prompt took the tiny model's tokenizer
+    to 7.7 GB and 100 s, only to be refused for its length. So a long text is first counted in
+    pieces, stopping once the count passes twice the limit (pieces tokenized apart may differ
+    from the whole by a token or two at each cut, hence the margin); memory stays that of one
+    piece, time that of about `2 * limit` tokens.
+    """
+    if limit is not None and len(text) > PIECE_CHARS:
+        count = 0
+        for start in range(0, len(text), PIECE_CHARS):
+            count += len(renderer.encode(text[start : start + PIECE_CHARS]))
+            if count > 2 * limit:
+                return None
+    return renderer.encode(text)
+
+
+OPEN_PATHS = frozenset({"/health"})
+"""Served without a key: liveness probes (orchestrators, our own start-up waits) carry no
+credentials, and the answer reveals nothing but that the server is up."""
+
+
+def create_app(
+    engine: LocalEngine,
+    model_name: str = "tiny",
+    *,
+    api_key: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> FastAPI:
+    """The FastAPI app serving `engine` under the name `model_name`.
+
+    `api_key`: the key every request but `GET /health` must carry (None: no authentication;
+    bind loopback only). `max_request_bytes`: larger bodies get 413 unread.
+    """
     from fastapi import FastAPI, HTTPException
 
     app = FastAPI(title="skyrl serve")
+    install(
+        app,
+        GuardConfig(
+            api_key=api_key,
+            max_request_bytes=max_request_bytes,
+            open_paths=OPEN_PATHS,
+            error_style=ErrorStyle.OPENAI,
+        ),
+    )
     renderer = engine.renderer
 
     def check(n: int, model: str | None) -> None:
@@ -92,10 +143,16 @@ def create_app(engine: LocalEngine, model_name: str = "tiny") -> FastAPI:
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest) -> dict[str, Any]:
         check(req.n, req.model)
-        prompt = list(renderer.encode(req.prompt)) if isinstance(req.prompt, str) else req.prompt
+        limit = engine.max_context_tokens
+        if isinstance(req.prompt, str):
+            encoded = encode_within(renderer, req.prompt, limit)
+            if encoded is None:
+                raise HTTPException(400, f"the prompt is far longer than the context ({limit})")
+            prompt = list(encoded)
+        else:
+            prompt = req.prompt
         if not prompt:
             raise HTTPException(400, "empty prompt")
-        limit = engine.max_context_tokens
         if limit is not None and len(prompt) + req.max_tokens > limit:
             raise HTTPException(
                 400, f"{len(prompt)} prompt tokens + max_tokens {req.max_tokens} exceed {limit}"
@@ -136,7 +193,13 @@ def create_app(engine: LocalEngine, model_name: str = "tiny") -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest) -> dict[str, Any]:
         check(req.n, req.model)
-        prompt = renderer.prompt(req.messages).token_ids  # type: ignore[arg-type]
+        text = renderer.render(req.messages, add_generation_prompt=True)  # type: ignore[arg-type]
+        encoded = encode_within(renderer, text, engine.max_context_tokens)
+        if encoded is None:
+            raise HTTPException(
+                400, f"the messages are far longer than the context ({engine.max_context_tokens})"
+            )
+        prompt = encoded
         sampling = SamplingParams(
             max_tokens=req.max_tokens or 256,
             temperature=req.temperature,

@@ -1,5 +1,6 @@
-"""End to end: `skyrl serve` on 127.0.0.1, driven by `OpenAIClient` through `skyrl eval`;
-killing `skyrl eval` midway and finishing with `--resume`."""
+"""End to end: `skyrl serve` on 127.0.0.1 with an API key, driven by `OpenAIClient` through
+`skyrl eval` (which sends `$SKYRL_API_KEY`) and by the official `openai` SDK; killing `skyrl eval`
+midway and finishing with `--resume`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ from skyrl_gym.envs.math.env import bundled_tasks
 from skyrl_sdk.agents.trajectory import StopReason, read_trajectories
 
 SKYRL = [sys.executable, "-m", "skyrl_gym.cli"]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+API_KEY = "sk-e2e-test"
+"""The key the module's server requires; `skyrl eval` reads it from $SKYRL_API_KEY."""
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "SKYRL_API_KEY": API_KEY,
+}
 
 
 def free_port() -> int:
@@ -32,7 +40,18 @@ def free_port() -> int:
 def server(tiny_dir):
     port = free_port()
     proc = subprocess.Popen(
-        [*SKYRL, "serve", "--model", str(tiny_dir), "--port", str(port), "--name", "tiny"],
+        [
+            *SKYRL,
+            "serve",
+            "--model",
+            str(tiny_dir),
+            "--port",
+            str(port),
+            "--name",
+            "tiny",
+            "--api-key",
+            API_KEY,
+        ],
         env=ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -137,6 +156,24 @@ def test_eval_through_chat_completions_is_marked_text_only(server, tiny_dir, tmp
     assert all(
         t.text_only and not t.trainable for t in read_trajectories(out / "trajectories.jsonl")
     )
+
+
+@pytest.mark.slow
+def test_openai_sdk_with_the_key(server) -> None:
+    """The official `openai` SDK works with the server's key and gets 401 without it."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server, api_key=API_KEY, max_retries=0)
+    assert [m.id for m in client.models.list()] == ["tiny"]
+    done = client.completions.create(model="tiny", prompt="1 + 1 =", max_tokens=4, seed=0)
+    assert done.choices[0].text is not None and done.usage.completion_tokens >= 1
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4, seed=0
+    )
+    assert chat.choices[0].message.role == "assistant"
+    wrong = openai.OpenAI(base_url=server, api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as e:
+        wrong.completions.create(model="tiny", prompt="x", max_tokens=1)
+    assert e.value.status_code == 401 and e.value.code == "invalid_api_key"
 
 
 def write_script(path: Path, delay: float) -> Path:

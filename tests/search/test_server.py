@@ -22,6 +22,10 @@ from skyrl_sdk.tools.search import (
     RetryPolicy,
 )
 
+API_KEY = "search-test-key"
+"""The key the module's server requires (clients read it from $SKYRL_API_KEY)."""
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -31,11 +35,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server_url(index_dir: Path) -> Iterator[str]:
-    """`skyrl search serve INDEX --port P` in a subprocess, as a user would start it."""
+    """`skyrl search serve INDEX --port P --api-key KEY` in a subprocess, as a user would
+    start it."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "skyrl_gym.cli", "search", "serve", str(index_dir),
-         "--port", str(port)],
+         "--port", str(port), "--api-key", API_KEY],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -58,7 +63,10 @@ def server_url(index_dir: Path) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def test_env_over_http_matches_the_local_index(server_url: str, index: BM25Index) -> None:
+def test_env_over_http_matches_the_local_index(
+    server_url: str, index: BM25Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKYRL_API_KEY", API_KEY)  # the env's HttpRetriever sends it
     local = SearchEnv(retriever=index)
     remote = SearchEnv(search_url=server_url)
     for task in bundled_tasks()[::13]:
@@ -77,18 +85,24 @@ def test_env_over_http_matches_the_local_index(server_url: str, index: BM25Index
 
 def test_search_r1_wire_format(server_url: str, index: BM25Index) -> None:
     body = {"queries": ["largest elements heapq", ""], "topk": 2}
-    result = httpx.post(f"{server_url}/retrieve", json=body).json()["result"]
+    assert httpx.post(f"{server_url}/retrieve", json=body).status_code == 401
+    result = httpx.post(f"{server_url}/retrieve", json=body, headers=AUTH).json()["result"]
     assert len(result) == 2 and result[1] == []
     doc = result[0][0]
     assert doc["id"] == "heapq.nlargest"
     assert doc["contents"] == f'"{doc["title"]}"\n{doc["text"]}'
-    scored = httpx.post(f"{server_url}/retrieve", json={**body, "return_scores": True}).json()
+    scored_body = {**body, "return_scores": True}
+    scored = httpx.post(f"{server_url}/retrieve", json=scored_body, headers=AUTH).json()
     assert scored["result"][0][0]["score"] == pytest.approx(
         index.search(body["queries"][0], 2)[0].score
     )
-    with HttpRetriever(server_url + "/retrieve") as client, pytest.raises(RetrievalError) as e:
+    client = HttpRetriever(server_url + "/retrieve", api_key=API_KEY)
+    with client, pytest.raises(RetrievalError) as e:
         client.retrieve(["x"], topk=10_000)
     assert e.value.kind is RetrievalFailure.BAD_REQUEST and "422" in str(e.value)
+    with HttpRetriever(server_url, api_key="wrong") as client, pytest.raises(RetrievalError) as e:
+        client.retrieve(["x"])
+    assert e.value.kind is RetrievalFailure.BAD_REQUEST and "401" in str(e.value)
 
 
 def _mock(statuses: list[int], calls: list[int]) -> httpx.MockTransport:

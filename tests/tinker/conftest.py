@@ -1,4 +1,6 @@
-"""A real uvicorn server for the Tinker API on 127.0.0.1 (random port), in a thread."""
+"""A real uvicorn server for the Tinker API on 127.0.0.1 (random port), in a thread.
+
+It requires an API key, so every test also checks that the `tinker` SDK's key reaches it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ from typing import Any
 import pytest
 
 pytest.importorskip("tinker")
+
+API_KEY = "tml-local-test"
+"""The key the session's server requires (the `tinker` SDK wants the `tml-` prefix)."""
+AUTH = {"X-API-Key": API_KEY}
+"""Headers for raw HTTP requests to the server (the SDK sends its key the same way)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,8 @@ def tinker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerSe
 
     os.environ["TINKER_TELEMETRY"] = "0"
     state = tmp_path_factory.mktemp("tinker-state")
-    config = ServerConfig(models=default_models(), state_dir=state, poll_timeout_s=20)
+    config = ServerConfig(
+        models=default_models(), state_dir=state, poll_timeout_s=20, api_key=API_KEY
+    )
     with ServerThread(config) as server:
         yield TinkerServer(server.base_url, TINY_NAME, state, server.app.state.service)

@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.tinker.conftest import TinkerServer
+from tests.tinker.conftest import API_KEY, TinkerServer
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
-API_KEY = "tml-local-test"
 TEXTS = ("the cat sat on the mat", "two plus two is four", "hello world again")
 
 

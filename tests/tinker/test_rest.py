@@ -7,12 +7,10 @@ import time
 import httpx
 import pytest
 
-from tests.tinker.conftest import TinkerServer
+from tests.tinker.conftest import API_KEY, AUTH, TinkerServer
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
-
-API_KEY = "tml-local-test"
 
 
 def _clients(server: TinkerServer) -> tuple[tinker.ServiceClient, tinker.RestClient]:
@@ -115,7 +113,9 @@ def test_sessions(tinker_server: TinkerServer) -> None:
     finished = rest.search_sessions(query).result().sessions
     assert [s.session_id for s in finished] == [session_id]
     r = httpx.post(
-        f"{tinker_server.base_url}/api/v1/session_heartbeat", json={"session_id": session_id}
+        f"{tinker_server.base_url}/api/v1/session_heartbeat",
+        json={"session_id": session_id},
+        headers=AUTH,
     )
     assert r.status_code == 410
 
@@ -134,7 +134,8 @@ def test_hosted_only_endpoints_say_why(tinker_server: TinkerServer) -> None:
     with pytest.raises(tinker.BadRequestError, match="object storage"):
         trainer.save_weights_external("e").result()
     assert trainer.save_state("after").result().path.endswith("/weights/after")
-    r = httpx.get(f"{tinker_server.base_url}/api/v1/audit")
+    r = httpx.get(f"{tinker_server.base_url}/api/v1/audit", headers=AUTH)
     assert r.status_code == 400 and "audit" in r.json()["detail"]
-    usage = httpx.get(f"{tinker_server.base_url}/api/v1/billing/usage/checkpoints/current").json()
+    usage_url = f"{tinker_server.base_url}/api/v1/billing/usage/checkpoints/current"
+    usage = httpx.get(usage_url, headers=AUTH).json()
     assert usage["data"][0]["checkpoint_count"] >= 1

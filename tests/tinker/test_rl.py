@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tinker.conftest import TinkerServer
+from tests.tinker.conftest import API_KEY, TinkerServer
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
@@ -19,7 +19,7 @@ def _reward(tokens: list[int], vocab_half: int) -> float:
 
 
 def test_rl_loop_reward_rises(tinker_server: TinkerServer) -> None:
-    service = tinker.ServiceClient(base_url=tinker_server.base_url, api_key="tml-local-test")
+    service = tinker.ServiceClient(base_url=tinker_server.base_url, api_key=API_KEY)
     trainer = service.create_lora_training_client(tinker_server.base_model, rank=8, seed=0).result()
     tokenizer = trainer.get_tokenizer()
     half = len(tokenizer) // 2

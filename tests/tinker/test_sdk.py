@@ -6,12 +6,10 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.tinker.conftest import TinkerServer
+from tests.tinker.conftest import API_KEY, AUTH, TinkerServer
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
-
-API_KEY = "tml-local-test"
 
 
 def _client(server: TinkerServer) -> tinker.ServiceClient:
@@ -69,9 +67,10 @@ def test_sample_returns_logprobs(tinker_server: TinkerServer) -> None:
 
 
 def test_bad_requests_get_json_4xx(tinker_server: TinkerServer) -> None:
-    r = httpx.post(f"{tinker_server.base_url}/api/v1/get_info", json={"model_id": "nope"})
+    url = tinker_server.base_url
+    r = httpx.post(f"{url}/api/v1/get_info", json={"model_id": "nope"}, headers=AUTH)
     assert r.status_code == 404 and "nope" in r.json()["detail"]
-    r = httpx.post(f"{tinker_server.base_url}/api/v1/optim_step", json={"model_id": 3})
+    r = httpx.post(f"{url}/api/v1/optim_step", json={"model_id": 3}, headers=AUTH)
     assert r.status_code == 422 and r.json()["detail"]
     service = _client(tinker_server)
     with pytest.raises(tinker.BadRequestError):
@@ -174,5 +173,6 @@ def test_cancelled_samples_stop(tinker_server: TinkerServer) -> None:
     short = types.SamplingParams(max_tokens=2, stop=[], seed=0)
     assert len(sampler.sample(prompt, 1, short).result().sequences[0].tokens) == 2
     assert time.monotonic() - t0 < 10
-    r = httpx.post(f"{tinker_server.base_url}/api/v1/cancel_future", json={"request_id": "nope"})
+    url = f"{tinker_server.base_url}/api/v1/cancel_future"
+    r = httpx.post(url, json={"request_id": "nope"}, headers=AUTH)
     assert r.status_code == 404

@@ -30,7 +30,7 @@ MODEL = "skyrl/tiny"
 
 def _start(port: int, state: Path) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "skyrl_gym.cli", "tinker", "serve", "--port", str(port)]
-    cmd += ["--state-dir", str(state), "--torch-threads", "1"]
+    cmd += ["--state-dir", str(state), "--torch-threads", "1", "--api-key", API_KEY]
     env = {**os.environ, "TINKER_TELEMETRY": "0", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, env=env, start_new_session=True)
 
@@ -129,9 +129,11 @@ def test_state_survives_restarts(tmp_path: Path) -> None:
         assert run.base_model == MODEL and run.lora_rank == 4 and not run.corrupted
         listed = rest.list_checkpoints(model_id).result().checkpoints
         assert {c.tinker_path for c in listed} == {state_path, sampler_path}
-        r = httpx.post(f"{url}/api/v1/retrieve_future", json={"request_id": pending})
+        auth = {"X-API-Key": API_KEY}
+        r = httpx.post(f"{url}/api/v1/retrieve_future", json={"request_id": pending}, headers=auth)
         assert r.status_code == 200 and "restarted" in r.json()["error"]
-        r = httpx.post(f"{url}/api/v1/retrieve_future", json={"request_id": "req-unknown"})
+        unknown = {"request_id": "req-unknown"}
+        r = httpx.post(f"{url}/api/v1/retrieve_future", json=unknown, headers=auth)
         assert r.status_code == 404 and r.json()["detail"]
     finally:
         _stop(proc, signal.SIGKILL)  # a crash: the step above is in no saved state

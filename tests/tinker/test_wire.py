@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from skyrl_sdk.trainer.tinker.server import _ModelQueue
-from tests.tinker.conftest import TinkerServer
+from tests.tinker.conftest import AUTH, TinkerServer
 
 
 def test_queue_runs_in_seq_order() -> None:
@@ -33,7 +33,7 @@ def _poll(client: httpx.Client, request_id: str) -> dict:
 
 
 def test_legacy_json_forward_backward_and_sample(tinker_server: TinkerServer) -> None:
-    with httpx.Client(base_url=tinker_server.base_url, timeout=60) as c:
+    with httpx.Client(base_url=tinker_server.base_url, timeout=60, headers=AUTH) as c:
         session = c.post("/api/v1/create_session", json={"tags": []}).json()["session_id"]
         body = {"session_id": session, "base_model": tinker_server.base_model}
         created = c.post("/api/v1/create_model", json=body).json()
@@ -70,3 +70,20 @@ def test_legacy_json_forward_backward_and_sample(tinker_server: TinkerServer) ->
         seqs = _poll(c, r["request_id"])["sequences"]
         assert [len(s["tokens"]) for s in seqs] == [3, 3]
         assert all(len(s["logprobs"]) == 3 for s in seqs)
+
+
+def test_zstd_body_that_inflates_past_the_limit_gets_413(tinker_server: TinkerServer) -> None:
+    """A few KB of zstd must not become more than `max_request_bytes` in memory."""
+    import zstandard
+
+    from skyrl_sdk.http_guard import DEFAULT_MAX_REQUEST_BYTES
+
+    bomb = zstandard.ZstdCompressor().compress(bytes(DEFAULT_MAX_REQUEST_BYTES + 1))
+    assert len(bomb) < 100_000
+    r = httpx.post(
+        f"{tinker_server.base_url}/api/v1/forward_backward",
+        content=bomb,
+        headers={**AUTH, "content-type": "application/x-protobuf", "content-encoding": "zstd"},
+        timeout=60,
+    )
+    assert r.status_code == 413 and "zstd" in r.json()["detail"]

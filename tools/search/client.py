@@ -12,6 +12,7 @@ the last attempt a `RetrievalError` says which URL failed, how, and how often it
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,11 +76,16 @@ class HttpRetriever:
         timeout_s: float = 10.0,
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
+        api_key: str | None = None,
     ):
+        """`api_key`: sent as `Authorization: Bearer KEY` (default: `$SKYRL_API_KEY`, the key
+        `skyrl search serve --api-key` reads too; none if unset)."""
         self.url = retrieve_url(url)
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
-        self._client = httpx.Client(timeout=timeout_s, transport=transport)
+        key = api_key if api_key is not None else os.environ.get("SKYRL_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.Client(timeout=timeout_s, transport=transport, headers=headers)
 
     def retrieve(self, queries: Sequence[str], topk: int = 3) -> list[list[Passage]]:
         """Up to `topk` passages per query, best first. Raises `RetrievalError`."""

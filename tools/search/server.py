@@ -5,6 +5,10 @@
 `return_scores`. Each `doc` carries `id`, `title`, `text`, and Search-R1's `contents`
 (`"title"\\ntext`), so clients written for either shape work. `GET /health` reports the
 document count. Needs the `server` extra (fastapi, uvicorn), imported only here.
+
+Every request passes `skyrl_sdk.http_guard.HttpGuard` first: with an API key set, requests other
+than `GET /health` need `Authorization: Bearer KEY` (what `HttpRetriever(api_key=...)` sends)
+or `X-API-Key: KEY`, else 401; bodies over `max_request_bytes` get 413 unread.
 """
 
 from __future__ import annotations
@@ -17,10 +21,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from skyrl_sdk.http_guard import DEFAULT_MAX_REQUEST_BYTES, ErrorStyle, GuardConfig, install
 from skyrl_sdk.tools.search.types import Passage, RetrievalError, Retriever
 
 MAX_QUERIES = 1024
 """Queries per request; larger batches are rejected with 422."""
+
+OPEN_PATHS = frozenset({"/health"})
+"""Served without a key: liveness probes carry no credentials, and the answer holds only the
+document count."""
 
 
 class RetrieveRequest(BaseModel):
@@ -48,10 +57,30 @@ def _doc(p: Passage) -> dict[str, Any]:
     return {"id": p.id, "title": p.title, "text": p.text, "contents": f'"{p.title}"\n{p.text}'}
 
 
-def create_app(retriever: Retriever, *, max_topk: int = 100, documents: int | None = None) -> Any:
-    """A FastAPI app answering `/retrieve` from `retriever`."""
+def create_app(
+    retriever: Retriever,
+    *,
+    max_topk: int = 100,
+    documents: int | None = None,
+    api_key: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> Any:
+    """A FastAPI app answering `/retrieve` from `retriever`.
+
+    `api_key`: the key every request but `GET /health` must carry (None: no authentication;
+    bind loopback only). `max_request_bytes`: larger bodies get 413 unread.
+    """
     fastapi = _fastapi()
     app = fastapi.FastAPI(title="skyrl search", description=__doc__)
+    install(
+        app,
+        GuardConfig(
+            api_key=api_key,
+            max_request_bytes=max_request_bytes,
+            open_paths=OPEN_PATHS,
+            error_style=ErrorStyle.DETAIL,
+        ),
+    )
 
     @app.post("/retrieve")
     def retrieve(request: RetrieveRequest) -> dict[str, Any]:
@@ -76,15 +105,28 @@ def create_app(retriever: Retriever, *, max_topk: int = 100, documents: int | No
 
 
 def serve_index(
-    index_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
+    index_dir: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    api_key: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
 ) -> None:
-    """Serve the BM25 index at `index_dir` until interrupted (blocking)."""
+    """Serve the BM25 index at `index_dir` until interrupted (blocking).
+
+    Raises `InsecureBindError` for a non-loopback `host` without `api_key`.
+    """
     import uvicorn
 
+    from skyrl_sdk.http_guard import check_bind
     from skyrl_sdk.tools.search.bm25 import BM25Index
 
+    check_bind(host, api_key)
     index = BM25Index(index_dir)
-    app = create_app(index, documents=index.num_docs)
+    app = create_app(
+        index, documents=index.num_docs, api_key=api_key, max_request_bytes=max_request_bytes
+    )
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 

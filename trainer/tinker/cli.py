@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from skyrl_sdk.http_guard import API_KEY_ENV, DEFAULT_MAX_REQUEST_BYTES
+
 app = typer.Typer(help="A local server for the Tinker training API.", no_args_is_help=True)
 
 
@@ -98,7 +100,9 @@ def load_models(path: Path) -> list:
 @app.command()
 def serve(
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Interface to bind; any non-loopback address needs --api-key.")
+    ] = "127.0.0.1",
     models: Annotated[
         Path | None, typer.Option(help="JSON/YAML list of {name, path} base models.")
     ] = None,
@@ -126,8 +130,43 @@ def serve(
             "so that its model id continues exactly after a restart.",
         ),
     ] = True,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar=API_KEY_ENV,
+            show_default=False,
+            help="Require this key on every request but the health check: the tinker SDK "
+            "sends its api_key (TINKER_API_KEY, which must start with 'tml-') as X-API-Key; "
+            "'Authorization: Bearer KEY' works too. Others get 401. Required to bind a "
+            "non-loopback host.",
+        ),
+    ] = None,
+    max_request_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-request-bytes",
+            envvar="SKYRL_MAX_REQUEST_BYTES",
+            min=1,
+            help="Larger request bodies (also once zstd-decompressed) get 413 unread.",
+        ),
+    ] = DEFAULT_MAX_REQUEST_BYTES,
 ) -> None:
     """Serve the Tinker API; point the SDK at it with `TINKER_BASE_URL=http://HOST:PORT`."""
+    from skyrl_sdk.http_guard import InsecureBindError, check_bind
+
+    try:
+        check_bind(host, api_key)  # before any model is built: refuse at once
+    except InsecureBindError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    if api_key and not api_key.startswith(("tml-", "eyJ")):
+        typer.echo(
+            "warning: the tinker SDK only sends keys that start with 'tml-'; "
+            "with this key only raw HTTP clients can connect",
+            err=True,
+        )
+
     import uvicorn
 
     from skyrl_sdk.trainer.tinker.server import ServerConfig, create_app
@@ -137,9 +176,15 @@ def serve(
 
         torch.set_num_threads(torch_threads)
     specs = load_models(models) if models else default_models()
-    config = ServerConfig(models=specs, autosave_on_shutdown=autosave)
+    config = ServerConfig(
+        models=specs,
+        autosave_on_shutdown=autosave,
+        api_key=api_key or None,
+        max_request_bytes=max_request_bytes,
+    )
     if state_dir is not None:
         config.state_dir = state_dir
     threads = "" if torch_threads is None else f" with {torch_threads} torch thread(s)"
-    typer.echo(f"serving {[s.name for s in specs]} on http://{host}:{port}{threads}")
+    auth = "API key required" if api_key else "no API key"
+    typer.echo(f"serving {[s.name for s in specs]} on http://{host}:{port}{threads} ({auth})")
     uvicorn.run(create_app(config), host=host, port=port, log_level="warning")

@@ -117,6 +117,10 @@ def add_rest_routes(app: FastAPI, svc: TinkerService) -> None:
                 f"checkpoint ids look like weights/<name> or "
                 f"sampler_weights/<name>, got {kind}/{name}",
             )
+        try:
+            svc.checkpoint_dir(model_id, kind, name)  # names checked: 400, not a path lookup
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from e
         path = f"tinker://{model_id}/{kind}/{name}"
         svc.purge_expired()
         if registry.checkpoints.get(path) is None:

@@ -20,6 +20,13 @@ are rows in SQLite (`store.Registry`), weights are files under `state_dir/checkp
   `APIStatusError`. Requests accepted but unfinished at the restart are reported as lost.
 - Samplers of a tinker:// path or a base model are rebuilt lazily too; a sampler made by
   `save_weights_and_get_sampling_client` held an in-memory snapshot and gets HTTP 410.
+
+Security: every request passes `skyrl_sdk.http_guard.HttpGuard` first (the key the `tinker`
+SDK sends as `X-API-Key`, or `Authorization: Bearer`, when `ServerConfig.api_key` is set; 413
+for bodies over `max_request_bytes`, unread). Checkpoint names and run ids become directory
+names: `check_name` refuses `.`, `..`, separators, NUL, empty and overlong ones with 400, and
+`TinkerService.state_path`, the one place a path under the state dir is built, refuses any
+path that resolves outside it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
+from skyrl_sdk.http_guard import DEFAULT_MAX_REQUEST_BYTES, ErrorStyle, GuardConfig, install
 from skyrl_sdk.trainer.tinker import wire
 from skyrl_sdk.trainer.tinker.backend import (
     BaseModels,
@@ -70,7 +78,12 @@ from skyrl_sdk.trainer.tinker.store import (
 
 PROTO = "application/x-protobuf"
 _PATH = re.compile(r"^tinker://([^/]+)/(weights|sampler_weights)/([^/]+)$")
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+MAX_NAME_LENGTH = 128
+"""Longest checkpoint name (and training run id) accepted."""
+_NAME_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
+OPEN_PATHS = frozenset({"/api/v1/healthz"})
+"""Served without a key: liveness probes carry no credentials, and the answer says nothing but
+"ok". (The `tinker` SDK itself sends its key on every request, this one included.)"""
 GONE = 410
 """Status of requests to a model or sampler whose state a restart lost."""
 
@@ -88,6 +101,12 @@ class ServerConfig:
     autosave_on_shutdown: bool = True
     """On a clean shutdown, save each model changed since its last saved state (weights,
     optimizer state, gradients) so that its model id resumes exactly after a restart."""
+    api_key: str | None = None
+    """The key every request but the health check must carry (`X-API-Key` as the `tinker` SDK
+    sends it, or `Authorization: Bearer`); None: no authentication (bind loopback only)."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """Request bodies larger than this get 413 without being read (and so does a zstd body
+    that decompresses to more)."""
 
 
 class _ModelQueue:
@@ -126,6 +145,33 @@ def str_metadata(meta: dict[str, Any] | None) -> dict[str, str]:
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in (meta or {}).items()}
 
 
+def check_name(name: str | None, what: str = "checkpoint name") -> str:
+    """`name` if it is safe as one directory name; ValueError saying which rule it breaks.
+
+    Refused: empty, `.` and `..` (they name the parent or the directory itself: `save_state("..")`
+    would replace the run's whole checkpoint folder), path separators, NUL, more than
+    `MAX_NAME_LENGTH` characters, and anything but letters, digits, `.`, `_` and `-`.
+    """
+    if not name:
+        raise ValueError(f"{what} must not be empty")
+    if "\x00" in name:
+        raise ValueError(f"{what} must not contain NUL, got {name!r}")
+    if "/" in name or "\\" in name:
+        raise ValueError(f"{what} must be one name without '/' or '\\', got {name!r}")
+    if name in (".", ".."):
+        raise ValueError(f"{what} must not be '.' or '..', got {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"{what} must be at most {MAX_NAME_LENGTH} characters, got {len(name)}")
+    if not _NAME_CHARS.match(name):
+        raise ValueError(f"{what} may use only letters, digits, '.', '_' and '-', got {name!r}")
+    return name
+
+
+def _run_dir_name(model_id: str) -> str:
+    """The directory name of a training run's checkpoints (its id with `:` as `_`)."""
+    return check_name(model_id.replace(":", "_"), "training run id")
+
+
 def _du(directory: Path) -> int:
     return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
 
@@ -142,8 +188,9 @@ class TinkerService:
     def __init__(self, config: ServerConfig):
         self.config = config
         config.state_dir.mkdir(parents=True, exist_ok=True)
-        self.state_dir = config.state_dir
-        self.checkpoints = config.state_dir / "checkpoints"
+        # Resolved once: `state_path` compares resolved paths against it.
+        self.state_dir = config.state_dir.resolve()
+        self.checkpoints = self.state_dir / "checkpoints"
         self.bases = BaseModels(config.models)
         self.store = FutureStore(config.state_dir / DB_NAME)
         self.registry = Registry(config.state_dir / DB_NAME)
@@ -309,7 +356,7 @@ class TinkerService:
         if run.model_id in self.models:
             return None
         intact = (
-            run.restore_dir is None or (self.state_dir / run.restore_dir / "meta.json").exists()
+            run.restore_dir is None or (self.state_path(run.restore_dir) / "meta.json").exists()
         )
         if run.restore_version == run.version and intact:
             return None
@@ -357,7 +404,7 @@ class TinkerService:
         model = TrainedModel(model_id, self.bases.spec(run.base_model), self.bases, lora=lora)
         if run.restore_dir is not None:
             model.load(
-                self.state_dir / run.restore_dir,
+                self.state_path(run.restore_dir),
                 optimizer=run.restore_optimizer,
                 grads=run.restore_grads,
             )
@@ -374,11 +421,11 @@ class TinkerService:
                 continue
             version = self.versions.get(model_id, run.version)
             intact = run.restore_dir is None or (
-                (self.state_dir / run.restore_dir / "meta.json").exists()
+                (self.state_path(run.restore_dir) / "meta.json").exists()
             )
             if version == run.restore_version and intact:
                 continue
-            directory = self.checkpoints / model_id.replace(":", "_") / "autosave"
+            directory = self.state_path("checkpoints", _run_dir_name(model_id), "autosave")
             if directory.exists():
                 shutil.rmtree(directory)
             model.save(directory, optimizer=True, grads=True)
@@ -398,8 +445,20 @@ class TinkerService:
         """`directory` relative to the state dir (what the registry stores)."""
         return str(directory.relative_to(self.state_dir))
 
+    def state_path(self, *parts: str) -> Path:
+        """`state_dir / parts...`, resolved; ValueError unless it lies strictly inside the state
+        dir. Every path the server reads, writes or deletes under its state dir is built here."""
+        path = self.state_dir.joinpath(*parts).resolve()
+        if path == self.state_dir or not path.is_relative_to(self.state_dir):
+            raise ValueError(f"path {'/'.join(parts)!r} is outside the server's state dir")
+        return path
+
     def checkpoint_dir(self, model_id: str, kind: str, name: str) -> Path:
-        return self.checkpoints / model_id.replace(":", "_") / kind / name
+        """The directory of checkpoint `name` of `kind` of run `model_id` (names checked)."""
+        if kind not in (k.value for k in CheckpointKind):
+            raise ValueError(f"unknown checkpoint kind {kind!r}")
+        run = _run_dir_name(model_id)
+        return self.state_path("checkpoints", run, kind, check_name(name))
 
     def resolve(self, path: str) -> tuple[CheckpointRow, Path]:
         """The row and directory of a saved `tinker://run/kind/name` path.
@@ -412,11 +471,12 @@ class TinkerService:
                 f"not a tinker:// checkpoint path: {path!r} "
                 "(expected tinker://<run>/weights|sampler_weights/<name>)"
             )
+        directory = self.checkpoint_dir(*m.groups())  # ValueError for a bad name
         self.purge_expired()
         row = self.registry.checkpoints.get(path)
         if row is None:
             raise KeyError(f"no checkpoint at {path} (never saved, deleted, or expired)")
-        return row, self.checkpoint_dir(*m.groups())
+        return row, directory
 
     def save(
         self,
@@ -429,12 +489,12 @@ class TinkerService:
         user_metadata: dict[str, Any] | None = None,
     ) -> str:
         """Save the model's weights (+ optimizer state for training checkpoints); the path."""
+        directory = self.checkpoint_dir(model_id, kind.value, name)  # ValueError for a bad name
         path = f"tinker://{model_id}/{kind.value}/{name}"
         existing = self.registry.checkpoints.get(path)
         if existing is not None and not overwrite:
             raise ValueError(f"checkpoint {path} already exists; pass overwrite=True to replace it")
         model = self.model(model_id)
-        directory = self.checkpoint_dir(model_id, kind.value, name)
         run = self.registry.runs.get(model_id)
         if directory.exists():
             shutil.rmtree(directory)
@@ -474,8 +534,11 @@ class TinkerService:
         row = self.registry.checkpoints.get(path)
         if m is None or row is None:
             raise KeyError(f"no checkpoint at {path}")
-        directory = self.checkpoint_dir(*m.groups())
-        if directory.exists():
+        try:
+            directory: Path | None = self.checkpoint_dir(*m.groups())
+        except ValueError:  # a row an older server let through ("..": its files are not its own)
+            directory = None
+        if directory is not None and directory.exists():
             shutil.rmtree(directory)
         self.registry.checkpoints.delete(path)
 
@@ -606,11 +669,23 @@ class TinkerService:
 
 
 def _check_name(svc: TinkerService, req: wire.SaveWeightsRequest) -> str:
-    name = req.path
-    if name is None or not _NAME.match(name):
-        message = f"checkpoint name must match {_NAME.pattern}, got {name!r}"
-        raise svc.refuse(req.model_id, req.seq_id, 400, message)
-    return name
+    """The checkpoint name of a save request, or HTTP 400 saying what is wrong with it."""
+    try:
+        return check_name(req.path)
+    except ValueError as e:
+        raise svc.refuse(req.model_id, req.seq_id, 400, str(e)) from e
+
+
+def _unzstd(body: bytes, limit: int) -> bytes:
+    """Decompress a zstd body, HTTP 413 if it inflates past `limit` bytes (a small body must
+    not become a large one in memory)."""
+    import zstandard
+
+    with zstandard.ZstdDecompressor().stream_reader(body) as reader:
+        data = reader.read(limit + 1)
+    if len(data) > limit:
+        raise HTTPException(413, f"zstd body decompresses to more than {limit} bytes")
+    return data
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -627,6 +702,13 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     app = FastAPI(title="skyrl tinker server", lifespan=lifespan)
     app.state.service = svc
+    guard = GuardConfig(
+        api_key=config.api_key,
+        max_request_bytes=config.max_request_bytes,
+        open_paths=OPEN_PATHS,
+        error_style=ErrorStyle.DETAIL,
+    )
+    install(app, guard)
 
     @app.exception_handler(HTTPException)
     async def http_error_body(_: Request, exc: HTTPException) -> JSONResponse:
@@ -776,14 +858,14 @@ def create_app(config: ServerConfig) -> FastAPI:
         body = await request.body()
         try:
             if request.headers.get("content-encoding", "") == "zstd":
-                import zstandard
-
-                body = zstandard.ZstdDecompressor().decompress(body)
+                body = _unzstd(body, config.max_request_bytes)
             if PROTO in request.headers.get("content-type", ""):
                 call = wire.decode_forward_backward(body)
             else:
                 parsed = wire.ForwardBackwardJSON.model_validate_json(body)
                 call = wire.decode_forward_backward_json(parsed, forward_only)
+        except HTTPException:  # 413 for an inflating zstd body
+            raise
         except Exception as e:  # any decoding failure is the client's
             raise HTTPException(400, f"bad forward_backward body: {e}") from e
         try:

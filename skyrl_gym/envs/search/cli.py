@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from skyrl_sdk.http_guard import API_KEY_ENV, DEFAULT_MAX_REQUEST_BYTES
+
 app = typer.Typer(no_args_is_help=True)
 console = Console()
 
@@ -55,17 +57,49 @@ def index_cmd(
 def serve_cmd(
     index: str = typer.Argument(..., help=f"Index directory, or '{BUNDLED}' for the bundled one."),
     port: int = typer.Option(8000, help="TCP port."),
-    host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0 for all)."),
+    host: str = typer.Option(
+        "127.0.0.1", help="Interface to bind (0.0.0.0 for all: needs --api-key)."
+    ),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar=API_KEY_ENV,
+        show_default=False,
+        help="Require this key on every request but GET /health, as 'Authorization: Bearer "
+        "KEY' (HttpRetriever's api_key, $SKYRL_API_KEY) or X-API-Key; others get 401. "
+        "Required to bind a non-loopback host.",
+    ),
+    max_request_bytes: int = typer.Option(
+        DEFAULT_MAX_REQUEST_BYTES,
+        "--max-request-bytes",
+        envvar="SKYRL_MAX_REQUEST_BYTES",
+        min=1,
+        help="Larger request bodies get 413 without being read.",
+    ),
 ) -> None:
     """Serve an index over the Search-R1 retrieval API (POST /retrieve)."""
+    from skyrl_sdk.http_guard import InsecureBindError, check_bind
     from skyrl_sdk.tools.search import SearchIndexError
     from skyrl_sdk.tools.search.server import serve_index
 
     try:
+        check_bind(host, api_key)
+    except InsecureBindError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
         index_dir = _index_dir(index)
-        console.print(f"serving {index_dir} at http://{host}:{port}/retrieve")
-        serve_index(index_dir, host=host, port=port, log_level=log_level)
+        auth = "API key required" if api_key else "no API key"
+        console.print(f"serving {index_dir} at http://{host}:{port}/retrieve ({auth})")
+        serve_index(
+            index_dir,
+            host=host,
+            port=port,
+            log_level=log_level,
+            api_key=api_key or None,
+            max_request_bytes=max_request_bytes,
+        )
     except SearchIndexError as e:
         _die(str(e))
 
