@@ -48,5 +48,6 @@ def test_docker_builds_the_dockerfile_and_grades(tmp_path, docker_engine):
         result = json.loads((out / trials["no-image"]["trial_name"] / "result.json").read_text())
         assert "cannot be pulled" in result["error_message"]
         if agent == "oracle":
-            log = out / trials["greet"]["trial_name"] / "agent" / "oracle.txt"
-            assert log.is_file()
+            trial_dir = out / trials["greet"]["trial_name"]
+            log = trial_dir / "agent" / "oracle.txt"
+            assert log.is_file(), (trials["greet"], (trial_dir / "result.json").read_text()[-2000:])

@@ -729,10 +729,17 @@ class HarborRuntime:
             return
         try:
             if self.backend is Backend.DOCKER and not sandbox.closed:
-                with contextlib.suppress(Exception):
-                    await sandbox.download(self._real(AGENT_LOGS), self.agent_logs_dir.parent)
-                with contextlib.suppress(Exception):
-                    await sandbox.download(self._real(ARTIFACTS), self.artifacts_dir.parent)
+                for inside_path, host_dir in (
+                    (AGENT_LOGS, self.agent_logs_dir),
+                    (ARTIFACTS, self.artifacts_dir),
+                ):
+                    try:
+                        await sandbox.download(self._real(inside_path), host_dir.parent)
+                    except Exception as e:  # the trial goes on; the note says what is missing
+                        self.notes.append(
+                            f"could not copy {inside_path} out of the container: "
+                            f"{type(e).__name__}: {str(e)[:300]}"
+                        )
         finally:
             await sandbox.close()
 
