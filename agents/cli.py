@@ -25,7 +25,9 @@ def _die(message: str, code: int = 2) -> None:
 
 
 def eval_command(
-    env_id: str = typer.Argument(..., help="A registered env id (see `skyrl env list`)."),
+    env_id: str = typer.Argument(
+        ..., help="A registered env id (see `skyrl env list`) or an entry point 'module:Class'."
+    ),
     policy: str = typer.Option(
         ..., "--policy", "-p", help="Policy SPEC: tiny, DIR, URL or scripted:FILE."
     ),
@@ -35,8 +37,12 @@ def eval_command(
     num: int | None = typer.Option(None, "--num", "-n", help="Evaluate the first N tasks."),
     concurrency: int = typer.Option(8, "--concurrency", "-c", help="Episodes running at once."),
     out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Output directory."),
-    resume: bool = typer.Option(False, "--resume", help="Run only missing or errored episodes."),
-    max_turns: int = typer.Option(8, help="Assistant turns per episode."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Run only missing or errored episodes (same env and policy)."
+    ),
+    max_turns: int | None = typer.Option(
+        None, min=1, help="Assistant turns per episode (default: the env's limit, else 8)."
+    ),
     max_tokens: int = typer.Option(256, help="Tokens per assistant turn."),
     timeout: float | None = typer.Option(None, help="Wall-clock seconds per episode."),
     temperature: float = typer.Option(1.0, help="Sampling temperature (0: greedy)."),
@@ -46,50 +52,89 @@ def eval_command(
     ),
     api: str = typer.Option("auto", help="For URLs: auto, tokens or chat."),
     model: str | None = typer.Option(None, help="For URLs: the served model name."),
+    imports: list[str] = typer.Option(
+        [],
+        "--import",
+        metavar="MODULE",
+        help="Import MODULE first (repeatable), so its `skyrl_gym.register()` calls run.",
+    ),
 ) -> None:
-    """Evaluate a policy on an env: progress, summary table, results.json, trajectories.jsonl."""
+    """Evaluate a policy on an env: progress, summary table, results.json, trajectories.jsonl.
+
+    Exits 1 when every episode failed for a reason outside the policy (env errors).
+    """
     import skyrl_gym
-    from skyrl_gym.registry import EntryPointError, UnknownEnvError
+    from skyrl_gym.registry import EntryPointError, UnknownEnvError, resolve
     from skyrl_gym.tasks import TaskError, load_tasks
-    from skyrl_sdk.agents.evaluate import EvalError, load_policy, plan
+    from skyrl_sdk.agents.evaluate import (
+        DEFAULT_MAX_TURNS,
+        EvalError,
+        check_resume,
+        failure_outside_policy,
+        load_policy,
+        plan,
+    )
     from skyrl_sdk.agents.policy import SamplingParams
     from skyrl_sdk.agents.rollout import RolloutLimits
 
     try:
-        skyrl_gym.spec(env_id)
+        spec = resolve(env_id, imports=imports, from_cwd=True)
+        make_kwargs: dict[str, int] = {}
+        if max_turns is None:
+            turns = spec.max_turns or DEFAULT_MAX_TURNS
+        else:
+            turns = make_kwargs["max_turns"] = max_turns
+            if spec.max_turns is not None and max_turns > spec.max_turns:
+                # The env's registered limit is a default that `make` may raise; say so
+                # rather than letting the env's guard cut episodes short unannounced.
+                console.print(
+                    f"[yellow]warning:[/] --max-turns {max_turns} is above the turn limit of env "
+                    f"{escape(repr(env_id))} ({spec.max_turns}); raising it to {max_turns}"
+                )
+
+        def make_env():
+            return skyrl_gym.make(spec, **make_kwargs)
+
         if tasks is not None:
             rows = load_tasks(tasks)
         else:
-            probe = skyrl_gym.make(env_id)
+            probe = make_env()
             rows = list(getattr(probe.unwrapped, "tasks", ()))
             probe.close()
         rows = rows[:num] if num is not None else rows
         the_plan = plan(rows, out, resume=resume)
     except (UnknownEnvError, EntryPointError, TaskError, EvalError) as e:
         _die(str(e))
-    if the_plan.kept:
-        console.print(
-            f"resuming: {len(the_plan.kept)} episode(s) kept, {len(the_plan.episodes)} to run"
-        )
     try:
         the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model)
     except (EvalError, OSError, ValueError) as e:
         _die(f"cannot load policy {policy!r}: {e}")
-    limits = RolloutLimits(max_turns=max_turns, max_tokens=max_tokens, timeout=timeout)
+    try:
+        check_resume(the_plan, env_id=env_id, policy=the_policy.name)
+    except EvalError as e:
+        asyncio.run(the_policy.aclose())
+        _die(str(e))
+    if the_plan.kept:
+        console.print(
+            f"resuming: {len(the_plan.kept)} episode(s) kept, {len(the_plan.episodes)} to run"
+        )
+    limits = RolloutLimits(max_turns=turns, max_tokens=max_tokens, timeout=timeout)
     sampling = SamplingParams(temperature=temperature, seed=seed)
     results = asyncio.run(
-        _run_with_progress(the_plan, env_id, the_policy, concurrency, limits, sampling)
+        _run_with_progress(the_plan, env_id, make_env, the_policy, concurrency, limits, sampling)
     )
     _print_summary(results, env_id, the_policy.name)
     console.print(
         f"wrote {escape(str(out / 'results.json'))} and {escape(str(out / 'trajectories.jsonl'))}"
     )
+    failure = failure_outside_policy(results)
+    if failure is not None:
+        _die(failure, code=1)
 
 
-async def _run_with_progress(the_plan, env_id, policy, concurrency, limits, sampling):
+async def _run_with_progress(the_plan, env_id, make_env, policy, concurrency, limits, sampling):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    import skyrl_gym
     from skyrl_sdk.agents.evaluate import run_plan
 
     columns = (
@@ -118,7 +163,7 @@ async def _run_with_progress(the_plan, env_id, policy, concurrency, limits, samp
         try:
             return await run_plan(
                 the_plan,
-                lambda: skyrl_gym.make(env_id),
+                make_env,
                 policy,
                 env_id=env_id,
                 concurrency=concurrency,
@@ -160,12 +205,15 @@ def view_command(
     limit: int | None = typer.Option(None, help="Render at most this many episodes."),
 ) -> None:
     """Render trajectories as a static HTML page (messages, tokens, mask, logprobs, rewards)."""
-    from skyrl_sdk.agents.trajectory import read_trajectories
+    from skyrl_sdk.agents.evaluate import EvalError, read_trajectory_file
     from skyrl_sdk.agents.viewer import render_html
 
     if not trajectories.is_file():
         _die(f"no such file: {trajectories}")
-    items = read_trajectories(trajectories)
+    try:
+        items = read_trajectory_file(trajectories)
+    except EvalError as e:
+        _die(str(e))
     if limit is not None:
         items = items[:limit]
     decode = None

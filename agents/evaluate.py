@@ -23,6 +23,7 @@ from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import Policy, SamplingParams
 from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
 from skyrl_sdk.agents.trajectory import (
+    StopReason,
     Trajectory,
     TrajectoryWriter,
     latest_by_episode,
@@ -31,6 +32,8 @@ from skyrl_sdk.agents.trajectory import (
 
 TRAJECTORIES = "trajectories.jsonl"
 RESULTS = "results.json"
+DEFAULT_MAX_TURNS = 8
+"""Turn limit of `skyrl eval` for an env registered without one."""
 
 POLICY_SPEC_HELP = (
     "tiny (a tiny model built locally), a model directory (or local:DIR), an "
@@ -180,6 +183,67 @@ def plan(tasks: Sequence[dict[str, Any]], out_dir: str | Path, *, resume: bool =
     kept = [t for e, t in previous.items() if e in wanted and not t.stop_reason.is_error]
     done = {t.episode_id for t in kept}
     return EvalPlan(out, [(e, t) for e, t in episodes if e not in done], kept, len(episodes))
+
+
+def check_resume(the_plan: EvalPlan, *, env_id: str, policy: str) -> None:
+    """Refuse to resume a run whose kept episodes came from another env or policy.
+
+    Mixing them would report one number for two different evaluations. Errored episodes are
+    rerun, not kept, so a run where nothing was kept may go on with any policy.
+    """
+    for kept in the_plan.kept:
+        if kept.env_id != env_id:
+            raise EvalError(
+                f"--resume would mix envs in {the_plan.out_dir}: env was {kept.env_id!r}, "
+                f"now {env_id!r}; choose another --out"
+            )
+        if kept.policy != policy:
+            raise EvalError(
+                f"--resume would mix policies in {the_plan.out_dir}: policy was "
+                f"{kept.policy!r}, now {policy!r}; choose another --out"
+            )
+
+
+def failure_outside_policy(trajectories: Sequence[Trajectory]) -> str | None:
+    """A one-line reason when nothing succeeded because of the env, else None.
+
+    That is: every episode ended in an error, and at least one in an env error (a missing
+    database, a crashed sandbox). Episodes that merely scored 0, or a policy that failed
+    every episode by itself, are results, not a broken run.
+    """
+    if not trajectories or not all(t.stop_reason.is_error for t in trajectories):
+        return None
+    env_errors = [t for t in trajectories if t.stop_reason is StopReason.ENV_ERROR]
+    if not env_errors:
+        return None
+    common, count = Counter(t.error or "unknown error" for t in env_errors).most_common(1)[0]
+    first_line = common.strip().splitlines()[0] if common.strip() else "unknown error"
+    return (
+        f"all {len(trajectories)} episodes failed ({len(env_errors)} env_error); "
+        f"most common ({count}x): {first_line}"
+    )
+
+
+def read_trajectory_file(path: str | Path) -> list[Trajectory]:
+    """Every trajectory in a JSONL file; `EvalError` naming the first line that is not one.
+
+    A partial (unterminated) last line is skipped, as a kill mid-write leaves one.
+    """
+    items: list[Trajectory] = []
+    number = 0
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):  # noqa: B007  (read after the loop)
+                if not line.endswith("\n"):
+                    break
+                if line.strip():
+                    items.append(Trajectory.from_json(json.loads(line)))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # JSON, UTF-8, fields
+        raise EvalError(
+            f"{path}: line {number} is not a trajectory (expected the trajectories.jsonl "
+            f"written by `skyrl eval` or `skyrl train`): {type(e).__name__}: {e}"
+        ) from None
+    return items
 
 
 async def run_plan(

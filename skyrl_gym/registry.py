@@ -10,7 +10,9 @@ import difflib
 import functools
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -126,6 +128,33 @@ def spec(id: str) -> EnvSpec:
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
         known = ", ".join(sorted(_registry)) or "none"
         raise UnknownEnvError(f"no env registered as {id!r}.{hint} Registered: {known}") from None
+
+
+def resolve(env_ref: str, *, imports: Sequence[str] = (), from_cwd: bool = False) -> EnvSpec:
+    """The spec for a registered id or a `"module:Class"` entry point, ready for `make`.
+
+    `imports` are modules imported first, so their `register()` calls run (a command line's
+    `--import`). An unregistered `"module:Class"` is imported now (an `EntryPointError` names
+    what failed) and registered under that same string, so `make(env_ref)` and every process
+    that sends the spec along build it. `from_cwd` puts the current directory on `sys.path`
+    first, as `python -m` does, so a command line finds the user's own modules.
+    """
+    if from_cwd and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module_name in imports:
+        try:
+            importlib.import_module(module_name)
+        except ImportError as e:
+            raise EntryPointError(
+                f"cannot import module {module_name!r} ({type(e).__name__}: {e})"
+            ) from e
+    known = _registry.get(env_ref)
+    if known is not None:
+        return known
+    if ":" in env_ref:
+        EnvSpec(env_ref, env_ref).load()  # fail now, naming the module or attribute
+        return register(env_ref, env_ref)
+    return spec(env_ref)
 
 
 def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> gym.Env:

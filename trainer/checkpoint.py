@@ -103,3 +103,77 @@ class Checkpointer:
         done = sorted(p for p in self.root.glob("step_*") if (p / "state.pt").exists())
         for old in done[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+RESUMABLE_KEYS: tuple[str, ...] = (
+    "out_dir",
+    "trainer.steps",
+    "trainer.checkpoint_every",
+    "trainer.keep_checkpoints",
+    "trainer.torch_threads",
+    "trainer.step_timeout_s",
+    "logging",
+    "tinker.base_url",
+    "tinker.api_key_env",
+)
+"""Config keys (or whole sections) a resumed run may change: how long to train, how often to
+save, where to log and how to reach the endpoint. Any other change would continue the run as a
+different experiment, so `--resume` refuses it."""
+
+CONFIG_FILE = "config.yaml"
+"""The run's config, written by the trainer into its run directory at every start."""
+
+
+class ResumeConfigError(ValueError):
+    """`--resume` was given a config that differs from the run's in keys that matter."""
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict) or not data:
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`"key: was A, now B"` for every leaf that differs, except `RESUMABLE_KEYS`."""
+    before, after = _flatten(saved), _flatten(current)
+    changes = []
+    for key in sorted(before.keys() | after.keys()):
+        if any(key == k or key.startswith(k + ".") for k in RESUMABLE_KEYS):
+            continue
+        old, new = before.get(key, "(absent)"), after.get(key, "(absent)")
+        if old != new:
+            changes.append(f"{key}: was {old!r}, now {new!r}")
+    return changes
+
+
+def check_resume_config(run_dir: str | Path, current: dict[str, Any]) -> None:
+    """Raise `ResumeConfigError` naming the differing keys when `--resume` would continue a
+    checkpointed run with another config (`current`: the new config as JSON-mode data).
+
+    Nothing to check when the run has no checkpoint or no saved config (it starts fresh).
+    The saved config is validated again first, so fields added since it was written take
+    their defaults instead of showing up as changes.
+    """
+    from skyrl_sdk.trainer.config import ConfigError, load_config
+
+    run = Path(run_dir)
+    saved_file = run / CONFIG_FILE
+    if Checkpointer(run).latest() is None or not saved_file.is_file():
+        return
+    try:
+        saved = load_config(saved_file).model_dump(mode="json")
+    except ConfigError as e:
+        raise ResumeConfigError(
+            f"--resume: cannot read the run's {saved_file} ({e}); choose another out_dir"
+        ) from None
+    changes = config_changes(saved, current)
+    if changes:
+        raise ResumeConfigError(
+            f"--resume would continue the run in {run} with a different config ("
+            + "; ".join(changes)
+            + "); use the run's config, or choose another out_dir"
+        )

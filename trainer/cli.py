@@ -1,27 +1,56 @@
-"""`skyrl train CONFIG [key=value ...] [--resume] [--ray]`."""
+"""`skyrl train [CONFIG] [key=value ...] [--resume] [--ray] [--print-config] [--import MODULE]`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
+def _split_config(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
+    """The config file (None: defaults) and the overrides. With CONFIG optional, an override
+    given first lands in `config`; it is one when it has an `=` and names no file."""
+    if config is not None and "=" in config and not Path(config).exists():
+        return None, [config, *overrides]
+    return (None if config in (None, "-") else config), overrides
+
+
 def train_command(
-    config: str = typer.Argument(..., help="YAML config file ('-' for the defaults)."),
+    config: str | None = typer.Argument(
+        None,
+        help="YAML config file ('-' for the defaults; see --print-config for every key).",
+        show_default=False,
+    ),
     overrides: list[str] = typer.Argument(
         None, help="key.path=value overrides, e.g. trainer.steps=20."
     ),
     resume: bool = typer.Option(
-        False, "--resume", help="Continue from the run's latest checkpoint."
+        False,
+        "--resume",
+        help="Continue from the run's latest checkpoint (refused if the config changed).",
     ),
     ray: bool = typer.Option(
         False,
         "--ray",
         help="Learner ranks, engines and env workers as Ray actors on a local Ray cluster.",
     ),
+    print_config: bool = typer.Option(
+        False,
+        "--print-config",
+        help="Print the full config (defaults merged with CONFIG and overrides) as YAML; exit.",
+    ),
+    imports: list[str] = typer.Option(
+        [],
+        "--import",
+        metavar="MODULE",
+        help="Import MODULE first (repeatable), so its `skyrl_gym.register()` calls run.",
+    ),
 ) -> None:
     """Train a policy with the async trainer (GRPO/PPO, bounded staleness, checkpoints);
-    `backend=tinker` runs the same loop through a Tinker API endpoint."""
+    `backend=tinker` runs the same loop through a Tinker API endpoint. `env.id` is a
+    registered id or an entry point 'module:Class'."""
     from rich.console import Console
+    from rich.markup import escape
 
     from skyrl_sdk.trainer.config import (
         Backend,
@@ -32,34 +61,64 @@ def train_command(
     )
 
     console = Console()
+
+    def die(message: str) -> None:
+        console.print(f"[red]error: {escape(message)}[/red]")
+        raise typer.Exit(2)
+
+    path, overrides = _split_config(config, overrides or [])
+    if config is None and not overrides and not print_config:
+        die("missing CONFIG: a YAML file, or '-' for the defaults (--print-config shows them)")
     try:
-        cfg = load_config(None if config == "-" else config, overrides or [])
+        cfg = load_config(path, overrides)
     except ConfigError as e:
-        console.print(f"[red]{e}[/red]")
-        raise typer.Exit(2) from None
+        die(str(e))
+    except (OSError, UnicodeDecodeError) as e:  # unreadable: a directory, no permission, binary
+        die(f"cannot read config file {path}: {e}")
+    if print_config:
+        typer.echo(cfg.to_yaml(), nl=False)
+        return
+
+    import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the default `lookup` env)
+    from skyrl_gym.registry import EntryPointError, UnknownEnvError, resolve
+    from skyrl_sdk.trainer.checkpoint import ResumeConfigError, check_resume_config
+
+    try:
+        spec = resolve(cfg.env.id, imports=imports, from_cwd=True)
+    except (UnknownEnvError, EntryPointError) as e:
+        die(f"env.id: {e}")
+    if spec.max_turns is not None and cfg.env.max_turns > spec.max_turns:
+        # `make` raises the env's registered limit to env.max_turns; say so, since the env's
+        # author chose that limit (and may word prompts around it).
+        console.print(
+            f"[yellow]warning: env.max_turns={cfg.env.max_turns} is above the turn limit of "
+            f"env {escape(repr(cfg.env.id))} ({spec.max_turns}); raising it to "
+            f"{cfg.env.max_turns}[/yellow]"
+        )
+    if resume:
+        try:
+            check_resume_config(cfg.out_dir, cfg.model_dump(mode="json"))
+        except ResumeConfigError as e:
+            die(str(e))
     if cfg.distributed.strategy is not DistributedStrategy.NONE and not ray:
-        console.print(
-            f"[red]distributed.strategy={cfg.distributed.strategy.value} needs --ray "
-            "(the learner ranks are Ray actors)[/red]"
+        die(
+            f"distributed.strategy={cfg.distributed.strategy.value} needs --ray "
+            "(the learner ranks are Ray actors)"
         )
-        raise typer.Exit(2)
     if ray and cfg.rollout.engine is not EngineKind.LOCAL:
-        console.print(
-            f"[red]rollout.engine={cfg.rollout.engine.value} is not available with --ray "
-            "(Ray mode's engine actors run the local engine)[/red]"
+        die(
+            f"rollout.engine={cfg.rollout.engine.value} is not available with --ray "
+            "(Ray mode's engine actors run the local engine)"
         )
-        raise typer.Exit(2)
     if cfg.backend is Backend.TINKER:
         from skyrl_sdk.trainer.tinker_trainer import TinkerTrainer
 
         if ray:
-            console.print("[red]--ray runs the local backend; backend 'tinker' has no actors[/red]")
-            raise typer.Exit(2)
+            die("--ray runs the local backend; backend 'tinker' has no actors")
         try:
             tinker_trainer = TinkerTrainer(cfg, resume=resume, console=console)
         except (ConfigError, ImportError) as e:  # a setting it cannot honour; no tinker SDK
-            console.print(f"[red]{e}[/red]")
-            raise typer.Exit(2) from None
+            die(str(e))
         result = tinker_trainer.run()
     elif ray:
         from skyrl_sdk.trainer.ray_mode import run_ray

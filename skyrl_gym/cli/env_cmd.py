@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -13,26 +13,23 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(help="List, check and play environments.", no_args_is_help=True)
 console = Console()
 
 ENV_ID_HELP = "A registered env id (see `skyrl env list`) or an entry point 'module:Class'."
 
 
-def _factory(env_id: str):
+IMPORT_HELP = "Import MODULE first (repeatable), so its `skyrl_gym.register()` calls run."
+
+
+def _factory(env_id: str, imports: list[str] | None = None) -> Callable[[], Any]:
     """A zero-argument env factory for a registered id or a 'module:Class' entry point."""
     import skyrl_gym
-    from skyrl_gym.registry import EnvSpec
+    from skyrl_gym.registry import resolve
 
-    if ":" in env_id and env_id not in skyrl_gym.registry:
-        # Like `python -m`, resolve the user's own modules from the current directory.
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        target = EnvSpec(env_id, env_id)
-        target.load()  # fail now, with the import error, not inside every check
-        return lambda: skyrl_gym.make(target)
-    skyrl_gym.spec(env_id)
-    return lambda: skyrl_gym.make(env_id)
+    # Resolve now, so an import error is reported once and not inside every check.
+    target = resolve(env_id, imports=imports or (), from_cwd=True)
+    return lambda: skyrl_gym.make(target)
 
 
 def _die(message: str) -> None:
@@ -55,13 +52,16 @@ def list_envs() -> None:
 
 
 @app.command("check")
-def check(env_id: str = typer.Argument(..., help=ENV_ID_HELP)) -> None:
+def check(
+    env_id: str = typer.Argument(..., help=ENV_ID_HELP),
+    imports: list[str] = typer.Option([], "--import", metavar="MODULE", help=IMPORT_HELP),
+) -> None:
     """Run the env checker; exit 1 if any invariant fails."""
     from skyrl_gym.checker import run_checks
     from skyrl_gym.registry import EntryPointError, UnknownEnvError
 
     try:
-        factory = _factory(env_id)
+        factory = _factory(env_id, imports)
     except (UnknownEnvError, EntryPointError) as e:
         _die(str(e))
     results = run_checks(factory)
@@ -118,6 +118,7 @@ def play(
     task_id: str | None = typer.Option(
         None, "--task", help="Play this task_id from the env's dataset."
     ),
+    imports: list[str] = typer.Option([], "--import", metavar="MODULE", help=IMPORT_HELP),
 ) -> None:
     """Play an env by hand: you type the assistant's replies.
 
@@ -127,7 +128,7 @@ def play(
     from skyrl_gym.registry import EntryPointError, UnknownEnvError
 
     try:
-        env = _factory(env_id)()
+        env = _factory(env_id, imports)()
     except (UnknownEnvError, EntryPointError) as e:
         _die(str(e))
     options = None
