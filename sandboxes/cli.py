@@ -14,7 +14,9 @@ import typer
 
 from skyrl_sdk.sandboxes.spec import SandboxSpec
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(
+    help="Run commands in sandboxes; list, reap and audit them.", no_args_is_help=True
+)
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SandboxSpec)}
 """SandboxSpec's field defaults: the one source of every default cap shown and used here."""

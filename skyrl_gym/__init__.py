@@ -6,7 +6,7 @@ messages, info = env.reset(seed=0)
 messages, reward, terminated, truncated, info = env.step("<calculator>2 + 2</calculator>")
 """
 
-from skyrl_gym import envs as _builtin_envs  # noqa: F401  (registers the built-in ids)
+from skyrl_gym import envs as _builtin_envs  # registers the built-in ids
 from skyrl_gym.checker import EnvCheckError, check_env, run_checks
 from skyrl_gym.core import (
     Message,
@@ -58,3 +58,7 @@ __all__ = [
     "run_checks",
     "spec",
 ]
+
+# Last, once the package is complete: installed packages' env ids (e.g. `lookup` from
+# skyrl_sdk.trainer), whose hooks may use anything above.
+_builtin_envs.load_plugins()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(help="Text-to-SQL evaluation (Spider, BIRD, SkyRL-SQL).", no_args_is_help=True)
 
 BUNDLED = "bundled"
 

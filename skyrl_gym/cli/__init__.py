@@ -1,116 +1,212 @@
-"""The `skyrl` command line.
+"""The `skyrl` command line: command groups found through Python entry points.
 
-Each command (group) lives in the package that owns it and is listed in `COMMAND_GROUPS`. It is
-imported only when invoked, so `skyrl env check` never pays for torch, and a command whose
-optional dependencies are missing fails alone, with the import error, instead of breaking the
-whole CLI. Command modules still import nothing heavy at module level (help lists them all).
+Every command (group) is an entry point of the group `skyrl.commands` (`COMMANDS_GROUP`): the
+name is the command, the value `"module:attr"` names a Typer app (a command group) or a function
+(one command). This package ships its own in pyproject.toml, next to the other packages'
+commands, and any installed distribution can add one the same way:
+
+    [project.entry-points."skyrl.commands"]
+    hello = "my_package.cli:app"
+
+`skyrl --help` reads only the installed metadata plus each target's source text (its help,
+parsed with `ast`, never executed), so it stays fast and imports no command module. A module is
+imported when its command runs; if that import fails (a missing optional extra, a bug in a
+plugin), only that command fails, with the import error, and every other command still works.
+
+Nothing here imports a package above `skyrl_gym`: the upper packages plug themselves in.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import importlib.machinery
+import importlib.metadata
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import click
 import typer
 from typer.core import TyperGroup
 
-# (name, "module:attr", help): attr is a Typer app (a command group) or a function (one
-# command). Packages add their own line here.
-COMMAND_GROUPS: list[tuple[str, str, str]] = [
-    ("env", "skyrl_gym.cli.env_cmd:app", "List, check and play environments."),
-    ("sandbox", "skyrl_sdk.sandboxes.cli:app", "Run commands in sandboxes; list and reap them."),
-    (
-        "bench",
-        "skyrl_sdk.benchmarks.cli:bench",
-        "Performance benchmarks (`skyrl bench NAME --json`).",
-    ),
-    (
-        "text2sql",
-        "skyrl_sdk.benchmarks.text2sql.cli:app",
-        "Text-to-SQL evaluation (Spider, BIRD, SkyRL-SQL).",
-    ),
-    (
-        "eval",
-        "skyrl_sdk.agents.cli:eval_command",
-        "Evaluate a policy on an env (results.json, trajectories).",
-    ),
-    (
-        "view",
-        "skyrl_sdk.agents.cli:view_command",
-        "Render trajectories.jsonl as a static HTML report.",
-    ),
-    (
-        "serve",
-        "skyrl_sdk.agents.cli:serve_command",
-        "Serve a local model over an OpenAI-compatible API.",
-    ),
-    ("search", "skyrl_gym.envs.search.cli:app", "Build, serve and query BM25 search indexes."),
-    (
-        "swebench",
-        "skyrl_sdk.benchmarks.swebench.cli:app",
-        "SWE-bench: evaluate patches, run agents.",
-    ),
-    (
-        "harbor",
-        "skyrl_sdk.benchmarks.harbor.cli:app",
-        "Run and grade Harbor task folders (Terminal-Bench style).",
-    ),
-    (
-        "train",
-        "skyrl_sdk.trainer.cli:train_command",
-        "Train a policy with the async RL trainer (YAML config).",
-    ),
-    (
-        "tinker",
-        "skyrl_sdk.trainer.tinker.cli:app",
-        "Serve the Tinker training API on local models.",
-    ),
-]
-
-_LAZY = {name: (target, help_text) for name, target, help_text in COMMAND_GROUPS}
+COMMANDS_GROUP = "skyrl.commands"
+"""The entry-point group every `skyrl` command is declared in."""
 
 
-def _load(name: str) -> click.Command:
-    target, help_text = _LAZY[name]
+@dataclass(frozen=True)
+class CommandEntry:
+    """One `skyrl` command, as declared by an installed distribution."""
+
+    name: str
+    """The command name (`skyrl NAME`)."""
+    target: str
+    """`"module:attr"`: a Typer app or a function; imported only when the command runs."""
+    distribution: str = ""
+    """The distribution that declared it (shown when the command cannot be loaded)."""
+
+
+def discover_commands() -> dict[str, CommandEntry]:
+    """Every installed `skyrl.commands` entry point, by command name (metadata only).
+
+    Two distributions declaring the same name: the first found wins, as with console scripts.
+    """
+    found: dict[str, CommandEntry] = {}
+    for ep in importlib.metadata.entry_points(group=COMMANDS_GROUP):
+        dist = getattr(ep, "dist", None)
+        found.setdefault(ep.name, CommandEntry(ep.name, ep.value, dist.name if dist else ""))
+    return found
+
+
+@functools.cache
+def _commands() -> dict[str, CommandEntry]:
+    return discover_commands()
+
+
+def _module_source(module: str) -> Path | None:
+    """The source file of `module`, found without executing it or its parent packages.
+
+    `importlib.util.find_spec` would import the parents (some `__init__` modules are not cheap);
+    asking the meta-path finders level by level gives the same answer from the file system.
+    """
+    path: list[str] | None = None
+    spec = None
+    parts = module.split(".")
+    for i in range(len(parts)):
+        name = ".".join(parts[: i + 1])
+        loaded = sys.modules.get(name)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else None
+        if spec is None:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                spec = find(name, path) if find is not None else None
+                if spec is not None:
+                    break
+        if spec is None:
+            return None
+        path = list(spec.submodule_search_locations or [])
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _first_paragraph(text: str | None) -> str:
+    return " ".join((text or "").strip().split("\n\n")[0].split())
+
+
+def _keyword_str(call: ast.expr, keyword: str) -> str:
+    if isinstance(call, ast.Call):
+        for kw in call.keywords:
+            if kw.arg == keyword and isinstance(kw.value, ast.Constant):
+                return str(kw.value.value)
+    return ""
+
+
+def static_help(target: str) -> str:
+    """The short help of `"module:attr"`, read from the module's source without running it.
+
+    A function: its docstring. A Typer app: its `help=`, else its `@app.callback()` docstring.
+    Otherwise the module docstring. Empty when the source cannot be found or parsed.
+    """
     module, _, attr = target.partition(":")
+    source = _module_source(module)
+    if source is None:
+        return ""
     try:
-        obj = getattr(importlib.import_module(module), attr)
-    except Exception as e:  # a broken or uninstalled extra must not take the CLI down
-        message = f"`skyrl {name}` is unavailable: {type(e).__name__}: {e}"
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == attr:
+            return _first_paragraph(ast.get_docstring(node))
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == attr for t in node.targets
+        ):
+            if text := _keyword_str(node.value, "help"):
+                return _first_paragraph(text)
+            for other in tree.body:  # `@app.callback()` documents the group
+                if isinstance(other, ast.FunctionDef) and any(
+                    isinstance(d, ast.Call)
+                    and isinstance(d.func, ast.Attribute)
+                    and d.func.attr == "callback"
+                    and isinstance(d.func.value, ast.Name)
+                    and d.func.value.id == attr
+                    for d in other.decorator_list
+                ):
+                    return _first_paragraph(_keyword_str(other.decorator_list[0], "help")) or (
+                        _first_paragraph(ast.get_docstring(other))
+                    )
+    return _first_paragraph(ast.get_docstring(tree))
+
+
+def load_command(entry: CommandEntry) -> click.Command:
+    """Import `entry`'s target and build its click command; a failure yields a command that
+    reports it (exit 1) instead of raising, so one broken extra never breaks the others."""
+    module, _, attr = entry.target.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split(".") if attr else ():
+            obj = getattr(obj, part)
+        if not attr:
+            raise AttributeError(f"entry point {entry.target!r} names no object ('module:attr')")
+    except Exception as e:
+        origin = f" (from {entry.distribution})" if entry.distribution else ""
+        message = f"`skyrl {entry.name}` is unavailable{origin}: {type(e).__name__}: {e}"
 
         @click.command(
-            name,
-            help=f"(unavailable) {help_text}",
-            context_settings={"ignore_unknown_options": True},
+            entry.name,
+            help=f"(unavailable) {static_help(entry.target)}",
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+            add_help_option=False,
         )
         @click.argument("args", nargs=-1, type=click.UNPROCESSED)
         def unavailable(args: tuple[str, ...]) -> None:
             raise click.ClickException(message)
 
         return unavailable
-    if not isinstance(obj, typer.Typer):
-        single = typer.Typer()
-        single.command(name, help=help_text)(obj)
-        obj = single
-    command = typer.main.get_command(obj)
-    command.name = name
-    command.help = command.help or help_text
+    if isinstance(obj, click.Command):
+        command = obj
+    else:
+        if not isinstance(obj, typer.Typer):
+            single = typer.Typer()
+            single.command(entry.name)(obj)
+            obj = single
+        command = typer.main.get_command(obj)
+    command.name = entry.name
+    command.help = command.help or static_help(entry.target)
     return command
 
 
-class _LazyGroup(TyperGroup):
+class _Listed(click.Command):
+    """A command as `skyrl --help` lists it: name and help only, nothing imported."""
+
+
+class _EntryPointGroup(TyperGroup):
+    """The root group: commands defined here plus every `skyrl.commands` entry point."""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *_LAZY])
+        return sorted({*super().list_commands(ctx), *_commands()})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in _LAZY:
-            return _load(cmd_name)
-        return super().get_command(ctx, cmd_name)
+        entry = _commands().get(cmd_name)
+        if entry is None:
+            return super().get_command(ctx, cmd_name)
+        # Help listings ask for every command: give them a placeholder. `resolve_command`
+        # (only the command actually run) swaps in the real one.
+        return _Listed(cmd_name, help=static_help(entry.target))
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if isinstance(command, _Listed) and name in _commands():
+            command = load_command(_commands()[name])
+        return name, command, rest
 
 
 app = typer.Typer(
     name="skyrl",
-    cls=_LazyGroup,
+    cls=_EntryPointGroup,
     help="Train and evaluate multi-turn, tool-using LLM agents in sandboxed environments.",
     no_args_is_help=True,
     add_completion=False,
@@ -123,24 +219,6 @@ def _root() -> None:
     """Train and evaluate multi-turn, tool-using LLM agents in sandboxed environments."""
 
 
-@app.command()
-def demo(
-    model: str = typer.Option(
-        "smollm2",
-        help="'smollm2' (SmolLM2-135M-Instruct + LoRA on `lookup-chat`, ~5 min) or "
-        "'tiny' (a 100k-parameter model on `lookup`, ~1 min).",
-    ),
-    steps: int | None = typer.Option(None, help="Optimizer steps (default: the model's)."),
-    seed: int = typer.Option(0, help="Seeds data order, sampling and initialisation."),
-) -> None:
-    """RL-train a small model on CPU and write runs/demo/report.md (reward curve, metrics,
-    trajectory viewer)."""
-    from skyrl_sdk.trainer.demo import PRESETS, run_demo
-
-    if model not in PRESETS:
-        raise typer.BadParameter(f"choose from {', '.join(PRESETS)}", param_hint="--model")
-    run_demo(steps=steps, model=model, seed=seed)
-
-
 def main() -> None:
+    """The `skyrl` console script."""
     app()

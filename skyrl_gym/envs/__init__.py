@@ -1,6 +1,19 @@
-"""Built-in environments, registered lazily: importing this module imports none of them."""
+"""Built-in environments, registered lazily: importing this module imports none of them.
+
+Packages installed next to skyrl_gym add env ids through the entry-point group `skyrl_gym.envs`
+(`PLUGIN_GROUP`): each entry point names a zero-argument function that calls `register` with a
+`"module:Class"` string, so registering stays cheap. `import skyrl_gym` runs them
+(`load_plugins`); this is how `skyrl_sdk.trainer` contributes `lookup` without skyrl_gym
+importing the trainer.
+"""
+
+import importlib.metadata
+import warnings
 
 from skyrl_gym.registry import register
+
+PLUGIN_GROUP = "skyrl_gym.envs"
+"""The entry-point group of env registration hooks."""
 
 register(
     "math",
@@ -61,3 +74,24 @@ for _sql_id in ("sql", "text2sql"):
         "skyrl_gym.envs.sql.env:SQLEnv",
         description="SkyRL-SQL Text-to-SQL: <sql> exploration, <solution> answer, reward 1/0/-1.",
     )
+
+
+def load_plugins() -> list[str]:
+    """Run every installed `skyrl_gym.envs` registration hook; return the names that ran.
+
+    A hook that fails to import or raises is skipped with a warning naming it: one broken
+    plugin must not make `import skyrl_gym` fail.
+    """
+    ran = []
+    for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        try:
+            ep.load()()
+        except Exception as e:  # isolate each plugin: a broken one only loses its own ids
+            warnings.warn(
+                f"skyrl_gym.envs plugin {ep.name!r} ({ep.value}) failed: {type(e).__name__}: {e}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        else:
+            ran.append(ep.name)
+    return ran

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from skyrl_sdk.http_guard import API_KEY_ENV, DEFAULT_MAX_REQUEST_BYTES
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(help="Build, serve and query BM25 search indexes.", no_args_is_help=True)
 console = Console()
 
 BUNDLED = "bundled"
