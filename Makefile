@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # This machine's pip config lists a local index folder that may not exist; hide that noise only.
 QUIET_PIP := grep -v "^WARNING: Location 'file:" || true
 
-.PHONY: install test lint format demo clean test-vllm
+.PHONY: install test lint format demo clean test-vllm test-gpu
 
 install: $(STAMP)
 
@@ -63,6 +63,14 @@ test-vllm:
 	  && $(VLLM_VENV)/bin/pip install -q --disable-pip-version-check gymnasium numpy pydantic rich typer httpx sqlalchemy pyyaml jinja2 \
 	  && touch $(VLLM_VENV)/.ready )
 	VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -o addopts= tests/agents/test_vllm_engine.py tests/trainer/test_vllm_training.py
+
+# The trainer's GPU path on a machine with one GPU, offline (torch already in .venv; no pip, so
+# no `install` prerequisite): LocalEngine and the FSDP2 learner (world size 1) on the GPU,
+# weight sync, 5 async steps, sampler/learner logprob agreement; a table, then one JSON line.
+# Exits 2 when CUDA is absent. `--device cpu` runs the same path here (tests/trainer/test_gpu_check.py).
+test-gpu:
+	@py=$(BIN)/python; test -x $$py || py=$(PYTHON); \
+	$$py -m skyrl_sdk.trainer.gpu_check --device cuda
 
 demo: install
 	$(BIN)/skyrl demo
