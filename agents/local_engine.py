@@ -299,26 +299,18 @@ class LocalEngine:
 
 
 def _sample(logits: torch.Tensor, sampling: SamplingParams, generator: Any) -> tuple[int, float]:
-    """Sample one id; return it with its log-probability under the sampling distribution
-    (temperature applied; before top-k/top-p truncation, as vLLM reports it)."""
+    """Sample one id with the shared sampler (`agents.sampling`); return it with its
+    log-probability under the sampling distribution (temperature applied; before top-k/top-p
+    truncation, as vLLM reports it)."""
     import torch
 
+    from skyrl_sdk.agents import sampling as sampler
+
     if sampling.temperature <= 0:
-        logprobs = torch.log_softmax(logits, -1)
-        token = int(torch.argmax(logits))
-        return token, float(logprobs[token])
+        token = int(sampler.sample(logits, temperature=0.0))
+        return token, float(torch.log_softmax(logits, -1)[token])
     scaled = logits / sampling.temperature
-    logprobs = torch.log_softmax(scaled, -1)
-    filtered = scaled.clone()
-    if sampling.top_k > 0:
-        kth = torch.topk(filtered, min(sampling.top_k, filtered.numel())).values[-1]
-        filtered[filtered < kth] = float("-inf")
-    if sampling.top_p < 1.0:
-        sorted_logits, order = torch.sort(filtered, descending=True)
-        cumulative = torch.softmax(sorted_logits, -1).cumsum(-1)
-        # Drop tokens once the mass before them already reaches top_p (keep at least one).
-        drop = cumulative - torch.softmax(sorted_logits, -1) >= sampling.top_p
-        filtered[order[drop]] = float("-inf")
-    probs = torch.softmax(filtered, -1)
-    token = int(torch.multinomial(probs, 1, generator=generator))
-    return token, float(logprobs[token])
+    token = int(
+        sampler.draw(scaled, top_k=sampling.top_k, top_p=sampling.top_p, generator=generator)
+    )
+    return token, float(torch.log_softmax(scaled, -1)[token])

@@ -126,8 +126,6 @@ class TrainingSample:
     """Sampler logprob on sampled ids, 0.0 elsewhere."""
     policy_versions: tuple[int, ...]
     """Version per sampled id, -1 elsewhere."""
-    token_rewards: tuple[float, ...]
-    """Each turn's reward on that turn's last sampled id, 0.0 elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -216,26 +214,20 @@ class Trajectory:
         for index, seg in enumerate(self.segments):
             n = len(seg.prompt_ids)
             ids, mask = list(seg.prompt_ids), [0] * n
-            logprobs, versions, rewards = [0.0] * n, [-1] * n, [0.0] * n
+            logprobs, versions = [0.0] * n, [-1] * n
             for t in (t for t in self.turns if t.segment == index):
                 k = len(t.token_ids)
                 ids.extend(t.token_ids)
                 mask.extend([1] * k)
                 logprobs.extend(t.logprobs if t.logprobs is not None else [0.0] * k)
                 versions.extend(t.policy_versions)
-                rewards.extend([0.0] * k)
-                if k:
-                    rewards[-1] = t.reward
                 m = len(t.observation_ids)
                 ids.extend(t.observation_ids)
                 mask.extend([0] * m)
                 logprobs.extend([0.0] * m)
                 versions.extend([-1] * m)
-                rewards.extend([0.0] * m)
             samples.append(
-                TrainingSample(
-                    tuple(ids), tuple(mask), tuple(logprobs), tuple(versions), tuple(rewards)
-                )
+                TrainingSample(tuple(ids), tuple(mask), tuple(logprobs), tuple(versions))
             )
         return samples
 

@@ -224,7 +224,6 @@ class OurSide:
                 loss_mask=(0,) * p + (1,) * c,
                 logprobs=(0.0,) * p + tuple(picked[i, p - 1 :].tolist()),
                 policy_versions=(-1,) * p + (0,) * c,
-                token_rewards=(0.0,) * (p + c),
             )
             for i, row in enumerate(ids.tolist())
         ]

@@ -7,7 +7,7 @@ A task row is a plain JSON object with a stable `task_id` and whatever fields it
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,3 @@ def load_tasks(path: str | Path, required: Sequence[str] = ()) -> list[TaskRow]:
             seen.add(row["task_id"])
             rows.append(row)
     return rows
-
-
-def write_tasks(path: str | Path, rows: Iterable[TaskRow]) -> None:
-    """Write rows as JSONL (validating each)."""
-    with Path(path).open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(validate_task(row), ensure_ascii=False) + "\n")

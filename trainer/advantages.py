@@ -1,12 +1,10 @@
-"""Advantage estimators for group-sampled episodes (GRPO, RLOO), and per-turn credit.
+"""Advantage estimators for group-sampled episodes (GRPO, RLOO).
 
 Rewards arrive as a `[groups, samples]` tensor: each row holds the returns of the episodes
 sampled for one prompt. All functions are pure and differentiable-free (advantages are targets).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import torch
 
@@ -38,49 +36,6 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
         raise ValueError("RLOO needs at least 2 samples per group")
     others_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (n - 1)
     return rewards - others_mean
-
-
-def returns_to_go(turn_rewards: Sequence[float], gamma: float = 1.0) -> list[float]:
-    """Per-turn discounted reward-to-go: `G_t = r_t + gamma * G_{t+1}`."""
-    out = [0.0] * len(turn_rewards)
-    running = 0.0
-    for t in range(len(turn_rewards) - 1, -1, -1):
-        running = turn_rewards[t] + gamma * running
-        out[t] = running
-    return out
-
-
-def turn_level_advantages(
-    turn_rewards: Sequence[Sequence[float]],
-    group_index: Sequence[int],
-    *,
-    gamma: float = 1.0,
-    normalize_std: bool = True,
-    eps: float = 1e-6,
-) -> list[list[float]]:
-    """Per-turn advantages for multi-turn episodes with rewards on intermediate turns.
-
-    Each turn's reward-to-go is compared with its group's baseline: the mean episode return
-    (the reward-to-go at turn 0) of the episodes sampled for the same prompt, optionally divided
-    by the std of those returns. With one terminal reward this reduces to GRPO on every turn.
-    """
-    if len(turn_rewards) != len(group_index):
-        raise ValueError("turn_rewards and group_index must have the same length")
-    rtg = [returns_to_go(r, gamma) for r in turn_rewards]
-    by_group: dict[int, list[float]] = {}
-    for g, returns in zip(group_index, rtg, strict=True):
-        by_group.setdefault(g, []).append(returns[0] if returns else 0.0)
-    stats = {}
-    for g, episode_returns in by_group.items():
-        values = torch.tensor(episode_returns, dtype=torch.float64)
-        std = values.std().item() if len(values) > 1 else 0.0
-        stats[g] = (values.mean().item(), std)
-    out = []
-    for g, returns in zip(group_index, rtg, strict=True):
-        mean, std = stats[g]
-        scale = (std + eps) if normalize_std and std > 0 else 1.0
-        out.append([(x - mean) / scale for x in returns])
-    return out
 
 
 def nonzero_variance_groups(rewards: torch.Tensor, atol: float = 1e-8) -> torch.Tensor:

@@ -59,15 +59,24 @@ class PolicyLoss(enum.Enum):
     """Unclipped ratio to the sampler's logprobs (off-policy REINFORCE)."""
 
 
-class ReductionName(enum.Enum):
-    """Mirror of `trainer.losses.Reduction` for the config file."""
+class Reduction(enum.Enum):
+    """How per-token losses become one number (`trainer.losses.reduce`)."""
 
     TOKEN_MEAN = "token_mean"
-    """Mean over all generated tokens in the batch."""
+    """Mean over all generated tokens in the batch (DAPO): long replies weigh more."""
     SEQUENCE_MEAN = "sequence_mean"
-    """Mean per sequence, then over sequences."""
+    """Mean over each sequence's tokens, then over sequences (original GRPO)."""
     CONSTANT = "constant"
-    """Sum divided by `algorithm.normalizer` (Dr.GRPO)."""
+    """Sum over tokens divided by a fixed `normalizer` (Dr.GRPO): no length bias."""
+
+
+class KLEstimator(enum.Enum):
+    """Per-token estimators of KL(policy || reference) from sampled tokens."""
+
+    K1 = "k1"
+    """`log p - log q`: unbiased, high variance, can be negative per token."""
+    K3 = "k3"
+    """`exp(log q - log p) - (log q - log p) - 1`: unbiased, always >= 0, low variance."""
 
 
 class Schedule(enum.Enum):
@@ -82,7 +91,11 @@ class Schedule(enum.Enum):
 
 
 class LoRAConfig(_Section):
-    """Low-rank adapters through `peft` (the `lora` extra)."""
+    """Low-rank adapters through `peft` (the `lora` extra): the one LoRA settings type.
+
+    The local learner reads it from the config; the Tinker server builds one from a client's
+    `lora_config` (`backend.LoraSpec.settings`). `learner.wrap_lora` applies it.
+    """
 
     enabled: bool = False
     """Train adapters instead of all weights."""
@@ -94,6 +107,8 @@ class LoRAConfig(_Section):
     """Dropout on the adapter input."""
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     """Module names that get adapters."""
+    seed: int | None = None
+    """Seed of the adapter initialisation (None: torch's global random state)."""
 
 
 class ModelConfig(_Section):
@@ -177,7 +192,7 @@ class AlgorithmConfig(_Section):
     """Advantage estimator."""
     loss: PolicyLoss = PolicyLoss.PPO
     """Policy objective."""
-    reduction: ReductionName = ReductionName.TOKEN_MEAN
+    reduction: Reduction = Reduction.TOKEN_MEAN
     """How per-token losses are reduced."""
     normalizer: float | None = None
     """Constant divisor for `reduction: constant` (e.g. max generated tokens)."""
@@ -193,8 +208,8 @@ class AlgorithmConfig(_Section):
     """Optimizer steps per batch; more than one makes the PPO clip active."""
     kl_coef: float = Field(0.0, ge=0)
     """Weight of the KL penalty to the initial policy (0: no reference model)."""
-    kl_estimator: str = "k3"
-    """`k1` or `k3`."""
+    kl_estimator: KLEstimator = KLEstimator.K3
+    """Estimator of the KL penalty (`k1` or `k3`)."""
     entropy_coef: float = Field(0.0, ge=0)
     """Entropy bonus weight."""
     filter_zero_variance: bool = False
@@ -202,12 +217,10 @@ class AlgorithmConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> AlgorithmConfig:
-        if self.reduction is ReductionName.CONSTANT and not self.normalizer:
+        if self.reduction is Reduction.CONSTANT and not self.normalizer:
             raise ValueError(
                 "algorithm.normalizer is required when algorithm.reduction is 'constant'"
             )
-        if self.kl_estimator not in ("k1", "k3"):
-            raise ValueError("algorithm.kl_estimator must be 'k1' or 'k3'")
         return self
 
 

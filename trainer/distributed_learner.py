@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 
 from skyrl_sdk.agents.trajectory import TrainingSample
-from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig
-from skyrl_sdk.trainer.learner import Learner, LearnerStats, lr_schedule
+from skyrl_sdk.trainer.config import LoRAConfig
+from skyrl_sdk.trainer.learner import Learner, LearnerSettings, LearnerStats, lr_schedule
 
 
 def init_process_group(backend: str | None = None, timeout_s: float = 120.0) -> tuple[int, int]:
@@ -196,31 +196,15 @@ def _portable_state(
 class FSDPLearner(_DataParallel):
     """FSDP2: `fully_shard` on every decoder layer and on the root; AdamW on DTensor shards."""
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        algorithm: AlgorithmConfig,
-        optim: OptimConfig,
-        lora: LoRAConfig | None = None,
-        temperature: float = 1.0,
-        pad_token_id: int = 0,
-        total_steps: int = 1,
-        micro_batch_size: int = 64,
-    ):
+    def __init__(self, model: Any, settings: LearnerSettings | None = None, **fields: Any):
+        """`settings` (or its fields as keywords), as for `Learner`."""
         from torch.distributed.fsdp import fully_shard
 
-        _check_supported(lora)
+        settings = LearnerSettings.of(settings, fields)
+        _check_supported(settings.lora)
         self.rank, self.world_size = init_process_group()
-        super().__init__(
-            model,
-            algorithm=algorithm,
-            optim=optim,
-            temperature=temperature,
-            pad_token_id=pad_token_id,
-            total_steps=total_steps,
-            micro_batch_size=micro_batch_size,
-        )
+        super().__init__(model, settings)
+        optim, total_steps = settings.optim, settings.total_steps
         for layer in _decoder_layers(self.model):
             fully_shard(layer)
         fully_shard(self.model)
@@ -312,34 +296,24 @@ class DeepSpeedLearner(_DataParallel):
     def __init__(
         self,
         model: Any,
+        settings: LearnerSettings | None = None,
         *,
-        algorithm: AlgorithmConfig,
-        optim: OptimConfig,
-        lora: LoRAConfig | None = None,
-        temperature: float = 1.0,
-        pad_token_id: int = 0,
-        total_steps: int = 1,
-        micro_batch_size: int = 64,
         zero_stage: int = 0,
+        **fields: Any,
     ):
+        """`settings` (or its fields as keywords), as for `Learner`; `zero_stage` 0, 1 or 2."""
         import deepspeed
 
-        _check_supported(lora)
+        settings = LearnerSettings.of(settings, fields)
+        _check_supported(settings.lora)
         if zero_stage not in (0, 1, 2):
             raise ValueError("DeepSpeedLearner supports ZeRO stages 0, 1 and 2")
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
         self.rank, self.world_size = init_process_group(backend)
         self.zero_stage = zero_stage
-        super().__init__(
-            model,
-            algorithm=algorithm,
-            optim=optim,
-            temperature=temperature,
-            pad_token_id=pad_token_id,
-            total_steps=total_steps,
-            micro_batch_size=micro_batch_size,
-        )
+        super().__init__(model, settings)
+        optim = settings.optim
         config: dict[str, Any] = {
             "train_micro_batch_size_per_gpu": 1,
             "gradient_accumulation_steps": 1,

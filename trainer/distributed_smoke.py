@@ -38,7 +38,6 @@ def _sample(token: int) -> TrainingSample:
         loss_mask=(0,) * n + (1,),
         logprobs=(0.0,) * n + (-3.0,),
         policy_versions=(-1,) * n + (0,),
-        token_rewards=(0.0,) * (n + 1),
     )
 
 

@@ -22,13 +22,16 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from skyrl_sdk.agents.trajectory import TrainingSample
 from skyrl_sdk.trainer import losses
 from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, PolicyLoss, Schedule
+
+if TYPE_CHECKING:
+    from skyrl_sdk.trainer.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -67,31 +70,69 @@ class LearnerStats:
     """Wall time of the step."""
 
 
+@dataclass(frozen=True)
+class LearnerSettings:
+    """What a learner is built from besides the model; `Learner`, `FSDPLearner` and
+    `DeepSpeedLearner` all take it."""
+
+    algorithm: AlgorithmConfig
+    """Losses, clipping, KL and entropy terms, mini-batches."""
+    optim: OptimConfig
+    """AdamW and the learning-rate schedule."""
+    lora: LoRAConfig | None = None
+    """Adapters to train instead of all weights (None or `enabled: false`: full weights)."""
+    temperature: float = 1.0
+    """The sampler's temperature: logits are divided by it so logprobs match the sampler's."""
+    pad_token_id: int = 0
+    """Id that pads micro-batches (masked out of every loss)."""
+    total_steps: int = 1
+    """Optimizer steps of the whole run, for the learning-rate schedule."""
+    micro_batch_size: int = 64
+    """Sequences per forward/backward (gradient accumulation above it)."""
+
+    @classmethod
+    def from_config(cls, config: TrainConfig, tokenizer: Any) -> LearnerSettings:
+        """The settings a training config implies (`tokenizer` gives the pad id)."""
+        return cls(
+            algorithm=config.algorithm,
+            optim=config.optim,
+            lora=config.model.lora,
+            temperature=config.rollout.temperature,
+            pad_token_id=tokenizer.pad_token_id or 0,
+            total_steps=config.trainer.steps,
+            micro_batch_size=config.trainer.micro_batch_size,
+        )
+
+    @classmethod
+    def of(cls, settings: LearnerSettings | None, fields: Mapping[str, Any]) -> LearnerSettings:
+        """`settings`, or settings made from keyword `fields` (the constructors accept either,
+        so callers that pass the fields one by one keep working); not both."""
+        if settings is not None:
+            if fields:
+                raise TypeError(f"pass LearnerSettings or its fields, not both: {sorted(fields)}")
+            return settings
+        return cls(**fields)
+
+
 class Learner:
     """Owns the trained model, its optimizer and scheduler, and the policy version."""
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        algorithm: AlgorithmConfig,
-        optim: OptimConfig,
-        lora: LoRAConfig | None = None,
-        temperature: float = 1.0,
-        pad_token_id: int = 0,
-        total_steps: int = 1,
-        micro_batch_size: int = 64,
-    ):
+    def __init__(self, model: Any, settings: LearnerSettings | None = None, **fields: Any):
+        """`settings` (or its fields as keywords: `algorithm=..., optim=..., ...`)."""
+        settings = LearnerSettings.of(settings, fields)
+        self.settings = settings
+        algorithm, optim, lora = settings.algorithm, settings.optim, settings.lora
+        total_steps = settings.total_steps
         self.algorithm = algorithm
-        self.temperature = temperature
-        self.pad_token_id = pad_token_id
-        self.micro_batch_size = micro_batch_size
+        self.temperature = settings.temperature
+        self.pad_token_id = settings.pad_token_id
+        self.micro_batch_size = settings.micro_batch_size
         self.version = 0
         """Policy version of the current weights: optimizer steps (batches) applied so far."""
         self.lora = lora is not None and lora.enabled
         if self.lora:
             assert lora is not None
-            model = _wrap_lora(model, lora)
+            model = wrap_lora(model, lora)
         self.model = model.train()
         # KL needs the initial policy: with LoRA it is the base model (adapters disabled);
         # otherwise a frozen copy.
@@ -106,8 +147,8 @@ class Learner:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_schedule(optim.schedule, optim.warmup_steps, total_steps)
         )
-        self.reduction = losses.Reduction(algorithm.reduction.value)
-        self.kl_estimator = losses.KLEstimator(algorithm.kl_estimator)
+        self.reduction = algorithm.reduction
+        self.kl_estimator = algorithm.kl_estimator
 
     # -- one step -------------------------------------------------------------------------
 
@@ -154,8 +195,10 @@ class Learner:
         total_seqs = len(samples)
         for start in range(0, len(samples), self.micro_batch_size):
             idx = range(start, min(start + self.micro_batch_size, len(samples)))
-            batch = _pad([samples[i] for i in idx], self.pad_token_id)
-            adv = torch.tensor([advantages[i] for i in idx], dtype=torch.float32)
+            batch = _pad([samples[i] for i in idx], self.pad_token_id, self._device())
+            adv = torch.tensor(
+                [advantages[i] for i in idx], dtype=torch.float32, device=batch.mask.device
+            )
             logits = self._logits(self.model, batch)
             logprobs = losses.token_logprobs(logits, batch.targets)
             mask = batch.mask
@@ -255,10 +298,14 @@ class Learner:
         out: list[torch.Tensor] = []
         for start in range(0, len(samples), self.micro_batch_size):
             chunk = samples[start : start + self.micro_batch_size]
-            batch = _pad(chunk, self.pad_token_id)
+            batch = _pad(chunk, self.pad_token_id, self._device())
             lp = losses.token_logprobs(self._logits(self.model, batch), batch.targets)
             out.extend(lp[i, : len(s.input_ids) - 1] for i, s in enumerate(chunk))
         return out
+
+    def _device(self) -> torch.device:
+        """Where the model's weights are (a GPU or the CPU): batches are built there."""
+        return next(self.model.parameters()).device
 
     @torch.no_grad()
     def _ref_logprobs(self, batch: _Padded) -> torch.Tensor:
@@ -337,7 +384,9 @@ class _Padded:
     versions: torch.Tensor
 
 
-def _pad(samples: Sequence[TrainingSample], pad_id: int) -> _Padded:
+def _pad(
+    samples: Sequence[TrainingSample], pad_id: int, device: torch.device | None = None
+) -> _Padded:
     width = max(len(s.input_ids) for s in samples)
     n = len(samples)
     ids = torch.full((n, width), pad_id, dtype=torch.long)
@@ -352,6 +401,10 @@ def _pad(samples: Sequence[TrainingSample], pad_id: int) -> _Padded:
         mask[row, :k] = torch.tensor(s.loss_mask, dtype=torch.float32)
         sampler[row, :k] = torch.tensor(s.logprobs, dtype=torch.float32)
         versions[row, :k] = torch.tensor(s.policy_versions)
+    if device is not None:  # one copy per tensor, after filling them row by row on the host
+        ids, attention, mask, sampler, versions = (
+            t.to(device) for t in (ids, attention, mask, sampler, versions)
+        )
     # Shift: position t's logits score token t+1, so per-token fields drop their first entry.
     return _Padded(ids, attention, ids[:, 1:], mask[:, 1:], sampler[:, 1:], versions[:, 1:])
 
@@ -422,11 +475,14 @@ def lr_schedule(schedule: Schedule, warmup: int, total: int) -> Callable[[int], 
     return factor
 
 
-def _wrap_lora(model: Any, lora: LoRAConfig) -> Any:
+def wrap_lora(model: Any, lora: LoRAConfig) -> Any:
+    """`model` with `peft` adapters as `lora` describes (the only place adapters are added)."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:
-        raise ImportError("LoRA needs peft: pip install 'skyrl-sdk[lora]'") from e
+        raise ImportError("LoRA training needs peft: pip install 'skyrl-sdk[lora]'") from e
+    if lora.seed is not None:
+        torch.manual_seed(lora.seed)
     config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,

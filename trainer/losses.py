@@ -7,30 +7,15 @@ statistics. Log-probabilities are of the sampled tokens.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import torch
 
+# The enums live with the config, which must load without torch; they are re-exported here
+# so that `losses.Reduction` and `losses.KLEstimator` are the very same classes.
+from skyrl_sdk.trainer.config import KLEstimator, Reduction
 
-class Reduction(enum.Enum):
-    """How per-token losses become one number."""
-
-    TOKEN_MEAN = "token_mean"
-    """Mean over all generated tokens in the batch (DAPO): long replies weigh more."""
-    SEQUENCE_MEAN = "sequence_mean"
-    """Mean over each sequence's tokens, then over sequences (original GRPO)."""
-    CONSTANT = "constant"
-    """Sum over tokens divided by a fixed `normalizer` (Dr.GRPO): no length bias."""
-
-
-class KLEstimator(enum.Enum):
-    """Per-token estimators of KL(policy || reference) from sampled tokens."""
-
-    K1 = "k1"
-    """`log p - log q`: unbiased, high variance, can be negative per token."""
-    K3 = "k3"
-    """`exp(log q - log p) - (log q - log p) - 1`: unbiased, always >= 0, low variance."""
+__all__ = ["KLEstimator", "Reduction"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +55,32 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x * mask).sum() / mask.sum().clamp(min=1.0))
 
 
+def clipped_surrogate(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    low: float | torch.Tensor,
+    high: float | torch.Tensor,
+) -> torch.Tensor:
+    """PPO's per-token clipped surrogate loss `-min(r * A, clamp(r, low, high) * A)`.
+
+    `low` and `high` bound the ratio itself (e.g. 0.8 and 1.2), as numbers or per-token
+    tensors. Shared by `ppo_clip_loss` and the Tinker server's `ppo` and `gspo` losses.
+    """
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, low, high)
+    return torch.maximum(unclipped, clipped)
+
+
+def importance_sampling_per_token(
+    logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, advantages: torch.Tensor
+) -> torch.Tensor:
+    """Per-token off-policy REINFORCE loss `-exp(logp - sampler_logp) * A`.
+
+    Shared by `importance_sampling_loss` and the Tinker server's `importance_sampling` loss.
+    """
+    return -torch.exp(logprobs - sampler_logprobs) * advantages
+
+
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -93,10 +104,9 @@ def ppo_clip_loss(
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
     ratio = torch.exp(logprobs - old_logprobs)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    per_token = torch.maximum(unclipped, clipped)
-    clip_hit = (clipped > unclipped).to(logprobs.dtype)
+    per_token = clipped_surrogate(ratio, advantages, 1.0 - clip_low, 1.0 + clip_high)
+    # the maximum exceeds the unclipped term exactly where the clipped one won
+    clip_hit = (per_token > -advantages * ratio).to(logprobs.dtype)
     dual_hit = torch.zeros_like(per_token)
     if dual_clip is not None:
         if dual_clip <= 1.0:
@@ -133,24 +143,12 @@ def importance_sampling_loss(
     """
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
-    ratio = torch.exp(logprobs - sampler_logprobs)
-    loss = reduce(-ratio * advantages, mask, reduction, normalizer)
+    per_token = importance_sampling_per_token(logprobs, sampler_logprobs, advantages)
+    loss = reduce(per_token, mask, reduction, normalizer)
     with torch.no_grad():
+        ratio = torch.exp(logprobs - sampler_logprobs)
         stats = PolicyLossStats(clip_fraction=0.0, ratio_mean=_masked_mean(ratio, mask))
     return loss, stats
-
-
-def cross_entropy_loss(
-    logprobs: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    weights: torch.Tensor | None = None,
-    reduction: Reduction = Reduction.TOKEN_MEAN,
-    normalizer: float | None = None,
-) -> torch.Tensor:
-    """Supervised fine-tuning: negative log-likelihood of the masked tokens (optionally weighted)."""
-    per_token = -logprobs if weights is None else -logprobs * weights
-    return reduce(per_token, mask, reduction, normalizer)
 
 
 def truncated_is_weights(

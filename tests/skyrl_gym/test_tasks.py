@@ -2,12 +2,13 @@ import json
 
 import pytest
 
-from skyrl_gym.tasks import TaskError, load_tasks, validate_task, write_tasks
+from skyrl_gym.tasks import TaskError, load_tasks, validate_task
 
 
 def test_round_trip(tmp_path):
     rows = [{"task_id": "a", "q": 1}, {"task_id": 2, "q": "ü"}]
-    write_tasks(tmp_path / "t.jsonl", rows)
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    (tmp_path / "t.jsonl").write_text(text, encoding="utf-8")
     assert load_tasks(tmp_path / "t.jsonl", ["q"]) == rows
 
 

@@ -8,9 +8,7 @@ import torch
 from skyrl_sdk.trainer.advantages import (
     grpo_advantages,
     nonzero_variance_groups,
-    returns_to_go,
     rloo_advantages,
-    turn_level_advantages,
 )
 
 
@@ -44,21 +42,6 @@ def test_rloo_uses_the_other_samples_as_baseline():
 def test_shapes_are_checked():
     with pytest.raises(ValueError, match=r"\[groups, samples\]"):
         grpo_advantages(torch.tensor([1.0, 2.0]))
-
-
-def test_returns_to_go():
-    assert returns_to_go([0.0, 0.0, 1.0]) == [1.0, 1.0, 1.0]
-    assert returns_to_go([1.0, 0.0, 1.0], gamma=0.5) == [1.25, 0.5, 1.0]
-    assert returns_to_go([]) == []
-
-
-def test_turn_level_advantages_credit_intermediate_rewards():
-    # group 0: episode A gets 0.5 on turn 0 and 1 at the end; episode B gets nothing
-    adv = turn_level_advantages([[0.5, 1.0], [0.0, 0.0]], [0, 0], normalize_std=False)
-    # returns: A = [1.5, 1.0], B = [0, 0]; group mean of episode returns = 0.75
-    assert adv == [[0.75, 0.25], [-0.75, -0.75]]
-    # a lone episode in its own group is its own baseline
-    assert turn_level_advantages([[1.0]], [3]) == [[0.0]]
 
 
 def test_zero_variance_groups_are_flagged():

@@ -25,6 +25,22 @@ def test_yaml_and_overrides(tmp_path):
     assert load_config(again) == cfg
 
 
+def test_algorithm_strings_parse_into_the_losses_enums(tmp_path):
+    from skyrl_sdk.trainer import losses
+
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm:\n  kl_estimator: k1\n  reduction: sequence_mean\n")
+    cfg = load_config(path)
+    # one enum per concept: the config's values are the loss module's own members
+    assert cfg.algorithm.kl_estimator is losses.KLEstimator.K1
+    assert cfg.algorithm.reduction is losses.Reduction.SEQUENCE_MEAN
+    assert build_config({}, []).algorithm.kl_estimator is losses.KLEstimator.K3
+    assert "kl_estimator: k1" in cfg.to_yaml()
+    again = tmp_path / "again.yaml"
+    again.write_text(cfg.to_yaml())
+    assert load_config(again) == cfg
+
+
 @pytest.mark.parametrize(
     ("override", "names"),
     [
@@ -32,6 +48,7 @@ def test_yaml_and_overrides(tmp_path):
         ("trainer.max_staleness=-1", "trainer.max_staleness"),
         ("algorithm.loss=nope", "algorithm.loss"),
         ("algorithm.reduction=constant", "algorithm.normalizer"),
+        ("algorithm.kl_estimator=k2", "algorithm.kl_estimator"),
         ("model.source=pretrained", "model.path"),
     ],
 )

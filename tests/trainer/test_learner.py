@@ -20,7 +20,6 @@ def _sample(reply, version=0, logprob=-3.0):
         loss_mask=(0,) * len(prompt) + (1,) * len(reply),
         logprobs=(0.0,) * len(prompt) + (logprob,) * len(reply),
         policy_versions=(-1,) * len(prompt) + (version,) * len(reply),
-        token_rewards=(0.0,) * (len(prompt) + len(reply)),
     )
 
 
@@ -112,3 +111,49 @@ def test_lora_trains_adapters_and_merges_for_the_engine():
     base.load_state_dict(weights)  # an engine's plain model accepts the merged weights
     assert _logprob(base, good) > before
     assert _logprob(base, good) == pytest.approx(_logprob(learner.model, good), abs=1e-4)
+
+
+def test_settings_object_and_keywords_build_the_same_learner():
+    from skyrl_sdk.trainer.config import build_config
+    from skyrl_sdk.trainer.learner import LearnerSettings
+
+    config = build_config({}, ["rollout.temperature=0.5", "trainer.micro_batch_size=3"])
+
+    class _Tok:
+        pad_token_id = None  # no pad id: 0 is used
+
+    settings = LearnerSettings.from_config(config, _Tok())
+    assert settings.temperature == 0.5 and settings.micro_batch_size == 3
+    assert settings.pad_token_id == 0 and settings.total_steps == config.trainer.steps
+    a = Learner(_model(), settings)
+    b = Learner(_model(), **{f: getattr(settings, f) for f in settings.__dataclass_fields__})
+    assert a.settings == b.settings == settings
+    for learner in (a, b):
+        learner.train_step([_sample((9,)), _sample((10, 11))], [1.0, -1.0])
+    for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+    with pytest.raises(TypeError, match="not both"):
+        Learner(_model(), settings, temperature=2.0)
+
+
+def test_tinker_lora_spec_builds_the_trainers_lora_settings():
+    pytest.importorskip("peft")
+    from skyrl_sdk.trainer.learner import wrap_lora
+    from skyrl_sdk.trainer.tinker.backend import LoraSpec
+
+    spec = LoraSpec(rank=4, train_mlp=False, train_unembed=False, seed=7)
+    settings = spec.settings()
+    assert settings == LoRAConfig(
+        enabled=True,
+        r=4,
+        alpha=4.0,
+        target_modules=("q_proj", "k_proj", "v_proj", "o_proj"),
+        seed=7,
+    )
+    # the seed makes the adapters' initialisation reproducible, whatever the global RNG did
+    first = wrap_lora(_model(), settings).state_dict()
+    torch.manual_seed(123)
+    second = wrap_lora(_model(), settings).state_dict()
+    lora_keys = [k for k in first if "lora_A" in k]
+    assert lora_keys and all("mlp" not in k and "lm_head" not in k for k in first if "lora_" in k)
+    assert all(torch.equal(first[k], second[k]) for k in lora_keys)

@@ -8,7 +8,6 @@ import torch
 from skyrl_sdk.trainer.losses import (
     KLEstimator,
     Reduction,
-    cross_entropy_loss,
     entropy_from_logits,
     importance_sampling_loss,
     kl_penalty,
@@ -96,14 +95,40 @@ def test_importance_sampling_loss_and_gradient():
     assert new.grad[0].tolist() == pytest.approx([-0.5, 1.0])
 
 
-def test_cross_entropy():
-    logprobs = torch.log(t([0.5, 0.25, 0.1]))
-    mask = t([1, 1, 0])
-    assert cross_entropy_loss(logprobs, mask).item() == pytest.approx(
-        (math.log(2) + math.log(4)) / 2
+def _server_objective(loss: str, new: torch.Tensor, old: torch.Tensor, adv: torch.Tensor):
+    from skyrl_sdk.trainer.tinker.backend import LossFn, _objective
+
+    inputs = {
+        "logprobs": old,
+        "advantages": adv,
+        "clip_low_threshold": torch.full_like(old, 0.8),
+        "clip_high_threshold": torch.full_like(old, 1.2),
+    }
+    return _objective(LossFn(loss), new, inputs, {}, torch.ones_like(old))
+
+
+def test_tinker_server_ppo_is_the_trainers_clipped_surrogate():
+    # The hand-computed case above, without dual clip (Tinker's PPO has none): per token
+    # -1.2, -0.5, 1.1, 5.0; the server sums them, the trainer's constant reduction divides
+    # by normalizer * batch.
+    old = t([0.0, 0.0, 0.0, 0.0])
+    new = torch.log(t([1.5, 0.5, 1.1, 5.0]))
+    adv = t([1.0, 1.0, -1.0, -1.0])
+    per_token = _server_objective("ppo", new, old, adv)
+    assert per_token[0].tolist() == pytest.approx([-1.2, -0.5, 1.1, 5.0])
+    trainer, _ = ppo_clip_loss(
+        new, old, adv, t([1, 1, 1, 1]), dual_clip=None, reduction=Reduction.CONSTANT, normalizer=1
     )
-    weighted = cross_entropy_loss(logprobs, mask, weights=t([2.0, 0.0, 1.0]))
-    assert weighted.item() == pytest.approx(2 * math.log(2) / 2)
+    assert per_token.sum().item() == pytest.approx(trainer.item()) == pytest.approx(4.4)
+
+
+def test_tinker_server_importance_sampling_is_the_trainers():
+    sampler = t([math.log(0.5), math.log(0.25)])
+    new = t([math.log(0.5), math.log(0.5)]).requires_grad_()
+    per_token = _server_objective("importance_sampling", new, sampler, t([1.0, -1.0]))
+    assert per_token[0].tolist() == pytest.approx([-1.0, 2.0])  # ratios 1 and 2
+    per_token.sum().backward()
+    assert new.grad[0].tolist() == pytest.approx([-1.0, 2.0])  # the trainer's, times 2 tokens
 
 
 def test_truncated_is_weights():

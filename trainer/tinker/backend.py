@@ -21,6 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from skyrl_sdk.agents import sampling
+from skyrl_sdk.trainer import losses
+from skyrl_sdk.trainer.config import LoRAConfig
+from skyrl_sdk.trainer.learner import wrap_lora
 from skyrl_sdk.trainer.losses import token_logprobs
 from skyrl_sdk.trainer.tinker.wire import AdamParams, Datum, SamplingParamsIn
 
@@ -157,7 +161,9 @@ class BaseModels:
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """Which adapters a LoRA model trains (from the SDK's `lora_config`)."""
+    """Which adapters a LoRA model trains, in the Tinker API's terms (the SDK's `lora_config`,
+    as stored with runs and checkpoints); `settings()` turns it into the trainer's
+    `LoRAConfig`, which is what the adapters are built from."""
 
     rank: int
     """Adapter rank (alpha = rank, so the scale is 1)."""
@@ -183,21 +189,15 @@ class LoraSpec:
             raise ValueError("lora_config trains nothing: enable attn, mlp or unembed")
         return names
 
-
-def _wrap_lora(model: Any, lora: LoraSpec) -> Any:
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as e:
-        raise ImportError("LoRA training needs peft: pip install 'skyrl-sdk[lora]'") from e
-    if lora.seed is not None:
-        torch.manual_seed(lora.seed)
-    config = LoraConfig(
-        r=lora.rank,
-        lora_alpha=lora.rank,
-        target_modules=lora.target_modules(),
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, config)
+    def settings(self) -> LoRAConfig:
+        """The trainer's LoRA settings for these adapters (alpha = rank, no dropout)."""
+        return LoRAConfig(
+            enabled=True,
+            r=self.rank,
+            alpha=float(self.rank),
+            target_modules=tuple(self.target_modules()),
+            seed=self.seed,
+        )
 
 
 class TrainedModel:
@@ -217,7 +217,7 @@ class TrainedModel:
         self.lora_rank = lora.rank if lora else None
         model, self.tokenizer = bases.load(base.name)
         if lora is not None:
-            model = _wrap_lora(model, lora)
+            model = wrap_lora(model, lora.settings())
         self.model = model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4)
@@ -399,7 +399,13 @@ class Sampler:
             if should_stop is not None and should_stop():
                 raise Cancelled("the request was cancelled by the client")
             logp = torch.log_softmax(logits, dim=-1)
-            nxt = _choose(logits, params, gen)
+            nxt = sampling.sample(
+                logits,
+                temperature=params.temperature,
+                top_k=params.top_k,
+                top_p=params.top_p,
+                generator=gen,
+            )
             chosen_lp = logp.gather(-1, nxt[:, None])[:, 0]
             for i in range(num_samples):
                 if reasons[i] is not None:
@@ -435,22 +441,6 @@ def _stops(stop: Any, tokenizer: Any) -> tuple[set[int], list[str]]:
         return set(), [stop]
     ids = {s for s in stop if isinstance(s, int)}
     return ids, [s for s in stop if isinstance(s, str)]
-
-
-def _choose(logits: torch.Tensor, params: SamplingParamsIn, gen: torch.Generator) -> torch.Tensor:
-    if params.temperature == 0:
-        return logits.argmax(dim=-1)
-    scaled = logits / params.temperature
-    if params.top_k > 0:
-        kth = torch.topk(scaled, min(params.top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    if params.top_p < 1:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        drop = sorted_p.cumsum(-1) - sorted_p > params.top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return torch.multinomial(probs, 1, generator=gen)[:, 0]
 
 
 @dataclass
@@ -515,7 +505,7 @@ def _objective(
         return -inputs["weights"] * lp
     old, adv = inputs["logprobs"], inputs["advantages"]
     if loss is LossFn.IMPORTANCE_SAMPLING:
-        return -torch.exp(lp - old) * adv
+        return losses.importance_sampling_per_token(lp, old, adv)
     if loss is LossFn.DRO:  # logp * A - beta/2 * (log-ratio)^2
         return -(lp * adv - 0.5 * config["beta"] * (lp - old) ** 2)
     lo, hi = inputs["clip_low_threshold"], inputs["clip_high_threshold"]
@@ -529,4 +519,4 @@ def _objective(
         ratio = torch.exp(log_ratio[:, None] + lp - lp.detach())
     else:  # PPO
         ratio = torch.exp(lp - old)
-    return -torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv)
+    return losses.clipped_surrogate(ratio, adv, lo, hi)

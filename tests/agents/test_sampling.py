@@ -1,0 +1,109 @@
+"""The shared top-k/top-p sampler, on hand-computed probabilities (all exact in float32)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from skyrl_sdk.agents import sampling
+from skyrl_sdk.agents.local_engine import _sample
+from skyrl_sdk.agents.policy import SamplingParams
+
+# Probabilities 1/2, 1/4, 1/8, 1/8: cumulative 0.5, 0.75, 0.875, 1.0, exact in binary, so the
+# top-p boundary cases below are decided by the rule, not by rounding.
+PROBS = [0.5, 0.25, 0.125, 0.125]
+
+
+def _logits(order: list[int] | None = None) -> torch.Tensor:
+    probs = PROBS if order is None else [PROBS[i] for i in order]
+    return torch.log(torch.tensor(probs))
+
+
+def _kept(logits: torch.Tensor, **kwargs: float) -> list[int]:
+    return torch.isfinite(sampling.truncate(logits, **kwargs)).nonzero().flatten().tolist()
+
+
+def test_probabilities_are_exact() -> None:
+    probs = torch.softmax(_logits(), -1)
+    assert probs.tolist() == PROBS
+    assert probs.cumsum(-1).tolist() == [0.5, 0.75, 0.875, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("top_p", "kept"),
+    [
+        (0.3, [0]),  # the first token alone already exceeds top_p
+        (0.5, [0]),  # reaches top_p exactly: the next token is not needed
+        (0.51, [0, 1]),
+        (0.75, [0, 1]),  # boundary again: 0.5 + 0.25 reaches it
+        (0.76, [0, 1, 2]),  # one 1/8 token is enough (0.875); its tie twin is dropped
+        (0.875, [0, 1, 2]),
+        (1.0, [0, 1, 2, 3]),  # off
+    ],
+)
+def test_top_p_keeps_smallest_set_reaching_top_p(top_p: float, kept: list[int]) -> None:
+    assert _kept(_logits(), top_p=top_p) == kept
+
+
+def test_top_p_always_keeps_the_most_likely_token() -> None:
+    assert _kept(_logits(), top_p=1e-9) == [0]
+
+
+def test_top_p_works_on_unsorted_rows_of_a_batch() -> None:
+    order = [2, 0, 3, 1]  # row holds 1/8, 1/2, 1/8, 1/4
+    batch = torch.stack([_logits(), _logits(order)])
+    finite = torch.isfinite(sampling.truncate(batch, top_p=0.75))
+    assert finite.tolist() == [[True, True, False, False], [False, True, False, True]]
+
+
+def test_top_k_then_top_p_on_the_renormalised_rest() -> None:
+    assert _kept(_logits(), top_k=2) == [0, 1]
+    assert _kept(_logits(), top_k=3) == [0, 1, 2, 3]  # ties with the 3rd largest are kept
+    # top-k 2 leaves 2/3 and 1/3: top_p 0.6 is reached by the first, 0.7 needs both
+    # (on the full distribution, 0.6 would need two tokens and 0.7 still two).
+    assert _kept(_logits(), top_k=2, top_p=0.6) == [0]
+    assert _kept(_logits(), top_p=0.6) == [0, 1]
+    assert _kept(_logits(), top_k=2, top_p=0.7) == [0, 1]
+    assert _kept(_logits(), top_k=1) == [0]
+    assert _kept(_logits(), top_k=0) == [0, 1, 2, 3]
+    assert _kept(_logits(), top_k=10) == [0, 1, 2, 3]
+
+
+def test_sample_draws_only_kept_tokens_and_is_seeded() -> None:
+    logits = _logits([3, 1, 0, 2])  # the 1/2 token is id 2, the 1/4 token id 1
+    gen = torch.Generator().manual_seed(0)
+    draws = {
+        int(sampling.sample(logits, temperature=1.0, top_p=0.5, generator=gen)) for _ in range(50)
+    }
+    assert draws == {2}
+    gen = torch.Generator().manual_seed(0)
+    draws = {
+        int(sampling.sample(logits, temperature=1.0, top_p=0.75, generator=gen)) for _ in range(200)
+    }
+    assert draws == {1, 2}
+    a = sampling.sample(
+        logits.repeat(8, 1), temperature=1.0, generator=torch.Generator().manual_seed(3)
+    )
+    b = sampling.sample(
+        logits.repeat(8, 1), temperature=1.0, generator=torch.Generator().manual_seed(3)
+    )
+    assert a.shape == (8,) and a.tolist() == b.tolist()
+
+
+def test_greedy_ignores_the_generator() -> None:
+    logits = _logits([1, 0, 2, 3])
+    assert int(sampling.sample(logits, temperature=0.0)) == 1
+    assert sampling.sample(logits.repeat(2, 1), temperature=0.0).tolist() == [1, 1]
+
+
+def test_local_engine_uses_the_shared_sampler_at_the_boundary() -> None:
+    # The engine's own sampler once kept the 1/4 token at top_p 0.5 in one of the two copies.
+    gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(temperature=1.0, top_p=0.5)
+    for _ in range(50):
+        token, logprob = _sample(_logits(), params, gen)
+        assert token == 0
+        # the reported logprob is the untruncated one, as vLLM reports it
+        assert logprob == pytest.approx(math.log(0.5))
