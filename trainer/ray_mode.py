@@ -1,7 +1,7 @@
 """Ray mode: the learner, the rollout (inference) engines and the envs as Ray actors.
 
-The training loop is `AsyncTrainer`'s, unchanged (admission control, staleness bound, batch
-order, checkpoints); only the objects it talks to become proxies to actors:
+The training loop is `trainer.loop`'s, unchanged (admission control, staleness bound, batch
+order, checkpoints); `RayTrainer` composes it from proxies to actors:
 
 - the learner: with `distributed.strategy: none` one `LearnerActor` owns a `Learner` and
   `RayLearner` forwards to it. With `fsdp` or `deepspeed`, `distributed.world_size`
@@ -14,7 +14,7 @@ order, checkpoints); only the objects it talks to become proxies to actors:
   decoding); `RayEngine` forwards `generate` and `update_weights`. Rollout requests are
   spread over the engines round robin.
 - envs: `distributed.env_workers` `EnvActor`s (`trainer.ray_envs`) run every episode's
-  env; `RayTrainer._make_env` leases one per episode, round robin. Episodes themselves (the
+  env; `RayTrainer.make_env` leases one per episode, round robin. Episodes themselves (the
   agent loop) run on the driver's event loop. With `env_workers: 0` envs stay on the driver.
 
 Weights go from the learner (rank 0) to every engine actor as one object in the Ray object
@@ -30,7 +30,6 @@ Actors ask for `num_cpus=0` so that they never leave tasks pending on a small ma
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import socket
@@ -39,13 +38,17 @@ from typing import Any
 
 import ray
 import torch
+from rich.console import Console
 
+from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import Completion, GenerationContext, SamplingParams
 from skyrl_sdk.agents.trajectory import TrainingSample
-from skyrl_sdk.trainer.async_trainer import AsyncTrainer, SeededPolicy, TrainResult
+from skyrl_sdk.trainer.async_trainer import learner_kwargs
 from skyrl_sdk.trainer.config import DistributedStrategy, TrainConfig
 from skyrl_sdk.trainer.distributed_learner import combine_stats, shard_batch
 from skyrl_sdk.trainer.learner import Learner, LearnerStats
+from skyrl_sdk.trainer.loop import SeededPolicy, TrainingLoop, TrainResult, rollout_limits
+from skyrl_sdk.trainer.models import load_model
 from skyrl_sdk.trainer.ray_envs import EnvPool
 
 SETUP_TIMEOUT_S = 300.0
@@ -66,23 +69,8 @@ def init_local_ray(num_cpus: int = 2) -> None:
 
 def _model_and_tokenizer(config: TrainConfig) -> tuple[Any, Any]:
     """The model architecture and tokenizer (no pre-training: weights come from the driver)."""
-    from skyrl_sdk.trainer.models import load_model
-
     model_cfg = config.model.model_copy(update={"pretrain_steps": 0})
     return load_model(model_cfg, seed=config.seed)
-
-
-def _learner_kwargs(config: TrainConfig, tokenizer: Any) -> dict[str, Any]:
-    """The `Learner` constructor arguments a config implies (as `AsyncTrainer` builds it)."""
-    return {
-        "algorithm": config.algorithm,
-        "optim": config.optim,
-        "lora": config.model.lora,
-        "temperature": config.rollout.temperature,
-        "pad_token_id": tokenizer.pad_token_id or 0,
-        "total_steps": config.trainer.steps,
-        "micro_batch_size": config.trainer.micro_batch_size,
-    }
 
 
 def _free_port(host: str) -> int:
@@ -114,7 +102,7 @@ class LearnerActor:
     def __init__(self, config: TrainConfig, state: Mapping[str, Any], torch_threads: int):
         torch.set_num_threads(torch_threads)
         model, tokenizer = _model_and_tokenizer(config)
-        self.learner = Learner(model, **_learner_kwargs(config, tokenizer))
+        self.learner = Learner(model, **learner_kwargs(config, tokenizer))
         self.learner.load_state_dict(state)
 
     def train_step(
@@ -170,7 +158,7 @@ class LearnerRankActor:
             }
         )
         model, tokenizer = _model_and_tokenizer(config)
-        kwargs = _learner_kwargs(config, tokenizer)
+        kwargs = learner_kwargs(config, tokenizer)
         strategy = config.distributed.strategy
         if strategy is DistributedStrategy.FSDP:
             self.learner = FSDPLearner(model, **kwargs)
@@ -209,7 +197,7 @@ class LearnerRankActor:
 
 
 class RayLearner:
-    """What `AsyncTrainer` needs of a learner, forwarded to a `LearnerActor`."""
+    """The loop's learner (`PolicyLearner`), forwarded to a `LearnerActor`."""
 
     def __init__(self, actor: Any, version: int):
         self.actor = actor
@@ -244,7 +232,7 @@ class RayLearner:
 
 
 class RayDataParallelLearner:
-    """What `AsyncTrainer` needs of a learner, over `LearnerRankActor`s (one per rank)."""
+    """The loop's learner (`PolicyLearner`), over `LearnerRankActor`s (one per rank)."""
 
     def __init__(self, actors: Sequence[Any], version: int):
         self.actors = list(actors)
@@ -361,18 +349,27 @@ class EngineActor:
 
 
 class RayEngine:
-    """What `AsyncTrainer` needs of an engine, spread over `EngineActor`s round robin."""
+    """The loop's engine (`PolicyEngine`), spread over `EngineActor`s round robin."""
 
-    def __init__(self, actors: Sequence[Any], renderer: Any, name: str, version: int):
+    def __init__(
+        self,
+        actors: Sequence[Any],
+        renderer: ChatRenderer,
+        name: str,
+        version: int,
+        max_context_tokens: int | None = None,
+    ):
         self.actors = list(actors)
         self._next = itertools.cycle(self.actors)
         self._renderer = renderer
         self.name = name
         self.policy_version = version
         """Latest version pushed to the engines (they load it between decoding steps)."""
+        self.max_context_tokens = max_context_tokens
+        """The engines' model's context length (None: unknown)."""
 
     @property
-    def renderer(self) -> Any:
+    def renderer(self) -> ChatRenderer:
         return self._renderer
 
     async def generate(
@@ -396,6 +393,11 @@ class RayEngine:
         ray.get([actor.update_weights.remote(ref, version) for actor in self.actors])
         self.policy_version = version
 
+    def wait_for_version(self, version: int, timeout: float | None = 30.0) -> bool:
+        """True once `version` was pushed: every engine has queued it and loads it before its
+        next decoding step (`update_weights` returns only then)."""
+        return self.policy_version >= version
+
     async def aclose(self) -> None:
         for actor in self.actors:
             await actor.close.remote()
@@ -409,20 +411,87 @@ class RayEngine:
 # -- the trainer ----------------------------------------------------------------------------
 
 
-class RayTrainer(AsyncTrainer):
-    """`AsyncTrainer` with its learner, engines and (with a pool) envs in Ray actors.
+class RayTrainer(TrainingLoop):
+    """The RL loop with its learner, engines and (with a pool) envs in Ray actors (Ray must be
+    initialised; build it outside a running event loop).
 
-    Build it with `make_ray_trainer`. `run()` trains and then stops every actor; `train()`
-    leaves them up (to inspect them), and `close()` stops them.
+    The initial learner state is built on the driver as one-process mode builds it (model,
+    LoRA, optimizer, `--resume`), then moved into the actors, so a Ray run starts from the
+    very weights, data position and policy version that one-process mode would.
+    `env_workers` overrides `distributed.env_workers`. `run()` trains and then stops every
+    actor; `train()` leaves them up (to inspect them), and `close()` stops them.
     """
 
-    env_pool: EnvPool | None = None
-    """Where episodes' envs live (None: on the driver, as in one-process mode)."""
-    _actors_closed: bool = False
+    learner: RayLearner | RayDataParallelLearner
+    engine: RayEngine
 
-    def _make_env(self) -> Any:
-        if self.env_pool is None:  # also the task-list probe while __init__ runs
-            return super()._make_env()
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        resume: bool = False,
+        num_engines: int = 1,
+        env_workers: int | None = None,
+        console: Console | None = None,
+    ):
+        if config.trainer.torch_threads:
+            torch.set_num_threads(config.trainer.torch_threads)
+        super().__init__(config, console=console)
+        self.env_pool: EnvPool | None = None
+        """Where episodes' envs live (None: on the driver, as in one-process mode)."""
+        self._actors_closed = False
+        model, tokenizer = load_model(config.model, seed=config.seed)
+        local = Learner(model, **learner_kwargs(config, tokenizer))
+        if resume and (state := self._load_checkpoint()) is not None:
+            local.load_state_dict(state.learner)
+            self._resume_at(state, f"policy version {local.version}")
+        threads = config.trainer.torch_threads or 1
+        workers = config.distributed.env_workers if env_workers is None else env_workers
+        started: list[Any] = []
+        try:
+            learner_state = local.state_dict()
+            if config.distributed.strategy is DistributedStrategy.NONE:
+                actor = LearnerActor.remote(config, learner_state, threads)
+                self.learner = RayLearner(actor, local.version)
+            else:
+                self.learner = RayDataParallelLearner.start(
+                    config, learner_state, local.version, threads
+                )
+            started.append(self.learner)
+            weights = ray.put(local.engine_weights())
+            engines = [
+                EngineActor.remote(config, weights, local.version, threads)
+                for _ in range(num_engines)
+            ]
+            self.engine = RayEngine(
+                engines,
+                ChatRenderer(tokenizer),
+                f"ray:{config.model.source.value}",
+                local.version,
+                getattr(model.config, "max_position_embeddings", None),
+            )
+            started.append(self.engine)
+            if workers:
+                self.env_pool = EnvPool.start(
+                    config.env.id,
+                    size=workers,
+                    max_turns=config.env.max_turns,
+                    kwargs=config.env.kwargs,
+                )
+                started.append(self.env_pool)
+            ray.get([a.pid.remote() for a in [*self.learner.actors, *engines]])
+        except BaseException:
+            for part in started:
+                part.close()
+            raise
+        self.policy = SeededPolicy(self.engine, config.seed)
+        self.limits = rollout_limits(config, self.engine.max_context_tokens)
+        self._open_outputs()
+
+    def make_env(self) -> Any:
+        """An env leased from the env actors (on the driver without a pool)."""
+        if self.env_pool is None:
+            return super().make_env()
         return self.env_pool.make()
 
     def run(self) -> TrainResult:
@@ -437,10 +506,10 @@ class RayTrainer(AsyncTrainer):
         if self._actors_closed:
             return
         self._actors_closed = True
-        for part in (self.learner, self.engine, self.env_pool):
-            closer = getattr(part, "close", None)
-            if closer is not None:
-                closer()
+        self.learner.close()
+        self.engine.close()
+        if self.env_pool is not None:
+            self.env_pool.close()
 
 
 def make_ray_trainer(
@@ -450,56 +519,8 @@ def make_ray_trainer(
     num_engines: int = 1,
     env_workers: int | None = None,
 ) -> RayTrainer:
-    """A trainer whose learner, engines and envs are Ray actors (Ray must be initialised;
-    call outside a running event loop).
-
-    The trainer is built as usual (model, data order, resume), then its learner state and
-    engine weights move into the actors, so a Ray run starts from the very weights, data
-    position and policy version that one-process mode would. `env_workers` overrides
-    `distributed.env_workers`.
-    """
-    trainer = RayTrainer(config, resume=resume)
-    local = trainer.learner
-    threads = config.trainer.torch_threads or 1
-    workers = config.distributed.env_workers if env_workers is None else env_workers
-    started: list[Any] = []
-    try:
-        state = local.state_dict()
-        learner: RayLearner | RayDataParallelLearner
-        if config.distributed.strategy is DistributedStrategy.NONE:
-            learner = RayLearner(LearnerActor.remote(config, state, threads), local.version)
-            started.append(learner)
-        else:
-            learner = RayDataParallelLearner.start(config, state, local.version, threads)
-            started.append(learner)
-        weights = ray.put(local.engine_weights())
-        engines = [
-            EngineActor.remote(config, weights, local.version, threads) for _ in range(num_engines)
-        ]
-        ray_engine = RayEngine(
-            engines, trainer.engine.renderer, f"ray:{config.model.source.value}", local.version
-        )
-        started.append(ray_engine)
-        if workers:
-            trainer.env_pool = EnvPool.start(
-                config.env.id,
-                size=workers,
-                max_turns=config.env.max_turns,
-                kwargs=config.env.kwargs,
-            )
-            started.append(trainer.env_pool)
-        ray.get([a.pid.remote() for a in [*learner.actors, *engines]])
-    except BaseException:
-        for part in started:
-            part.close()
-        asyncio.run(trainer.engine.aclose())
-        raise
-    # The in-process engine and learner are no longer used.
-    asyncio.run(trainer.engine.aclose())
-    trainer.learner = learner  # type: ignore[assignment]
-    trainer.engine = ray_engine  # type: ignore[assignment]
-    trainer.policy = SeededPolicy(trainer.engine, config.seed)  # type: ignore[arg-type]
-    return trainer
+    """A `RayTrainer` (kept for callers of the earlier builder function)."""
+    return RayTrainer(config, resume=resume, num_engines=num_engines, env_workers=env_workers)
 
 
 def run_ray(config: TrainConfig, *, resume: bool = False, num_engines: int = 1) -> TrainResult:

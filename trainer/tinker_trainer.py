@@ -1,4 +1,4 @@
-"""`TinkerTrainer`: the RL loop of `AsyncTrainer`, with the model behind a Tinker API endpoint.
+"""`TinkerTrainer`: the RL loop (`trainer.loop`) with the model behind a Tinker API endpoint.
 
 `skyrl train CONFIG backend=tinker tinker.base_url=URL tinker.base_model=NAME` runs this loop.
 Everything but the model is the local trainer's: the same config file, env and
@@ -8,20 +8,17 @@ advantages (`build_batch`), loss reductions (`trainer.losses`), LR schedule, met
 `trajectories.jsonl`, `checkpoints/step_N`, `summary.json`). The endpoint can be ours
 (`skyrl tinker serve`) or a hosted Tinker service; only the official `tinker` SDK talks to it.
 
-Synchronous on-policy: `trainer.max_staleness` must be 0. One step, top to bottom
-(`TinkerTrainer.train`):
+Synchronous on-policy: `trainer.max_staleness` must be 0. The loop's parts:
 
-    1. publish: save_weights_for_sampler("step_N") -> a tinker:// path; a SamplingClient of
-       that path becomes the policy (`TinkerPolicy`), version N
-    2. play `groups_per_step` groups of `group_size` episodes with `agents.rollout`; every
-       sampled token carries the sampler's logprob and version N
-    3. advantages per group (GRPO / Dr.GRPO / RLOO), one per TrainingSample
-    4. per mini-batch: one Datum per sample (model_input = ids[:-1], target_tokens = ids[1:],
-       logprobs = sampler logprobs, advantages = A x reduction weight on generated tokens and 0
-       elsewhere), forward_backward with loss `importance_sampling` or `ppo`, then optim_step
-       with AdamParams from `optim` (the scheduled LR)
-    5. log the same metrics; every `checkpoint_every` steps and at the end, save_state to the
-       endpoint and record its tinker:// path in `checkpoints/step_N` (`--resume` loads it)
+- `TinkerLearner` (the learner): per mini-batch, one Datum per sample (model_input =
+  ids[:-1], target_tokens = ids[1:], logprobs = sampler logprobs, advantages = A x reduction
+  weight on generated tokens and 0 elsewhere), forward_backward with loss
+  `importance_sampling` or `ppo`, then optim_step with AdamParams from `optim` (the scheduled
+  LR). Its weights for the engine: save_weights_for_sampler("step_N") -> a tinker:// path and
+  a SamplingClient of it. Its checkpoint: save_state on the endpoint, whose tinker:// path goes
+  to `checkpoints/step_N` (`--resume` loads it).
+- `TinkerEngine` (the engine): samples every turn from the latest SamplingClient
+  (`TinkerPolicy`); every sampled token carries the sampler's logprob and version N.
 
 Tinker losses are per-token sums, so the reduction (token mean, sequence mean, constant) is
 folded into the advantages as the per-token weights of `losses.reduce`: the summed Tinker
@@ -32,7 +29,6 @@ PPO dual clip when more than one mini-batch makes the clip matter.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -47,27 +43,20 @@ import httpx
 import torch
 from rich.console import Console
 
-import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
-from skyrl_sdk.agents.rollout import RolloutLimits
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import Completion, GenerationContext, SamplingParams
 from skyrl_sdk.agents.tinker_policy import TinkerPolicy, import_tinker
-from skyrl_sdk.agents.trajectory import TrainingSample, Trajectory
+from skyrl_sdk.agents.trajectory import TrainingSample
 from skyrl_sdk.trainer import losses
-from skyrl_sdk.trainer.async_trainer import (
-    Group,
-    SeededPolicy,
-    TrainResult,
-    build_batch,
-    make_env,
-    open_run_outputs,
-    play_episode,
-    sampling_params,
-    seed_everything,
-    step_metrics,
-)
-from skyrl_sdk.trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
 from skyrl_sdk.trainer.config import AlgorithmConfig, ConfigError, PolicyLoss, TrainConfig
-from skyrl_sdk.trainer.data import DataCursor
 from skyrl_sdk.trainer.learner import LearnerStats, lr_schedule
+from skyrl_sdk.trainer.loop import (
+    RunOutcome,
+    SeededPolicy,
+    TrainingLoop,
+    TrainResult,
+    rollout_limits,
+)
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """Hosts for which an unset API key falls back to a placeholder (our server ignores keys)."""
@@ -161,191 +150,68 @@ class MiniBatchResult:
     """Gradient norm from optim_step's metrics (None: no step, or not reported)."""
 
 
-class TinkerTrainer:
-    """Trains a policy through a Tinker API endpoint with the local trainer's RL loop."""
+@dataclass(frozen=True)
+class SamplerWeights:
+    """Weights saved on the endpoint for sampling: what `TinkerLearner` hands the engine."""
+
+    path: str
+    """Their tinker:// path (`save_weights_for_sampler`)."""
+    client: Any
+    """A `tinker.SamplingClient` of that path."""
+
+
+class TinkerLearner:
+    """A LoRA training client on the endpoint, as the loop's learner (`PolicyLearner`).
+
+    Its methods block on the endpoint (the loop calls them from a worker thread)."""
 
     def __init__(
         self,
         config: TrainConfig,
+        service: Any,
+        training: Any,
         *,
-        resume: bool = False,
-        console: Console | None = None,
+        version: int,
+        state_path: str | None,
     ):
-        check_config(config)
         self.config = config
-        self.console = console or Console()
         self.tinker = import_tinker()
-        tcfg = config.tinker
-        assert tcfg.base_url and tcfg.base_model  # TrainConfig validates this
-        self.base_model = tcfg.base_model
-        self.run_dir = Path(config.out_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        seed_everything(config.seed)
-
-        # Env and its task list; group i plays tasks[cursor.task_index(i)] (as AsyncTrainer).
-        probe = self._make_env()
-        self.tasks: list[dict[str, Any]] = list(getattr(probe.unwrapped, "tasks", ()))
-        probe.close()
-        self.cursor = DataCursor(len(self.tasks), config.seed)
-        self.step = 0
-        self.resumed_from: int | None = None
-        self.checkpointer = Checkpointer(self.run_dir, keep=config.trainer.keep_checkpoints)
-
-        # The endpoint: a LoRA training client, fresh or from the run's last saved state.
-        api_key = _api_key(config)
-        self.service = self.tinker.ServiceClient(base_url=tcfg.base_url, api_key=api_key)
-        max_context = self._check_served(api_key)
-        state = self._restore() if resume else None
-        if state is None:
-            future = self.service.create_lora_training_client(
-                self.base_model, rank=tcfg.lora_rank, seed=config.seed
-            )
-        else:
-            future = self.service.create_training_client_from_state_with_optimizer(
-                state.learner["tinker_path"]
-            )
-        self.training = future.result()
-        tokenizer = self.training.get_tokenizer()
-        self.console.print(
-            f"backend tinker: LoRA rank {tcfg.lora_rank} on {self.base_model} at {tcfg.base_url} "
-            "(the `model` section is not used)"
-        )
-
-        self.engine = TinkerPolicy(None, tokenizer, name=f"tinker:{self.base_model}")
-        self.policy = SeededPolicy(self.engine, config.seed)  # type: ignore[arg-type]
-        self.limits = RolloutLimits(
-            max_turns=config.env.max_turns,
-            max_tokens=config.rollout.max_tokens,
-            max_context_tokens=config.rollout.max_context_tokens or max_context,
-        )
-        self.sampling = sampling_params(config)
+        self.service = service
+        self.training = training
+        self.base_model = config.tinker.base_model
+        self.version = version
+        """Optimizer steps taken (over all resumes)."""
+        self.sampler_path: str | None = None
+        """The tinker:// path of the weights last handed to the engine."""
+        self.trained_from: str | None = None
+        """The sampler path that generated the batch of the last `train_step`."""
+        self.endpoint_loss: float | None = None
+        """The endpoint's own `loss:sum` of the last `train_step` (None: not reported)."""
+        self.state_path = state_path
+        """The tinker:// path of the last saved state (weights + optimizer)."""
         self._lr_factor = lr_schedule(
             config.optim.schedule, config.optim.warmup_steps, config.trainer.steps
         )
-        self.sinks, self.writer = open_run_outputs(
-            config, self.run_dir, self.resumed_from, self.console
-        )
-        self._pending = self.cursor.pending()
-        self.sampler_path: str | None = None
-        self.state_path: str | None = None if state is None else state.learner["tinker_path"]
 
-    # -- the training loop ----------------------------------------------------------------
+    def engine_weights(self) -> SamplerWeights:
+        """save_weights_for_sampler under the version's name, and a sampling client of it."""
+        saved = self.training.save_weights_for_sampler(f"step_{self.version:06d}").result()
+        client = self.service.create_sampling_client(model_path=saved.path).result()
+        self.sampler_path = saved.path
+        return SamplerWeights(saved.path, client)
 
-    def run(self) -> TrainResult:
-        """Train to `trainer.steps` (blocking)."""
-        return asyncio.run(self.train())
+    def state_dict(self) -> dict[str, Any]:
+        """save_state on the endpoint (weights + optimizer); a checkpoint keeps its path."""
+        saved = self.training.save_state(f"step_{self.version:06d}").result()
+        self.state_path = saved.path
+        return {"tinker_path": saved.path, "base_model": self.base_model, "version": self.version}
 
-    async def train(self) -> TrainResult:
-        """Train to `trainer.steps`; see the module docstring for one step."""
-        cfg = self.config.trainer
-        history: list[dict[str, Any]] = []
-        status = "errored"
-        try:
-            while self.step < cfg.steps:
-                t_step = time.perf_counter()
-                version = self.step
-                # 1. The current weights, as a sampler: policy version `version`.
-                t0 = time.perf_counter()
-                await self._publish(version)
-                t_sync = time.perf_counter() - t0
-                # 2. A batch of groups, all played with those weights (on-policy).
-                t0 = time.perf_counter()
-                indices = [next(self._pending) for _ in range(cfg.groups_per_step)]
-                async with asyncio.timeout(cfg.step_timeout_s):
-                    groups = list(await asyncio.gather(*(self._group(i, version) for i in indices)))
-                t_wait = time.perf_counter() - t0
-                # 3. Advantages, flattened to one per training sample.
-                samples, advantages, adv_values = build_batch(groups, self.config.algorithm)
-                # 4. forward_backward + optim_step on the endpoint.
-                t0 = time.perf_counter()
-                stats, endpoint_loss = await self._train_step(samples, advantages, version)
-                t_train = time.perf_counter() - t0
-                # 5. Bookkeeping, as AsyncTrainer.
-                self.cursor.mark_consumed(indices)
-                self.step += 1
-                metrics = step_metrics(groups, stats, adv_values, self.step)
-                # Tinker returns target logprobs only, not the full distribution.
-                metrics.pop("policy/entropy", None)
-                if math.isnan(stats.grad_norm):  # the endpoint reports no gradient norm
-                    del metrics["optim/grad_norm"]
-                metrics.update(
-                    {
-                        "time/wait_s": t_wait,
-                        "time/train_s": t_train,
-                        "time/sync_s": t_sync,
-                        "time/step_s": time.perf_counter() - t_step,
-                        "tinker/sampler_path": self.sampler_path,
-                    }
-                )
-                if endpoint_loss is not None:
-                    metrics["tinker/loss_sum"] = endpoint_loss
-                metrics["throughput/tokens_per_s"] = (
-                    metrics["tokens/generated"] / metrics["time/step_s"]
-                )
-                self.sinks.log(metrics, self.step)
-                history.append({"step": self.step, **metrics})
-                if self.step == cfg.steps or (
-                    cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
-                ):
-                    await self.save_checkpoint()
-            if self.step and self.sampler_path is not None:  # the trained policy, for sampling
-                self.sampler_path = await self._save_sampler(self.step)
-            status = "success"
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            status = "interrupted"
-            raise
-        finally:
-            self.sinks.close()
-            if self.writer is not None:
-                self.writer.close()
-            try:
-                await self.service.close(status)
-            except Exception as e:  # a failed goodbye must not hide the run's own error
-                self.console.print(f"[yellow]closing the tinker session failed: {e}[/yellow]")
-        result = TrainResult(self.run_dir, self.step, self.step, tuple(history), self.resumed_from)
-        (self.run_dir / "summary.json").write_text(
-            json.dumps(
-                {
-                    "steps": result.steps,
-                    "version": result.version,
-                    "resumed_from": result.resumed_from,
-                    "backend": "tinker",
-                    "base_url": self.config.tinker.base_url,
-                    "base_model": self.base_model,
-                    "tinker_state_path": self.state_path,
-                    "tinker_sampler_path": self.sampler_path,
-                }
-            )
-        )
-        return result
-
-    async def _publish(self, version: int) -> None:
-        """Save the weights for sampling and point the policy at them."""
-        path = await self._save_sampler(version)
-        client = await self.service.create_sampling_client(model_path=path)
-        self.engine.use(client, version)
-        self.sampler_path = path
-
-    async def _save_sampler(self, version: int) -> str:
-        """save_weights_for_sampler under the version's name; its tinker:// path."""
-        saved = await self.training.save_weights_for_sampler(f"step_{version:06d}")
-        return saved.path
-
-    async def _group(self, index: int, version: int) -> Group:
-        task = self.tasks[self.cursor.task_index(index)]
-        trajectories = await asyncio.gather(
-            *(self._episode(index, k, task) for k in range(self.config.rollout.group_size))
-        )
-        return Group(index, str(task.get("task_id", "")), version, tuple(trajectories))
-
-    async def _episode(self, index: int, k: int, task: dict[str, Any]) -> Trajectory:
-        return await play_episode(self, index, k, task)
-
-    async def _train_step(
-        self, samples: Sequence[TrainingSample], advantages: Sequence[float], version: int
-    ) -> tuple[LearnerStats, float | None]:
+    def train_step(
+        self, samples: Sequence[TrainingSample], advantages: Sequence[float]
+    ) -> LearnerStats:
         """Mini-batches of forward_backward + optim_step (split as the local learner does)."""
         started = time.perf_counter()
+        version = self.version
         optim = self.config.optim
         lr = optim.lr * self._lr_factor(version)
         adam = self.tinker.types.AdamParams(
@@ -360,9 +226,7 @@ class TinkerTrainer:
         results = []
         for chunk in (list(range(len(samples)))[i::n] for i in range(n)):
             results.append(
-                await self._mini_batch(
-                    [samples[i] for i in chunk], [advantages[i] for i in chunk], adam
-                )
+                self._mini_batch([samples[i] for i in chunk], [advantages[i] for i in chunk], adam)
             )
         tokens = max(sum(r.tokens for r in results), 1)
         stepped = [r for r in results if r.stepped]
@@ -370,7 +234,10 @@ class TinkerTrainer:
         loss = sum(r.loss for r in results)
         reported = [r.endpoint_loss for r in results]
         lags = [version - v for s in samples for v in s.policy_versions if v >= 0]
-        stats = LearnerStats(
+        self.version += 1
+        self.trained_from = self.sampler_path
+        self.endpoint_loss = None if None in reported else sum(r for r in reported if r is not None)
+        return LearnerStats(
             loss=loss,
             policy_loss=loss,
             kl_ref=0.0,
@@ -388,10 +255,8 @@ class TinkerTrainer:
             staleness_max=max(lags, default=0),
             duration_s=time.perf_counter() - started,
         )
-        endpoint_loss = None if None in reported else sum(r for r in reported if r is not None)
-        return stats, endpoint_loss
 
-    async def _mini_batch(
+    def _mini_batch(
         self, samples: Sequence[TrainingSample], advantages: Sequence[float], adam: Any
     ) -> MiniBatchResult:
         alg = self.config.algorithm
@@ -406,57 +271,153 @@ class TinkerTrainer:
         grad_norm = None
         stepped = any(a != 0 for a in advantages)
         if stepped:
+            # Both requests go out before either result is awaited (one round trip less).
             fb_future = self.training.forward_backward(datums, loss_fn, loss_config)
             opt_future = self.training.optim_step(adam)
-            output = await fb_future
-            opt = await opt_future
+            output = fb_future.result()
+            opt = opt_future.result()
             grad_norm = (opt.metrics or {}).get("grad_norm:mean")
         else:
             # No signal: the local learner skips the optimizer step (Adam's momentum would
             # still move the weights); a forward pass gives the statistics.
-            output = await self.training.forward(datums, loss_fn, loss_config)
+            output = self.training.forward(datums, loss_fn, loss_config).result()
         logprobs = [torch.tensor(o["logprobs"].tolist()) for o in output.loss_fn_outputs]
         return _reduce_locally(
             samples, advantages, logprobs, alg, output.metrics, stepped, grad_norm
         )
 
-    # -- checkpoints ----------------------------------------------------------------------
 
-    async def save_checkpoint(self) -> Path:
-        """save_state on the endpoint (weights + optimizer); its path, the data cursor, RNG
-        and step go to `checkpoints/step_N` like the local trainer's checkpoints."""
-        saved = await self.training.save_state(f"step_{self.step:06d}")
-        self.state_path = saved.path
-        learner = {"tinker_path": saved.path, "base_model": self.base_model, "version": self.step}
-        path = self.checkpointer.save(
-            CheckpointState(self.step, learner, self.cursor.state_dict(), capture_rng())
+class TinkerEngine:
+    """Tinker sampling clients as the loop's engine (`PolicyEngine`): every turn samples from
+    the client of the latest weights the learner saved for sampling."""
+
+    def __init__(self, tokenizer: Any, name: str):
+        self.name = name
+        self.sampler = TinkerPolicy(None, tokenizer, name=name)
+        self.policy_version = -1
+        """Version of the sampling client in use (-1: none yet, the loop publishes first)."""
+
+    @property
+    def renderer(self) -> ChatRenderer:
+        return self.sampler.renderer
+
+    async def generate(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        context: GenerationContext | None = None,
+    ) -> Completion:
+        return await self.sampler.generate(prompt_token_ids, sampling, context=context)
+
+    def update_weights(self, weights: SamplerWeights, version: int) -> None:
+        """Sample from `weights`' client from the next turn on."""
+        self.sampler.use(weights.client, version)
+        self.policy_version = version
+
+    def wait_for_version(self, version: int, timeout: float | None = 30.0) -> bool:
+        """True once a client of `version` is in use (`update_weights` switches at once)."""
+        return self.policy_version >= version
+
+    async def aclose(self) -> None:
+        await self.sampler.aclose()
+
+
+class TinkerTrainer(TrainingLoop):
+    """Trains a policy through a Tinker API endpoint with the local trainer's RL loop."""
+
+    learner: TinkerLearner
+    engine: TinkerEngine
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        resume: bool = False,
+        console: Console | None = None,
+    ):
+        check_config(config)
+        tinker = import_tinker()
+        tcfg = config.tinker
+        assert tcfg.base_url and tcfg.base_model  # TrainConfig validates this
+        self.base_model = tcfg.base_model
+        super().__init__(config, console=console)
+
+        # The endpoint: a LoRA training client, fresh or from the run's last saved state.
+        api_key = _api_key(config)
+        self.service = tinker.ServiceClient(base_url=tcfg.base_url, api_key=api_key)
+        max_context = self._check_served(tinker, api_key)
+        state = self._load_checkpoint() if resume else None
+        if state is None:
+            future = self.service.create_lora_training_client(
+                self.base_model, rank=tcfg.lora_rank, seed=config.seed
+            )
+        else:
+            if "tinker_path" not in state.learner:
+                raise ConfigError(f"{self.checkpointer.latest()} is a local-backend checkpoint")
+            if state.learner["base_model"] != self.base_model:
+                raise ConfigError(
+                    f"tinker.base_model is {self.base_model!r} but the checkpoint trained "
+                    f"{state.learner['base_model']!r}"
+                )
+            self._resume_at(state, state.learner["tinker_path"])
+            future = self.service.create_training_client_from_state_with_optimizer(
+                state.learner["tinker_path"]
+            )
+        training = future.result()
+        self.console.print(
+            f"backend tinker: LoRA rank {tcfg.lora_rank} on {self.base_model} at {tcfg.base_url} "
+            "(the `model` section is not used)"
         )
+        self.learner = TinkerLearner(
+            config,
+            self.service,
+            training,
+            version=self.step,
+            state_path=None if state is None else state.learner["tinker_path"],
+        )
+        self.engine = TinkerEngine(training.get_tokenizer(), f"tinker:{self.base_model}")
+        self.policy = SeededPolicy(self.engine, config.seed)
+        self.limits = rollout_limits(config, max_context)
+        self._open_outputs()
+
+    def save_checkpoint(self) -> Path:
+        """The loop's checkpoint (holding the endpoint's state path), plus `tinker.json` in it
+        and a line in the run's `CHECKPOINT_LOG`."""
+        path = super().save_checkpoint()
+        state_path = self.learner.state_path
+        learner = {"tinker_path": state_path, "base_model": self.base_model, "version": self.step}
         (path / "tinker.json").write_text(json.dumps(learner))
         with (self.run_dir / CHECKPOINT_LOG).open("a") as f:
-            f.write(json.dumps({"step": self.step, "state_path": saved.path}) + "\n")
+            f.write(json.dumps({"step": self.step, "state_path": state_path}) + "\n")
         return path
 
-    def _restore(self) -> CheckpointState | None:
-        state = self.checkpointer.load()
-        if state is None:
-            self.console.print("[yellow]--resume: no checkpoint found; starting fresh[/yellow]")
-            return None
-        if "tinker_path" not in state.learner:
-            raise ConfigError(f"{self.checkpointer.latest()} is a local-backend checkpoint")
-        if state.learner["base_model"] != self.base_model:
-            raise ConfigError(
-                f"tinker.base_model is {self.base_model!r} but the checkpoint trained "
-                f"{state.learner['base_model']!r}"
-            )
-        self.cursor.load_state_dict(state.cursor)
-        restore_rng(state.rng)
-        self.step = self.resumed_from = state.step
-        self.console.print(f"resumed from step {state.step} ({state.learner['tinker_path']})")
-        return state
+    def _backend_metrics(self, metrics: dict[str, Any]) -> None:
+        # Tinker returns target logprobs only, not the full distribution.
+        metrics.pop("policy/entropy", None)
+        if math.isnan(metrics["optim/grad_norm"]):  # the endpoint reports no gradient norm
+            del metrics["optim/grad_norm"]
+        metrics["tinker/sampler_path"] = self.learner.trained_from
+        if self.learner.endpoint_loss is not None:
+            metrics["tinker/loss_sum"] = self.learner.endpoint_loss
 
-    # -- helpers --------------------------------------------------------------------------
+    def _summary(self, result: TrainResult) -> dict[str, Any]:
+        return {
+            **super()._summary(result),
+            "backend": "tinker",
+            "base_url": self.config.tinker.base_url,
+            "base_model": self.base_model,
+            "tinker_state_path": self.learner.state_path,
+            "tinker_sampler_path": self.learner.sampler_path,
+        }
 
-    def _check_served(self, api_key: str) -> int | None:
+    async def _finish(self, outcome: RunOutcome) -> None:
+        try:
+            await self.service.close(outcome.value)
+        except Exception as e:  # a failed goodbye must not hide the run's own error
+            self.console.print(f"[yellow]closing the tinker session failed: {e}[/yellow]")
+
+    def _check_served(self, tinker: Any, api_key: str) -> int | None:
         """Fail early if the endpoint does not serve `base_model`; its context length."""
         url = (self.config.tinker.base_url or "").rstrip("/")
         try:  # the SDK retries an unreachable endpoint for minutes, silently: fail sooner
@@ -465,7 +426,7 @@ class TinkerTrainer:
             raise ConfigError(
                 f"tinker.base_url {url} is unreachable ({type(e).__name__}: {e})"
             ) from None
-        rest = self.tinker.RestClient(base_url=url, api_key=api_key)
+        rest = tinker.RestClient(base_url=url, api_key=api_key)
         models = rest.get_server_capabilities().result().supported_models
         names = [m.model_name for m in models if m.model_name]
         if names and self.base_model not in names:
@@ -474,9 +435,6 @@ class TinkerTrainer:
                 f"{url}; served: {sorted(names)}"
             )
         return next((m.max_context_length for m in models if m.model_name == self.base_model), None)
-
-    def _make_env(self) -> Any:
-        return make_env(self.config)
 
 
 def _reduce_locally(

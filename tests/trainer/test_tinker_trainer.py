@@ -228,7 +228,7 @@ def test_endpoint_problems_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _sample(mask: list[int]) -> TrainingSample:
     n = len(mask)
-    return TrainingSample(tuple(range(n)), tuple(mask), (0.0,) * n, (0,) * n, (0.0,) * n)
+    return TrainingSample(tuple(range(n)), tuple(mask), (0.0,) * n, (0,) * n)
 
 
 @pytest.mark.parametrize(

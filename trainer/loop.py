@@ -1,0 +1,643 @@
+"""The RL loop every backend runs, with the learner and the inference engine passed in.
+
+Generation workers (coroutines on one event loop) each take the next group index, play
+`group_size` episodes of that group's task against the engine, and hand the finished group to
+the learner. A worker may start a group only when the `StalenessGate` admits it, so no sample
+lags the learner by more than `max_staleness` policy versions (0 = synchronous on-policy).
+
+One training step, top to bottom (`TrainingLoop.train`):
+
+    1. wait for a batch: `groups_per_step` finished groups, oldest first; groups at their
+       staleness limit are always included, so the bound holds for every sample
+    2. advantages per group (GRPO / Dr.GRPO / RLOO) -> one advantage per TrainingSample;
+       every token keeps the policy version that produced it
+    3. `learner.train_step` in a worker thread (the event loop keeps generating meanwhile);
+       truncated IS corrects tokens from older versions
+    4. publish: `learner.engine_weights()` -> `engine.update_weights(weights, version)`, without
+       waiting for episodes in flight (a local engine loads them between two decoding steps and
+       tags later tokens with the new version); then open the gate one version
+       further (except after the last step)
+    5. mark the groups consumed; log metrics; checkpoint; at the end write `summary.json`
+
+The backends differ only in what `learner` (`PolicyLearner`) and `engine` (`PolicyEngine`) are:
+
+- `AsyncTrainer`: a torch `Learner` in this process; a `LocalEngine` thread or `VLLMEngine`.
+- `RayTrainer` (`--ray`): `RayLearner` (one actor) or `RayDataParallelLearner` (FSDP2 /
+  DeepSpeed ranks); `RayEngine` (engine actors); optionally env actors (`make_env`).
+- `TinkerTrainer`: `TinkerLearner` (forward_backward + optim_step on a Tinker endpoint);
+  `TinkerEngine` (sampling clients of the weights it saves for sampling).
+
+Each backend's constructor builds its parts, restores a checkpoint with `_load_checkpoint` /
+`_resume_at`, and opens the run's outputs; `train` is this module's, unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import random
+import time
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from rich.console import Console
+
+import skyrl_gym
+import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
+from skyrl_sdk.agents.rollout import RolloutLimits, rollout
+from skyrl_sdk.agents.trajectory import StopReason, TrainingSample, Trajectory, TrajectoryWriter
+from skyrl_sdk.trainer import advantages as adv_fns
+from skyrl_sdk.trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
+from skyrl_sdk.trainer.config import AdvantageEstimator, AlgorithmConfig, TrainConfig
+from skyrl_sdk.trainer.data import DataCursor, StalenessGate
+from skyrl_sdk.trainer.learner import LearnerStats
+from skyrl_sdk.trainer.metrics import MultiSink, build_sinks, truncate_metrics
+
+# -- what the loop needs of its backends ------------------------------------------------------
+
+
+class PolicyLearner(Protocol):
+    """What the loop trains: a torch `Learner`, an FSDP2 / DeepSpeed learner, Ray learner
+    actors, or a Tinker endpoint. Called from a worker thread, one call at a time."""
+
+    @property
+    def version(self) -> int:
+        """Policy version of the current weights (one more per `train_step`)."""
+        ...
+
+    def train_step(
+        self, samples: Sequence[TrainingSample], advantages: Sequence[float]
+    ) -> LearnerStats:
+        """One optimizer step on `samples` (one advantage each)."""
+        ...
+
+    def engine_weights(self) -> Any:
+        """The current weights in the form the engine's `update_weights` takes (tensors, a
+        Ray object reference, a tinker:// sampler path)."""
+        ...
+
+    def state_dict(self) -> Mapping[str, Any]:
+        """What a checkpoint stores to resume this learner exactly."""
+        ...
+
+
+class PolicyEngine(Protocol):
+    """What the loop samples from: `LocalEngine`, `VLLMEngine`, Ray engine actors, a Tinker
+    sampling client."""
+
+    name: str
+    """Recorded as every trajectory's `policy`."""
+    policy_version: int
+    """Version of the weights the engine serves (or has queued, for actors)."""
+
+    @property
+    def renderer(self) -> ChatRenderer:
+        """The chat template the engine's tokenizer uses."""
+        ...
+
+    async def generate(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        context: GenerationContext | None = None,
+    ) -> Completion:
+        """One completion of `prompt_token_ids`."""
+        ...
+
+    def update_weights(self, weights: Any, version: int) -> None:
+        """Serve `weights` (from `PolicyLearner.engine_weights`) as `version` from now on;
+        episodes in flight continue (tokens decoded later carry the new version)."""
+        ...
+
+    def wait_for_version(self, version: int, timeout: float | None = 30.0) -> bool:
+        """Block until weights of at least `version` are served; False on timeout."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the engine holds (called once, when training ends)."""
+        ...
+
+
+class RunOutcome(enum.Enum):
+    """How `train` ended (a backend may report it, e.g. to close a remote session)."""
+
+    SUCCESS = "success"
+    ERRORED = "errored"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class Group:
+    """The finished episodes of one task (one GRPO group)."""
+
+    index: int
+    """Position in the run's data order (`DataCursor`)."""
+    task_id: str
+    """The task all episodes played."""
+    admitted_version: int
+    """Learner version when generation started (every token is at least this version)."""
+    trajectories: tuple[Trajectory, ...]
+    """The episodes, in sample order."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished (or resumed and finished) run reports."""
+
+    run_dir: Path
+    """Where metrics, trajectories, checkpoints and the config are."""
+    steps: int
+    """Optimizer steps completed, over all resumes."""
+    version: int
+    """Final policy version."""
+    history: tuple[dict[str, Any], ...]
+    """Metrics of the steps run by this process."""
+    resumed_from: int | None
+    """Step of the checkpoint this process started from (None: fresh run)."""
+
+
+class SeededPolicy:
+    """Gives every (episode, turn) its own sampling seed, derived from the run seed.
+
+    The agent loop reuses one `SamplingParams` for all turns; without this, each turn of an
+    episode would replay the same random stream.
+    """
+
+    def __init__(self, engine: PolicyEngine, seed: int):
+        self.engine = engine
+        self.seed = seed
+        self.name = engine.name
+
+    @property
+    def renderer(self) -> ChatRenderer:
+        return self.engine.renderer
+
+    async def generate(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        context: GenerationContext | None = None,
+    ) -> Completion:
+        if context is not None:
+            key = f"{self.seed}:{context.episode_id}:{context.turn}".encode()
+            sampling = replace(sampling, seed=zlib.crc32(key))
+        return await self.engine.generate(prompt_token_ids, sampling, context=context)
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+
+class TrainingLoop:
+    """The run state and the RL loop; backends (`AsyncTrainer`, `RayTrainer`,
+    `TinkerTrainer`) are constructors that set `learner`, `engine`, `policy` and `limits`.
+
+    Those four are read when `train` starts, so a caller may put its own in their place
+    before (a latency-injecting policy in `skyrl bench async`, device parts in `gpu_check`).
+    """
+
+    learner: PolicyLearner
+    """Trains the policy and hands out its weights."""
+    engine: PolicyEngine
+    """Samples episodes; receives the learner's weights after every step."""
+    policy: Policy
+    """What episodes sample from (the engine, with per-turn seeds: `SeededPolicy`)."""
+    limits: RolloutLimits
+    """Turn and token limits of every episode."""
+    sinks: MultiSink
+    """Where metrics go (`_open_outputs`)."""
+    writer: TrajectoryWriter | None
+    """Where trajectories go (None: `logging.trajectories` is off)."""
+
+    def __init__(self, config: TrainConfig, *, console: Console | None = None):
+        self.config = config
+        self.console = console or Console()
+        self.run_dir = Path(config.out_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        seed_everything(config.seed)
+        # The env's task list; group i plays tasks[cursor.task_index(i)].
+        probe = make_env(config)
+        self.tasks: list[dict[str, Any]] = list(getattr(probe.unwrapped, "tasks", ()))
+        probe.close()
+        self.cursor = DataCursor(len(self.tasks), config.seed)
+        self.step = 0
+        self.resumed_from: int | None = None
+        self.checkpointer = Checkpointer(self.run_dir, keep=config.trainer.keep_checkpoints)
+        self.sampling = sampling_params(config)
+
+    def make_env(self) -> Any:
+        """A fresh env for one episode (Ray mode leases one from its env actors instead)."""
+        return make_env(self.config)
+
+    def run(self) -> TrainResult:
+        """Train to `trainer.steps` (blocking)."""
+        return asyncio.run(self.train())
+
+    async def train(self) -> TrainResult:
+        """Train to `trainer.steps`; see the module docstring for one step."""
+        cfg = self.config.trainer
+        self._start_generation()
+        history: list[dict[str, Any]] = []
+        workers: list[asyncio.Task[None]] = []
+        outcome = RunOutcome.ERRORED
+        try:
+            # The engine serves the learner's weights before the first episode starts.
+            if self.engine.policy_version != self.learner.version:
+                await self._publish()
+            workers = [
+                asyncio.create_task(self._generation_worker(), name=f"gen-{i}")
+                for i in range(cfg.groups_per_step * (cfg.max_staleness + 1))
+            ]
+            for w in workers:
+                w.add_done_callback(self._worker_done)
+            while self.step < cfg.steps:
+                t_step = time.perf_counter()
+                # 1. A batch of finished groups.
+                groups = await self._next_batch()
+                t_wait = time.perf_counter() - t_step
+                # 2. Advantages, flattened to one per training sample.
+                samples, advantages, adv_values = build_batch(groups, self.config.algorithm)
+                # 3. Train off the event loop, so episodes keep running meanwhile.
+                t0 = time.perf_counter()
+                stats = await asyncio.to_thread(self.learner.train_step, samples, advantages)
+                t_train = time.perf_counter() - t0
+                # 4. Publish: queued for the engine, no waiting on episodes in flight.
+                t0 = time.perf_counter()
+                await self._publish()
+                if self.step + 1 < cfg.steps:  # admit no group that no batch will train
+                    await self._gate.advance(self.learner.version)
+                t_sync = time.perf_counter() - t0
+                # 5. Bookkeeping.
+                self.cursor.mark_consumed(g.index for g in groups)
+                self.step += 1
+                metrics = step_metrics(groups, stats, adv_values, self.learner.version)
+                self._backend_metrics(metrics)
+                metrics.update(
+                    {
+                        "time/wait_s": t_wait,
+                        "time/train_s": t_train,
+                        "time/sync_s": t_sync,
+                        "time/step_s": time.perf_counter() - t_step,
+                    }
+                )
+                metrics["throughput/tokens_per_s"] = (
+                    metrics["tokens/generated"] / metrics["time/step_s"]
+                )
+                self.sinks.log(metrics, self.step)
+                history.append({"step": self.step, **metrics})
+                if self.step == cfg.steps or (
+                    cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
+                ):
+                    await asyncio.to_thread(self.save_checkpoint)
+            # The run ends with the engine serving the final weights (no episode after the
+            # last step makes a local engine load them on its own).
+            version = self.learner.version
+            if not await asyncio.to_thread(self.engine.wait_for_version, version):
+                raise RuntimeError(f"the engine did not load the final weights (version {version})")
+            outcome = RunOutcome.SUCCESS
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            outcome = RunOutcome.INTERRUPTED
+            raise
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            await self.engine.aclose()
+            self.sinks.close()
+            if self.writer is not None:
+                self.writer.close()
+            await self._finish(outcome)
+        result = TrainResult(
+            self.run_dir, self.step, self.learner.version, tuple(history), self.resumed_from
+        )
+        (self.run_dir / "summary.json").write_text(json.dumps(self._summary(result)))
+        return result
+
+    async def _publish(self) -> None:
+        """Hand the learner's current weights to the engine."""
+        weights = await asyncio.to_thread(self.learner.engine_weights)
+        self.engine.update_weights(weights, self.learner.version)
+
+    async def _next_batch(self) -> list[Group]:
+        """`groups_per_step` finished groups, earliest admitted first (`pick_batch`). The
+        learner waits while taking a batch now would leave a group (finished or running)
+        unable to be trained within `max_staleness`."""
+        cfg = self.config.trainer
+        chosen: list[int] | None = None
+
+        def ready() -> bool:
+            nonlocal chosen
+            if self._error is not None:
+                return True
+            chosen = pick_batch(
+                {i: g.admitted_version for i, g in self._finished.items()},
+                self._running.values(),
+                self.learner.version,
+                cfg.groups_per_step,
+                cfg.max_staleness,
+            )
+            return chosen is not None
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(ready), cfg.step_timeout_s)
+            except TimeoutError:
+                raise RuntimeError(
+                    f"no batch after {cfg.step_timeout_s} s: {len(self._finished)} groups finished, "
+                    f"{len(self._running)} running"
+                ) from None
+        if self._error is not None:
+            raise RuntimeError("a generation worker failed") from self._error
+        assert chosen is not None
+        return [self._finished.pop(i) for i in chosen]
+
+    # -- generation -----------------------------------------------------------------------
+
+    def _start_generation(self) -> None:
+        """Generation state, shared by the workers and the learner loop (one event loop)."""
+        cfg = self.config.trainer
+        self._gate = StalenessGate(
+            cfg.groups_per_step,
+            cfg.max_staleness,
+            admitted=len(self.cursor.consumed),
+            version=self.learner.version,
+        )
+        self._pending = self.cursor.pending()
+        self._running: dict[int, int] = {}
+        self._finished: dict[int, Group] = {}
+        self._changed = asyncio.Condition()
+        self._error: BaseException | None = None
+
+    async def _generation_worker(self) -> None:
+        """Forever: wait for admission, play one group, hand it over."""
+        while True:
+            version = await self._gate.admit()
+            index = next(self._pending)  # no await since admit(): claims are in order
+            self._running[index] = version
+            task = self.tasks[self.cursor.task_index(index)]
+            trajectories = await asyncio.gather(
+                *(self.play_episode(index, k, task) for k in range(self.config.rollout.group_size))
+            )
+            group = Group(index, str(task.get("task_id", "")), version, tuple(trajectories))
+            async with self._changed:
+                del self._running[index]
+                self._finished[index] = group
+                self._changed.notify_all()
+
+    async def play_episode(self, index: int, k: int, task: dict[str, Any]) -> Trajectory:
+        """Episode `k` of group `index` on a fresh env, recorded to the run's trajectory file."""
+        env = self.make_env()
+        try:
+            trajectory = await rollout(
+                env,
+                self.policy,
+                task,
+                limits=self.limits,
+                sampling=self.sampling,
+                episode_id=f"g{index}/{task.get('task_id', '')}#{k}",
+                env_id=self.config.env.id,
+            )
+        finally:
+            env.close()
+        if self.writer is not None:
+            self.writer.write(trajectory)
+        return trajectory
+
+    def _worker_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        self._error = task.exception()
+
+        async def wake() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        asyncio.get_running_loop().create_task(wake())
+
+    # -- run outputs and checkpoints ------------------------------------------------------
+
+    def _open_outputs(self) -> None:
+        """Open the metrics sinks and trajectory file (after any resume: `resumed_from`)."""
+        self.sinks, self.writer = open_run_outputs(
+            self.config, self.run_dir, self.resumed_from, self.console
+        )
+
+    def save_checkpoint(self) -> Path:
+        """Save learner, data cursor, RNG and step (called between steps)."""
+        state = CheckpointState(
+            self.step, dict(self.learner.state_dict()), self.cursor.state_dict(), capture_rng()
+        )
+        return self.checkpointer.save(state)
+
+    def _load_checkpoint(self) -> CheckpointState | None:
+        """The run's latest checkpoint, for `--resume` (None, with a notice: start fresh)."""
+        state = self.checkpointer.load()
+        if state is None:
+            self.console.print("[yellow]--resume: no checkpoint found; starting fresh[/yellow]")
+        return state
+
+    def _resume_at(self, state: CheckpointState, detail: str) -> None:
+        """Continue from `state`'s step, data position and RNG (the backend has restored its
+        learner from `state.learner`)."""
+        self.cursor.load_state_dict(state.cursor)
+        restore_rng(state.rng)
+        self.step = self.resumed_from = state.step
+        self.console.print(f"resumed from step {state.step} ({detail})")
+
+    # -- what a backend may add -----------------------------------------------------------
+
+    def _backend_metrics(self, metrics: dict[str, Any]) -> None:
+        """Add the backend's own metrics of the step just trained, drop those it lacks."""
+
+    def _summary(self, result: TrainResult) -> dict[str, Any]:
+        """What `summary.json` holds."""
+        return {
+            "steps": result.steps,
+            "version": result.version,
+            "resumed_from": result.resumed_from,
+        }
+
+    async def _finish(self, outcome: RunOutcome) -> None:
+        """Called once when `train` ends, after the engine and outputs are closed."""
+
+
+# -- pure helpers (tested directly) -------------------------------------------------------
+
+
+def make_env(config: TrainConfig) -> Any:
+    """A fresh env of the run (`config.env`), as every episode gets."""
+    cfg = config.env
+    return skyrl_gym.make(cfg.id, max_turns=cfg.max_turns, **cfg.kwargs)
+
+
+def sampling_params(config: TrainConfig) -> SamplingParams:
+    """The sampling settings every turn of every episode uses."""
+    rollout_cfg = config.rollout
+    return SamplingParams(
+        max_tokens=rollout_cfg.max_tokens,
+        temperature=rollout_cfg.temperature,
+        top_p=rollout_cfg.top_p,
+    )
+
+
+def rollout_limits(config: TrainConfig, engine_context: int | None) -> RolloutLimits:
+    """Turn and token limits of every episode; the context defaults to the engine's."""
+    return RolloutLimits(
+        max_turns=config.env.max_turns,
+        max_tokens=config.rollout.max_tokens,
+        max_context_tokens=config.rollout.max_context_tokens or engine_context,
+    )
+
+
+def open_run_outputs(
+    config: TrainConfig, run_dir: Path, resumed_from: int | None, console: Console
+) -> tuple[MultiSink, TrajectoryWriter | None]:
+    """Write `config.yaml`, drop metrics past the resumed step, and open the metrics sinks and
+    the trajectory file (None when `logging.trajectories` is off)."""
+    (run_dir / "config.yaml").write_text(config.to_yaml())
+    if resumed_from is not None:
+        truncate_metrics(run_dir / "metrics.jsonl", resumed_from)
+    sinks = build_sinks(config.logging, run_dir, config.model_dump(mode="json"), console)
+    writer = (
+        TrajectoryWriter(run_dir / "trajectories.jsonl") if config.logging.trajectories else None
+    )
+    return sinks, writer
+
+
+def pick_batch(
+    finished: Mapping[int, int],
+    running: Iterable[int],
+    version: int,
+    groups_per_step: int,
+    max_staleness: int,
+) -> list[int] | None:
+    """The groups to train at learner `version`, or None to wait for more to finish.
+
+    `finished` maps group index -> admitted version; `running` holds the admitted versions of
+    groups still generating. A group admitted at version u must be trained at version
+    <= u + max_staleness. Finished groups are taken earliest admitted first, and only if every
+    group left behind can still meet its bound in later steps: for k = 0..max_staleness, at
+    most k * groups_per_step of them were admitted at versions <= version - max_staleness + k.
+    (Taking fast young groups while several old ones still run would otherwise leave more
+    overdue groups than one batch holds.) Admission control keeps this always reachable.
+    """
+    if len(finished) < groups_per_step:
+        return None
+    ordered = sorted(finished, key=lambda i: (finished[i], i))
+    left = [finished[i] for i in ordered[groups_per_step:]] + list(running)
+    for k in range(max_staleness + 1):
+        limit = version - max_staleness + k
+        if sum(v <= limit for v in left) > k * groups_per_step:
+            return None
+    return ordered[:groups_per_step]
+
+
+def build_batch(
+    groups: Sequence[Group], algorithm: AlgorithmConfig
+) -> tuple[list[TrainingSample], list[float], list[float]]:
+    """Samples with one advantage each, from finished groups.
+
+    Returns (samples, advantage per sample, advantage per episode). Episodes without exact
+    sampled ids (failed at reset, text-only) still count in their group's baseline but add no
+    samples. With `filter_zero_variance`, groups whose rewards are all equal are left out
+    (unless that would leave nothing).
+    """
+    rewards = torch.tensor(
+        [[t.reward for t in g.trajectories] for g in groups], dtype=torch.float64
+    )
+    if algorithm.advantage is AdvantageEstimator.RLOO:
+        adv = adv_fns.rloo_advantages(rewards)
+    else:
+        adv = adv_fns.grpo_advantages(
+            rewards, normalize_std=algorithm.advantage is AdvantageEstimator.GRPO
+        )
+    keep = [True] * len(groups)
+    if algorithm.filter_zero_variance:
+        mask = adv_fns.nonzero_variance_groups(rewards).tolist()
+        if any(mask):
+            keep = mask
+    samples: list[TrainingSample] = []
+    per_sample: list[float] = []
+    per_episode: list[float] = []
+    for g, row, kept in zip(groups, adv.tolist(), keep, strict=True):
+        per_episode.extend(row)
+        if not kept:
+            continue
+        for trajectory, a in zip(g.trajectories, row, strict=True):
+            if not trajectory.trainable:
+                continue
+            for sample in trajectory.training_samples():
+                if any(sample.loss_mask):
+                    samples.append(sample)
+                    per_sample.append(float(a))
+    if not samples:
+        raise RuntimeError(
+            "no trainable samples in this batch (every episode failed or was text-only)"
+        )
+    return samples, per_sample, per_episode
+
+
+def step_metrics(
+    groups: Sequence[Group], stats: LearnerStats, advantages: Sequence[float], version: int
+) -> dict[str, Any]:
+    """Flat metrics of one step from its groups and the learner's stats."""
+    episodes = [t for g in groups for t in g.trajectories]
+    n = max(len(episodes), 1)
+    rewards = [t.reward for t in episodes]
+    adv = torch.tensor(list(advantages) or [0.0], dtype=torch.float64)
+    stops = Counter(t.stop_reason for t in episodes)
+    out: dict[str, Any] = {
+        "version": version,
+        "reward/mean": sum(rewards) / n,
+        "reward/min": min(rewards, default=0.0),
+        "reward/max": max(rewards, default=0.0),
+        "success/rate": sum(t.success for t in episodes) / n,
+        "advantage/mean": float(adv.mean()),
+        "advantage/abs_mean": float(adv.abs().mean()),
+        "advantage/std": float(adv.std()) if adv.numel() > 1 else 0.0,
+        "loss/total": stats.loss,
+        "loss/policy": stats.policy_loss,
+        "policy/kl_ref": stats.kl_ref,
+        "policy/kl_sampler": stats.kl_sampler,
+        "policy/entropy": stats.entropy,
+        "policy/clip_fraction": stats.clip_fraction,
+        "policy/tis_clip_fraction": stats.tis_clip_fraction,
+        "policy/ratio_mean": stats.ratio_mean,
+        "optim/grad_norm": stats.grad_norm,
+        "optim/lr": stats.lr,
+        "staleness/mean": stats.staleness_mean,
+        "staleness/max": stats.staleness_max,
+        "tokens/generated": sum(t.num_generated_tokens for t in episodes),
+        "tokens/trained": stats.tokens,
+        "throughput/train_tokens_per_s": stats.tokens / max(stats.duration_s, 1e-9),
+        "episode/turns": sum(len(t.turns) for t in episodes) / n,
+        "episode/parse_errors": sum(t.parse_errors for t in episodes) / n,
+        "episode/duration_s": sum(t.duration_s for t in episodes) / n,
+        "time/gen_s": sum(turn.llm_s for t in episodes for turn in t.turns),
+        "time/env_s": sum(turn.env_s for t in episodes for turn in t.turns),
+        "groups": [g.index for g in groups],
+        "tasks": [g.task_id for g in groups],
+    }
+    for reason in StopReason:
+        out[f"stop/{reason.value}"] = stops.get(reason, 0) / n
+    return out
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
