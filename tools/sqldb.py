@@ -436,6 +436,9 @@ class DuckDBDatabase(ReadOnlyDatabase):
                         "memory_limit": f"{self.limits.max_memory_growth_bytes}B",
                         "threads": self.limits.duckdb_threads,
                         "max_temp_directory_size": f"{self.limits.duckdb_temp_bytes}B",
+                        # No spill directory at all unless spilling is allowed: with a 0-byte
+                        # cap DuckDB may still create `<db>.tmp` next to the data.
+                        **({} if self.limits.duckdb_temp_bytes else {"temp_directory": ""}),
                     },
                 )
                 base.execute("SET lock_configuration = true")
