@@ -11,6 +11,7 @@ When no engine can be started, docker tests skip and say why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import shutil
@@ -53,11 +54,12 @@ _BWRAP_PROBLEM = bwrap_usable()
 needs_bwrap = pytest.mark.skipif(_BWRAP_PROBLEM is not None, reason=_BWRAP_PROBLEM or "")
 
 
-@pytest.fixture
-def host_listener() -> Iterator[int]:
-    """A TCP listener on the host's 127.0.0.1; yields its port."""
+@contextlib.contextmanager
+def tcp_listener(host: str, reply: bytes) -> Iterator[int]:
+    """A TCP server on the host's `host` that sends `reply` to every connection; yields its
+    port. Tests of network isolation connect to it from inside a sandbox."""
     server = socket.socket()
-    server.bind(("127.0.0.1", 0))
+    server.bind((host, 0))
     server.listen(16)
     stop = threading.Event()
 
@@ -69,14 +71,23 @@ def host_listener() -> Iterator[int]:
             except OSError:
                 continue
             with conn:
-                conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+                conn.sendall(reply)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(2)
-    server.close()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(2)
+        server.close()
+
+
+@pytest.fixture
+def host_listener() -> Iterator[int]:
+    """An HTTP-ish listener on the host's 127.0.0.1 answering "hello"; yields its port."""
+    with tcp_listener("127.0.0.1", b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello") as port:
+        yield port
 
 
 def processes_matching(marker: str) -> list[int]:

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from skyrl_sdk.sandboxes import ExecStatus, SandboxError, SandboxSpec, create_sandbox, reap
-from tests.conftest import arun
+from tests.conftest import arun, tcp_listener
 
 pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("docker")]
 
@@ -154,27 +153,8 @@ def _primary_address() -> str | None:
 @pytest.fixture
 def host_any_listener() -> Iterator[int]:
     """A TCP server on the host's 0.0.0.0 that answers "hello"; yields its port."""
-    server = socket.socket()
-    server.bind(("0.0.0.0", 0))
-    server.listen(8)
-    server.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.sendall(b"hello")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(2)
-    server.close()
+    with tcp_listener("0.0.0.0", b"hello") as port:
+        yield port
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="networked docker sandboxes need root")
