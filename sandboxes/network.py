@@ -445,8 +445,11 @@ def _pasta_exited(gate: int) -> bool:
             state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if cmdline == own:
-            return False  # forked, not yet exec'd: too early to tell
+        if cmdline == own or not cmdline:
+            # Forked but not yet exec'd, or in the middle of an execve (nsenter -> setpriv
+            # -> pasta), when /proc shows an empty command line: too early to tell. Reading
+            # that as "pasta is gone" failed networked starts now and then under load.
+            return False
         if b"\0--no-map-gw\0" in cmdline:  # every stage: nsenter, setpriv, pasta
             return state in ("Z", "X")
         started = True
