@@ -9,7 +9,7 @@ re-tokenized text; text-only backends are wrapped and mark their completions `te
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -52,6 +52,8 @@ class SamplingParams:
     """Token ids that end the completion (they are kept as its last token)."""
     seed: int | None = None
     """Seed for this request's sampler (None: nondeterministic)."""
+    top_logprobs: int = 0
+    """Also return this many most likely alternatives per sampled token (0: none)."""
 
     def with_stop_tokens(self, ids: Sequence[int]) -> SamplingParams:
         """A copy whose `stop_token_ids` also contains `ids`."""
@@ -94,6 +96,9 @@ class Completion:
     text_only: bool = False
     """True when the backend returned text only: `token_ids` are then a re-tokenization, not
     the sampled ids, and the turn must not be trained on."""
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    """Per sampled token, the `SamplingParams.top_logprobs` most likely `(token_id, logprob)`
+    alternatives, most likely first (None when not asked for or not supported)."""
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
@@ -102,10 +107,22 @@ class Completion:
             )
         if self.token_policy_versions and len(self.token_policy_versions) != len(self.token_ids):
             raise ValueError("token_policy_versions must have one entry per token")
+        if self.top_logprobs is not None and len(self.top_logprobs) != len(self.token_ids):
+            raise ValueError("top_logprobs must have one entry per token")
 
     def versions(self) -> tuple[int, ...]:
         """The policy version of every token."""
         return self.token_policy_versions or (self.policy_version,) * len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """Tokens a streaming policy has sampled since its previous chunk."""
+
+    token_ids: tuple[int, ...]
+    """The newly sampled ids, in order."""
+    logprobs: tuple[float, ...] | None = None
+    """Sampler log-probability of each id (None when the backend gives none)."""
 
 
 @runtime_checkable
@@ -132,4 +149,25 @@ class Policy(Protocol):
 
     async def aclose(self) -> None:
         """Release connections, threads and models. Safe to call twice."""
+        ...
+
+
+@runtime_checkable
+class StreamingPolicy(Policy, Protocol):
+    """A `Policy` that can also hand out tokens as they are sampled (`skyrl serve` streams them).
+
+    `generate_stream` yields `TokenChunk`s and then exactly one `Completion`, equal to what
+    `generate` would have returned for the same arguments (same seed, same tokens); the chunks'
+    ids concatenated are the completion's `token_ids`. Closing the iterator early (a client that
+    disconnected) cancels the request and frees its slot in the engine.
+    """
+
+    def generate_stream(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        context: GenerationContext | None = None,
+    ) -> AsyncIterator[TokenChunk | Completion]:
+        """Stream one completion continuing `prompt_token_ids`."""
         ...
