@@ -48,11 +48,14 @@ class StopReason(enum.Enum):
     """The env raised (reset, step or scoring); see `Trajectory.error`."""
     POLICY_ERROR = "policy_error"
     """The policy could not produce a completion (server down, bad response)."""
+    AGENT_ERROR = "agent_error"
+    """An external agent command (`--agent command:CMD`) was missing or not executable,
+    crashed, was killed, or never called the model; see `Trajectory.error`."""
 
     @property
     def is_error(self) -> bool:
         """True for infrastructure failures; `skyrl eval --resume` reruns these episodes."""
-        return self in (StopReason.ENV_ERROR, StopReason.POLICY_ERROR)
+        return self in (StopReason.ENV_ERROR, StopReason.POLICY_ERROR, StopReason.AGENT_ERROR)
 
 
 class SegmentStart(enum.Enum):
