@@ -11,18 +11,26 @@
     until the env ends the episode, a limit hits, or something fails
 
 Failures never escape as exceptions: they end the episode with a `StopReason`, and the turns
-played so far are kept. `run_episodes` runs many rollouts concurrently on one event loop.
+played so far are kept. That includes an env that breaks the step protocol: a step whose
+observation is not a list of messages, whose reward is not a finite number, or whose `info`
+does not parse as a `skyrl_gym.step_info.StepInfo` (an unknown `parse_error` kind, a
+`tool_calls` entry without a name, ...) ends the episode with `StopReason.ENV_ERROR` and a
+message naming the bad key; that turn is not recorded. `run_episodes` runs many rollouts
+concurrently on one event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import math
+import numbers
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_gym.step_info import StepInfo, StepInfoError
 from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
 from skyrl_sdk.agents.trajectory import (
@@ -33,8 +41,7 @@ from skyrl_sdk.agents.trajectory import (
     TrajectoryWriter,
     Turn,
 )
-from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
-from skyrl_sdk.tools.messages import Message
+from skyrl_sdk.tools.messages import Message, is_message
 
 
 class ContextPolicy(enum.Enum):
@@ -219,14 +226,19 @@ async def _play(
         except Exception as e:
             raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: {type(e).__name__}: {e}") from e
         env_s = time.perf_counter() - t_env
-        ended = bool(terminated or truncated)
-        # 4. Append: sampled ids as they are, then the template's delta for the observation
+        # 4. Read the step protocol; a malformed step ends the episode as an env error.
+        step, terminated, truncated = _read_step(observation, reward, terminated, truncated, info)
+        # 5. Append: sampled ids as they are, then the template's delta for the observation
         #    (only when another turn follows; the last turn ends at the sampled ids).
         delta: tuple[int, ...] = ()
-        if state.renderer is not None and not ended and index + 1 < limits.max_turns:
+        if (
+            state.renderer is not None
+            and not (terminated or truncated)
+            and index + 1 < limits.max_turns
+        ):
             try:
                 delta = state.renderer.turn_delta(state.prompt, completion.token_ids, observation)
-            except TemplateError as e:
+            except Exception as e:  # TemplateError or a template that cannot render these
                 raise _EpisodeEnd(StopReason.POLICY_ERROR, f"render: {e}") from e
         state.turns.append(
             _make_turn(
@@ -235,8 +247,8 @@ async def _play(
                 completion,
                 observation,
                 delta,
-                reward,
-                info,
+                float(reward),
+                step,
                 llm_s,
                 env_s,
             )
@@ -245,10 +257,9 @@ async def _play(
         state.ids.extend(delta)
         state.history.append({"role": "assistant", "content": completion.text})
         state.history.extend(observation)
-        episode_info = info.get("episode") if isinstance(info, dict) else None
-        if isinstance(episode_info, dict) and "correct" in episode_info:
-            state.success = bool(episode_info["correct"])
-        # 5. Decide whether the episode goes on.
+        if step.correct is not None:
+            state.success = step.correct
+        # 6. Decide whether the episode goes on.
         if terminated:
             raise _EpisodeEnd(StopReason.DONE)
         if truncated:
@@ -267,6 +278,37 @@ async def _play(
             consecutive_parse_errors = 0
 
 
+def _read_step(
+    observation: object, reward: object, terminated: object, truncated: object, info: object
+) -> tuple[StepInfo, bool, bool]:
+    """The step's typed info and end flags, after checking the rest of the 5-tuple;
+    `_EpisodeEnd` with `ENV_ERROR` and a message naming what is wrong when the env broke
+    the protocol."""
+    problem = None
+    flags = []
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        try:
+            flags.append(bool(flag))
+        except Exception:  # e.g. a numpy array of several values
+            problem = f"{name} must be a bool, got {type(flag).__name__} {flag!r:.40}"
+    if problem is not None:
+        pass
+    elif not isinstance(observation, list | tuple):
+        problem = f"observation must be a list of messages, got {type(observation).__name__}"
+    elif (
+        bad := next((i for i, m in enumerate(observation) if not is_message(m)), None)
+    ) is not None:
+        problem = f"observation message {bad} is not a chat message: {observation[bad]!r:.120}"
+    elif not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+        problem = f"reward must be a finite number, got {type(reward).__name__} {reward!r:.40}"
+    else:
+        try:
+            return StepInfo.read(info), flags[0], flags[1]
+        except StepInfoError as e:
+            problem = str(e)
+    raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: malformed result: {problem}")
+
+
 def _make_turn(
     index: int,
     segment: int,
@@ -274,16 +316,10 @@ def _make_turn(
     observation: Sequence[Message],
     delta: tuple[int, ...],
     reward: float,
-    info: dict[str, Any],
+    step: StepInfo,
     llm_s: float,
     env_s: float,
 ) -> Turn:
-    raw_calls = info.get("tool_calls") or ()
-    calls = tuple(ToolCall(c["name"], dict(c.get("arguments", {})), c.get("id")) for c in raw_calls)
-    raw_error = info.get("parse_error")
-    parse_error = (
-        ParseError(ParseErrorKind(raw_error["kind"]), raw_error["message"]) if raw_error else None
-    )
     return Turn(
         index=index,
         segment=segment,
@@ -295,8 +331,8 @@ def _make_turn(
         observation=tuple(observation),
         observation_ids=delta,
         reward=float(reward),
-        tool_calls=calls,
-        parse_error=parse_error,
+        tool_calls=step.tool_calls,
+        parse_error=step.parse_error,
         llm_s=llm_s,
         env_s=env_s,
         text_only=completion.text_only,

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 
+from skyrl_gym.step_info import StepInfo, StepInfoError
 from skyrl_sdk.tools.messages import is_message
 
 EnvSource = gym.Env | Callable[[], gym.Env]
@@ -143,6 +144,21 @@ def check_step_return_type(env: gym.Env) -> None:
         _fail(f"step() info must be a dict, got {type(info).__name__}")
 
 
+def check_step_info(env: gym.Env) -> None:
+    """Every step's `info` follows the step protocol (`skyrl_gym.step_info`): `tool_calls`,
+    `parse_error`, `truncated_by` and `episode.correct` parse into a `StepInfo`. Plays the
+    probe action until the episode ends (at most 16 steps)."""
+    _reset(env)
+    for turn in range(16):
+        _, _, terminated, truncated, info = _step(env, PROBE_ACTION if turn else "")
+        try:
+            StepInfo.read(info)
+        except StepInfoError as e:
+            _fail(f"step {turn + 1}: {e} (see skyrl_gym.step_info for the protocol)")
+        if terminated or truncated:
+            return
+
+
 def check_step_determinism(env: gym.Env) -> None:
     """The same seed and action give the same step result."""
     outcomes = []
@@ -216,6 +232,7 @@ CHECKS: tuple[Callable[[gym.Env], None], ...] = (
     check_reset_return_type,
     check_reset_seed_determinism,
     check_step_return_type,
+    check_step_info,
     check_step_determinism,
     check_hostile_actions,
     check_async_matches_sync,

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn
+from skyrl_gym.step_info import StepInfo
 from skyrl_gym.tool_env import ToolEnv, Tooling, answer, resolve_format
 from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxSpec, background_loop, create_sandbox
 from skyrl_sdk.tools import Tool, ToolFormat, Toolset, XMLTagFormat
@@ -127,10 +128,8 @@ class SandboxToolEnv(ToolEnv):
             return [self.tool_format.error_message(turn.error)], 0.0, False, False, turn.info
         if turn.answer is not None:
             reward = float(await self.ascore(self.task, turn.answer))
-            turn.info["episode"] = {
-                **self.episode_metrics(turn.answer, reward),
-                **self.episode_info(),
-            }
+            metrics = {**self.episode_metrics(turn.answer, reward), **self.episode_info()}
+            StepInfo(tuple(turn.calls), episode=metrics).write(turn.info)
             return [], reward, True, False, turn.info
         observations = []
         for call in turn.calls:

@@ -4,6 +4,9 @@ Each turn the model's reply is parsed with the env's `ToolFormat`. Tool calls ru
 results come back as the next observation; a call to `answer` ends the episode with the reward
 from `score`. A malformed reply becomes an observation that says what was wrong (and counts in
 `info["parse_error"]`), so the model can recover on its next turn.
+
+Every step's `info` is written through `StepInfo` (`skyrl_gym.step_info`), the typed step
+protocol: `tool_calls`, `parse_error`, and at the end `episode` with `correct`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
+from skyrl_gym.step_info import StepInfo
 from skyrl_sdk.tools import (
     ParseError,
     ParseErrorKind,
@@ -85,7 +89,7 @@ class ParsedTurn:
     calls: list[ToolCall]
     """Calls that parsed and passed their schema check, in order."""
     info: dict[str, Any]
-    """The step's `info`: `tool_calls` (as JSON) and `parse_error` (None or its JSON)."""
+    """The step's `info`, written by `StepInfo.write`: `tool_calls` and `parse_error`."""
     error: ParseError | None = None
     """Why the reply could not be used; the env answers with the format's error message."""
     answer: str | None = None
@@ -127,11 +131,10 @@ class ToolEnv(TaskEnv):
         parsed = self.tool_format.parse(coerce_action(action))
         calls = parsed.tool_calls
         error = parsed.error or next(filter(None, map(self.toolset.check, calls)), None)
-        info: dict[str, Any] = {"tool_calls": [c.to_json() for c in calls], "parse_error": None}
         if error is None and not calls:
             error = ParseError(ParseErrorKind.NO_ACTION, self.no_action_hint)
+        info = StepInfo(tuple(calls), error).write()
         if error is not None:
-            info["parse_error"] = error.to_json()
             return ParsedTurn(calls, info, error=error)
         final = next((c for c in calls if c.name == answer.name), None)
         given = None if final is None else str(final.arguments.get("answer", ""))
@@ -153,6 +156,7 @@ class ToolEnv(TaskEnv):
             return [self.tool_format.error_message(turn.error)], 0.0, False, False, turn.info
         if turn.answer is not None:
             reward = float(self.score(self.task, turn.answer))
-            turn.info["episode"] = self.episode_metrics(turn.answer, reward)
+            metrics = self.episode_metrics(turn.answer, reward)
+            StepInfo(tuple(turn.calls), episode=metrics).write(turn.info)
             return [], reward, True, False, turn.info
         return self.run_tools(turn.calls, turn.info), 0.0, False, False, turn.info

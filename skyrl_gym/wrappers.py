@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, coerce_action
+from skyrl_gym.step_info import InfoKey, TruncatedBy
 
 
 class TextWrapper(gym.Wrapper[Messages, str, Messages, str]):
@@ -77,15 +78,17 @@ class EpisodeGuard(TextWrapper):
         messages, reward, terminated, truncated, info = result
         self._turns += 1
         self._return += reward
-        if info.get("parse_error") is not None:
+        if not isinstance(info, dict):  # broken env: left for check_env / the loop to report
+            return result
+        if info.get(InfoKey.PARSE_ERROR.value) is not None:
             self._parse_errors += 1
-        if tool_calls := info.get("tool_calls"):
+        if isinstance(tool_calls := info.get(InfoKey.TOOL_CALLS.value), list | tuple):
             self._tool_calls += len(tool_calls)
         if not (terminated or truncated):
             if self.max_turns is None or self._turns < self.max_turns:
                 return result
             truncated = True
-            info["truncated_by"] = "max_turns"
+            info[InfoKey.TRUNCATED_BY.value] = TruncatedBy.MAX_TURNS.value
         self._active = False
         episode = {
             "return": self._return,
@@ -96,9 +99,12 @@ class EpisodeGuard(TextWrapper):
             "truncated": bool(truncated),
             "duration_s": time.perf_counter() - self._started,
         }
-        if env_metrics := info.get("episode"):
-            episode.update(env_metrics)
-        info["episode"] = episode
+        env_metrics = info.get(InfoKey.EPISODE.value)
+        if env_metrics is None or isinstance(env_metrics, dict):
+            # A malformed value is left as it is, for `StepInfo.read` (check_env, the agent
+            # loop) to report by name.
+            episode.update(env_metrics or {})
+            info[InfoKey.EPISODE.value] = episode
         return messages, reward, terminated, truncated, info
 
     def reset(

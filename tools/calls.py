@@ -21,6 +21,20 @@ class ToolCall:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": self.arguments, "id": self.id}
 
+    @classmethod
+    def from_json(cls, obj: object) -> ToolCall:
+        """Inverse of `to_json`; `ValueError` naming the bad field for anything else."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"a tool call must be an object, got {type(obj).__name__}")
+        name, arguments, call_id = obj.get("name"), obj.get("arguments", {}), obj.get("id")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f'"name" must be a non-empty string, got {name!r:.80}')
+        if not isinstance(arguments, dict):
+            raise ValueError(f'"arguments" must be an object, got {type(arguments).__name__}')
+        if call_id is not None and not isinstance(call_id, str):
+            raise ValueError(f'"id" must be a string or null, got {type(call_id).__name__}')
+        return cls(name, dict(arguments), call_id)
+
 
 class ParseErrorKind(enum.Enum):
     """Why a model's text could not be turned into tool calls."""
@@ -50,6 +64,22 @@ class ParseError:
 
     def to_json(self) -> dict[str, str]:
         return {"kind": self.kind.value, "message": self.message}
+
+    @classmethod
+    def from_json(cls, obj: object) -> ParseError:
+        """Inverse of `to_json`; `ValueError` naming the bad field (an unknown `kind` lists
+        the known ones)."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"a parse error must be an object, got {type(obj).__name__}")
+        kind, message = obj.get("kind"), obj.get("message")
+        try:
+            parsed = ParseErrorKind(kind)
+        except (ValueError, TypeError):
+            known = ", ".join(k.value for k in ParseErrorKind)
+            raise ValueError(f'unknown "kind" {kind!r:.80}; known: {known}') from None
+        if not isinstance(message, str):
+            raise ValueError(f'"message" must be a string, got {type(message).__name__}')
+        return cls(parsed, message)
 
 
 @dataclass(frozen=True)

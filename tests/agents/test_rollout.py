@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 
+import numpy as np
 import pytest
 
 import skyrl_gym
@@ -102,6 +103,74 @@ def test_env_and_policy_errors_end_the_episode_without_raising(
     t = play(ScriptedPolicy(["<calculator>2</calculator>"], renderer=chatml_renderer))
     assert t.stop_reason is StopReason.POLICY_ERROR and "turn 1" in (t.error or "")
     assert len(t.turns) == 1
+
+
+class MalformedOnSecondStep(TaskEnv):
+    """A well-formed first step, then the given malformed 5-tuple."""
+
+    inline_async = True
+
+    def __init__(self, bad):
+        super().__init__()
+        self.bad = bad
+
+    def start(self, task):
+        self.steps = 0
+        return [{"role": "user", "content": "go"}]
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 2:
+            return self.bad
+        ok = {"tool_calls": [{"name": "look", "arguments": {}}], "parse_error": None}
+        return [{"role": "user", "content": "more"}], 0.5, False, False, ok
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        (
+            ([], 1.0, True, False, {"parse_error": {"kind": "made_up", "message": "?"}}),
+            "info['parse_error']: unknown \"kind\" 'made_up'",
+        ),
+        (([], 0.0, False, False, {"tool_calls": "sql"}), "info['tool_calls']: must be a list"),
+        (
+            ([], 0.0, False, False, {"tool_calls": [{"arguments": {}}]}),
+            "info['tool_calls[0]']: \"name\"",
+        ),
+        (([], 1.0, True, False, {"episode": {"correct": "no"}}), "info['episode.correct']"),
+        (([], 1.0, True, False, {"truncated_by": 3}), "info['truncated_by']: unknown value 3"),
+        (([], 1.0, True, False, None), "info must be a dict, got NoneType"),
+        (([], float("nan"), True, False, {}), "reward must be a finite number"),
+        (([], "1", True, False, {}), "reward must be a finite number, got str"),
+        (("hi", 0.0, False, False, {}), "observation must be a list of messages, got str"),
+        (([{"role": "narrator", "content": "x"}], 0.0, False, False, {}), "message 0 is not"),
+        (([], 0.0, np.array([True, False]), False, {}), "terminated must be a bool, got ndarray"),
+        (([], 0.0, False, False), "step: ValueError"),  # a 4-tuple
+    ],
+)
+def test_malformed_step_results_end_the_episode_as_env_errors(
+    chatml_renderer: ChatRenderer, bad, words
+) -> None:
+    """Whatever an env returns, rollout returns a trajectory (never raises), the turns before
+    the bad step are kept, and the error names what was wrong."""
+    t = play(
+        ScriptedPolicy(["a", "b", "c"], renderer=chatml_renderer),
+        env=MalformedOnSecondStep(bad),
+        task={"task_id": "x"},
+    )
+    assert t.stop_reason is StopReason.ENV_ERROR and words in (t.error or ""), t.error
+    assert len(t.turns) == 1 and t.turns[0].tool_calls[0].name == "look" and t.reward == 0.5
+
+
+def test_numpy_flags_and_rewards_are_accepted(chatml_renderer: ChatRenderer) -> None:
+    bad = ([], np.float32(1.0), np.bool_(True), np.bool_(False), {"episode": {"correct": True}})
+    t = play(
+        ScriptedPolicy(["a", "b"], renderer=chatml_renderer),
+        env=MalformedOnSecondStep(bad),
+        task={"task_id": "x"},
+    )
+    assert t.stop_reason is StopReason.DONE and t.reward == 1.5 and t.success is True
 
 
 def test_context_overflow_stops(chatml_renderer: ChatRenderer) -> None:

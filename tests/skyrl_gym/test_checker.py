@@ -80,7 +80,7 @@ def test_gymnasium_checker_runs_on_the_unwrapped_env():
 
 def test_every_check_is_listed_once_and_documented():
     names = [c.__name__ for c in CHECKS]
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == 11
     assert all(c.__doc__ for c in CHECKS)
 
 

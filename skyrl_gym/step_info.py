@@ -1,0 +1,171 @@
+"""The step protocol: the `info` keys the agent loop reads, as one typed structure.
+
+Gymnasium's `step` returns `info` as a plain dict, and it stays one here: wrappers, vector
+envs and loggers handle it as a dict of JSON values, and any env may add keys of its own.
+The few keys the agent loop, the metrics and the trainer *read* are the step protocol, and
+`StepInfo` is their type:
+
+| key                      | JSON value                                     | `StepInfo` field |
+|--------------------------|------------------------------------------------|------------------|
+| `tool_calls`             | list of `{"name", "arguments", "id"}`          | `tool_calls`     |
+| `parse_error`            | `{"kind": ParseErrorKind value, "message"}` or null | `parse_error` |
+| `truncated_by`           | a `TruncatedBy` value (only when truncated)    | `truncated_by`   |
+| `episode`                | object of end-of-episode metrics (last step)   | `episode`        |
+| `episode.correct`        | bool, the env's verdict on the episode         | `correct`        |
+
+Every key is optional; a missing key means "nothing to report" (no calls, no error, ...).
+Envs write the keys with `StepInfo(...).write(info)` (`ToolEnv` does it for you) and readers
+parse them with `StepInfo.read(info)`, which raises `StepInfoError` naming the bad key and
+value instead of a `KeyError` three frames later. `check_env` runs `read` on every step it
+takes, so a malformed `info` is caught before an episode ever reaches a trainer, and the agent
+loop (`rollout`) turns one that slips through into an episode that ends with an env error.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyrl_sdk.tools.calls import ParseError, ToolCall
+
+__all__ = ["InfoKey", "StepInfo", "StepInfoError", "TruncatedBy"]
+
+
+class InfoKey(enum.StrEnum):
+    """The `info` keys of the step protocol (a `str` enum: usable directly as dict keys)."""
+
+    TOOL_CALLS = "tool_calls"
+    """The calls parsed from the reply (list of `ToolCall.to_json()` objects)."""
+    PARSE_ERROR = "parse_error"
+    """Why the reply could not be used (`ParseError.to_json()`), or null."""
+    TRUNCATED_BY = "truncated_by"
+    """Which limit truncated the episode (a `TruncatedBy` value)."""
+    EPISODE = "episode"
+    """End-of-episode metrics (an object; the env's own fields plus `EpisodeGuard`'s summary)."""
+
+
+CORRECT = "correct"
+"""The field of `info["episode"]` holding the env's verdict (bool)."""
+
+
+class TruncatedBy(enum.Enum):
+    """Which limit outside the task stopped the episode (`truncated=True`)."""
+
+    MAX_TURNS = "max_turns"
+    """The turn limit (`EpisodeGuard`'s `max_turns`, or the env's own)."""
+    TIME_LIMIT = "time_limit"
+    """A wall-clock limit of the env."""
+    RESOURCE_LIMIT = "resource_limit"
+    """Another budget of the env: tokens, tool calls, disk, ..."""
+
+
+class StepInfoError(ValueError):
+    """An `info` dict breaks the step protocol; the message names the key and the value."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"info[{key!r}]: {message}")
+        self.key = key
+        """The offending key, dotted for nested ones (`episode.correct`)."""
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """The typed view of one step's `info` (see the module docstring for the keys)."""
+
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Calls parsed from the reply that passed their schema check, in order."""
+    parse_error: ParseError | None = None
+    """Why the reply could not be used; the env answered with an error observation."""
+    truncated_by: TruncatedBy | None = None
+    """The limit that truncated the episode, when one did."""
+    correct: bool | None = None
+    """The env's verdict on the whole episode (`info["episode"]["correct"]`); None when the
+    env gives none (the loop then counts reward > 0 as success)."""
+    episode: Mapping[str, Any] | None = field(default=None, compare=False)
+    """Other end-of-episode metrics from `info["episode"]`, as given (free-form JSON)."""
+
+    def write(self, info: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write the protocol keys into `info` (a new dict when None) and return it.
+
+        `tool_calls` and `parse_error` are always written; `truncated_by` only when set;
+        `correct` and `episode` are merged into `info["episode"]`.
+        """
+        info = {} if info is None else info
+        info[InfoKey.TOOL_CALLS.value] = [c.to_json() for c in self.tool_calls]
+        info[InfoKey.PARSE_ERROR.value] = (
+            None if self.parse_error is None else self.parse_error.to_json()
+        )
+        if self.truncated_by is not None:
+            info[InfoKey.TRUNCATED_BY.value] = self.truncated_by.value
+        if self.episode is not None or self.correct is not None:
+            episode = dict(info.get(InfoKey.EPISODE.value) or {})
+            episode.update(self.episode or {})
+            if self.correct is not None:
+                episode[CORRECT] = self.correct
+            info[InfoKey.EPISODE.value] = episode
+        return info
+
+    @classmethod
+    def read(cls, info: object) -> StepInfo:
+        """Parse the protocol keys of `info`; raise `StepInfoError` on a malformed one.
+
+        Keys outside the protocol are ignored. Never raises anything but `StepInfoError`.
+        """
+        if not isinstance(info, Mapping):
+            raise StepInfoError("", f"info must be a dict, got {type(info).__name__}")
+        calls = _read_calls(info.get(InfoKey.TOOL_CALLS.value))
+        parse_error = _read_parse_error(info.get(InfoKey.PARSE_ERROR.value))
+        truncated_by = _read_truncated_by(info.get(InfoKey.TRUNCATED_BY.value))
+        episode = info.get(InfoKey.EPISODE.value)
+        correct = None
+        if episode is not None:
+            if not isinstance(episode, Mapping):
+                raise StepInfoError(
+                    InfoKey.EPISODE.value,
+                    f"must be an object of metrics, got {type(episode).__name__} {episode!r:.80}",
+                )
+            correct = episode.get(CORRECT)
+            if correct is not None and not isinstance(correct, bool):
+                raise StepInfoError(
+                    f"{InfoKey.EPISODE.value}.{CORRECT}",
+                    f"must be a bool, got {type(correct).__name__} {correct!r:.80}",
+                )
+        return cls(calls, parse_error, truncated_by, correct, episode)
+
+
+def _read_calls(value: object) -> tuple[ToolCall, ...]:
+    key = InfoKey.TOOL_CALLS.value
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise StepInfoError(key, f"must be a list of calls, got {type(value).__name__}")
+    calls = []
+    for i, raw in enumerate(value):
+        try:
+            calls.append(ToolCall.from_json(raw))
+        except ValueError as e:
+            raise StepInfoError(f"{key}[{i}]", str(e)) from None
+    return tuple(calls)
+
+
+def _read_parse_error(value: object) -> ParseError | None:
+    if value is None:
+        return None
+    try:
+        return ParseError.from_json(value)
+    except ValueError as e:
+        raise StepInfoError(InfoKey.PARSE_ERROR.value, str(e)) from None
+
+
+def _read_truncated_by(value: object) -> TruncatedBy | None:
+    if value is None:
+        return None
+    try:
+        return TruncatedBy(value)
+    except (ValueError, TypeError):
+        known = ", ".join(t.value for t in TruncatedBy)
+        raise StepInfoError(
+            InfoKey.TRUNCATED_BY.value, f"unknown value {value!r:.80}; known: {known}"
+        ) from None
