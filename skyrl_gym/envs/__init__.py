@@ -51,6 +51,12 @@ register(
     max_turns=30,
 )
 register(
+    "terminal-gen",
+    "skyrl_gym.envs.terminal_gen.env:TerminalGenEnv",
+    description="Generated shell tasks (Harbor folders, train/heldout splits): <bash> then <answer>.",
+    max_turns=6,
+)
+register(
     "swe",
     "skyrl_gym.envs.swe.env:SWEEnv",
     description="SWE-bench: fix an issue in a sandboxed repository; reward = resolved check.",
