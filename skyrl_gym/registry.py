@@ -2,6 +2,10 @@
 
 `make` builds the env and wraps it in `EpisodeGuard`: no step before reset or after the end,
 the turn limit (sets `truncated`), valid-`str` actions, and a summary in `info["episode"]`.
+
+Envs written for SkyRL's `skyrl-gym` register and make the SkyRL way too:
+`register(id=..., entry_point=..., kwargs={...})` and `make(id, env_config=..., extras=...)`;
+an entry point that is a SkyRL env class is wrapped in `skyrl_compat.SkyRLTextEnv`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 import gymnasium as gym
 
 from skyrl_gym.core import TextEnv
+from skyrl_gym.envs.base_text_env import Env as SkyRLEnv
+from skyrl_gym.skyrl_compat import SkyRLFactory, adapt_factory
 from skyrl_gym.wrappers import EpisodeGuard
 
 EnvFactory = Callable[..., TextEnv]
@@ -100,7 +106,13 @@ def register(
     guard: bool = True,
     **kwargs: Any,
 ) -> EnvSpec:
-    """Register an env id. Registering the same spec twice is a no-op; a different one raises."""
+    """Register an env id. Registering the same spec twice is a no-op; a different one raises.
+
+    Keyword arguments are the env's constructor defaults; SkyRL's spelling, one dict given as
+    `kwargs={...}`, means the same.
+    """
+    if "kwargs" in kwargs and isinstance(kwargs["kwargs"], Mapping | None):
+        kwargs = {**(kwargs.pop("kwargs") or {}), **kwargs}
     if not isinstance(id, str) or not id or any(c.isspace() for c in id):
         raise RegistrationError(f"env id must be a non-empty string without spaces, got {id!r}")
     new = EnvSpec(id, entry_point, description, max_turns, dict(kwargs), guard)
@@ -167,8 +179,10 @@ def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> g
     env_spec = id if isinstance(id, EnvSpec) else (_registry.get(id) or spec(id))
     factory = _factories.get(env_spec.entry_point)
     if factory is None:
-        factory = _factories[env_spec.entry_point] = env_spec.load()
+        factory = _factories[env_spec.entry_point] = adapt_factory(env_spec.load())
     turns = max_turns if max_turns is not None else env_spec.max_turns
+    if max_turns is None and turns is not None and type(factory) is SkyRLFactory:
+        max_turns = turns  # a SkyRL env reads its turn limit from extras["max_turns"]
     if kwargs or (max_turns is not None and _takes_max_turns(factory)):
         kwargs = {**env_spec.kwargs, **kwargs}
         if max_turns is not None and _takes_max_turns(factory):
@@ -177,6 +191,11 @@ def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> g
         kwargs = env_spec.kwargs  # the common case: no copy
     env = factory(**kwargs)
     if type(env) not in _text_env_types and not isinstance(env, TextEnv):
+        if isinstance(env, SkyRLEnv):  # a function returning a SkyRL env: build one per episode
+            env.close()
+            kwargs = {k: v for k, v in kwargs.items() if k != "max_turns"}
+            skyrl_spec = EnvSpec(env_spec.id, SkyRLFactory(factory), guard=env_spec.guard)
+            return make(skyrl_spec, max_turns=turns, **kwargs)
         raise EntryPointError(
             f"env {env_spec.id!r}: entry point returned {type(env).__name__}, not a TextEnv"
         )

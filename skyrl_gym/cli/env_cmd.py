@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -20,16 +21,34 @@ ENV_ID_HELP = "A registered env id (see `skyrl env list`) or an entry point 'mod
 
 
 IMPORT_HELP = "Import MODULE first (repeatable), so its `skyrl_gym.register()` calls run."
+TASKS_HELP = (
+    "Task rows the env plays (JSONL or parquet; SkyRL rows too), given to the env as tasks=."
+)
 
 
-def _factory(env_id: str, imports: list[str] | None = None) -> Callable[[], Any]:
-    """A zero-argument env factory for a registered id or a 'module:Class' entry point."""
+def _factory(
+    env_id: str, imports: list[str] | None = None, tasks: Path | None = None
+) -> Callable[[], Any]:
+    """A zero-argument env factory for a registered id or a 'module:Class' entry point;
+    with `tasks`, every env is built with `tasks=<the file's rows>`."""
     import skyrl_gym
     from skyrl_gym.registry import resolve
+    from skyrl_gym.tasks import load_tasks
 
     # Resolve now, so an import error is reported once and not inside every check.
     target = resolve(env_id, imports=imports or (), from_cwd=True)
-    return lambda: skyrl_gym.make(target)
+    if tasks is None:
+        return lambda: skyrl_gym.make(target)
+    rows = load_tasks(tasks)
+    try:
+        skyrl_gym.make(target, tasks=rows).close()  # fail once, here, if tasks= is not taken
+    except TypeError as e:
+        raise TasksNotTaken(f"env {env_id!r} does not take --tasks ({e})") from None
+    return lambda: skyrl_gym.make(target, tasks=rows)
+
+
+class TasksNotTaken(ValueError):
+    """The env's constructor has no `tasks` argument, so `--tasks` cannot be applied."""
 
 
 def _die(message: str) -> None:
@@ -55,14 +74,16 @@ def list_envs() -> None:
 def check(
     env_id: str = typer.Argument(..., help=ENV_ID_HELP),
     imports: list[str] = typer.Option([], "--import", metavar="MODULE", help=IMPORT_HELP),
+    tasks: Path | None = typer.Option(None, "--tasks", metavar="FILE", help=TASKS_HELP),
 ) -> None:
     """Run the env checker; exit 1 if any invariant fails."""
     from skyrl_gym.checker import run_checks
     from skyrl_gym.registry import EntryPointError, UnknownEnvError
+    from skyrl_gym.tasks import TaskError
 
     try:
-        factory = _factory(env_id, imports)
-    except (UnknownEnvError, EntryPointError) as e:
+        factory = _factory(env_id, imports, tasks)
+    except (UnknownEnvError, EntryPointError, TaskError, TasksNotTaken) as e:
         _die(str(e))
     results = run_checks(factory)
     table = Table(title=f"skyrl env check {env_id}")
@@ -119,6 +140,7 @@ def play(
         None, "--task", help="Play this task_id from the env's dataset."
     ),
     imports: list[str] = typer.Option([], "--import", metavar="MODULE", help=IMPORT_HELP),
+    tasks: Path | None = typer.Option(None, "--tasks", metavar="FILE", help=TASKS_HELP),
 ) -> None:
     """Play an env by hand: you type the assistant's replies.
 
@@ -126,10 +148,11 @@ def play(
     """
     from skyrl_gym.core import ResetNeeded
     from skyrl_gym.registry import EntryPointError, UnknownEnvError
+    from skyrl_gym.tasks import TaskError
 
     try:
-        env = _factory(env_id, imports)()
-    except (UnknownEnvError, EntryPointError) as e:
+        env = _factory(env_id, imports, tasks)()
+    except (UnknownEnvError, EntryPointError, TaskError, TasksNotTaken) as e:
         _die(str(e))
     options = None
     if task_id is not None:
