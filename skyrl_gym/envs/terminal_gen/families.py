@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import hashlib
 import io
 import random
 import shlex
@@ -123,7 +124,7 @@ def _want_text(path: str, expected: str) -> str:
 def echo_word(rng: random.Random, seed: int) -> TaskSpec:
     """Write a word given in the instruction into a named file: the command copies words
     from the instruction (the family a tiny model can learn)."""
-    word = f"{rng.choice(WORDS)}{rng.randint(10, 99)}"
+    word = f"{rng.choice(WORDS)}{rng.randint(10, 999)}"
     out = f"{rng.choice(STEMS)}.txt"
     return TaskSpec(
         "echo-word",
@@ -560,12 +561,45 @@ FAMILIES: dict[str, Callable[[random.Random, int], TaskSpec]] = {
 """Every family, easiest first."""
 
 
+HELDOUT_SEEDS = 1_000_000
+"""Seeds below this are the train range, seeds from it on the held-out range."""
+HELDOUT_SHARE = 5
+"""One instance in `HELDOUT_SHARE` (by content hash) belongs to held-out seeds, the rest to
+train seeds."""
+MAX_DRAWS = 200
+
+
+def fingerprint(spec: TaskSpec) -> str:
+    """What makes an instance: its instruction, starting files and modes, and its checks."""
+    digest = hashlib.sha256()
+    for part in (spec.family, spec.instruction, spec.checks, repr(sorted(spec.modes.items()))):
+        digest.update(part.encode() + b"\0")
+    for path, data in sorted(spec.files.items()):
+        digest.update(path.encode() + b"\0" + data + b"\0")
+    return digest.hexdigest()
+
+
+def is_heldout_instance(spec: TaskSpec) -> bool:
+    """True when the instance belongs to the held-out seed range (by its content hash)."""
+    return int(fingerprint(spec)[:8], 16) % HELDOUT_SHARE == 0
+
+
 def make_spec(family: str, seed: int) -> TaskSpec:
-    """The task of `family` for `seed` (deterministic)."""
+    """The task of `family` for `seed` (deterministic).
+
+    Parameters are drawn from `random.Random(f"{family}:{seed}")` until the instance's
+    content hash falls in the seed's range (train below `HELDOUT_SEEDS`, held-out from it on),
+    so no instance can ever be both a train task and a held-out task."""
     try:
         build = FAMILIES[family]
     except KeyError:
         raise ValueError(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}") from None
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
-    return build(random.Random(f"{family}:{seed}"), seed)
+    rng = random.Random(f"{family}:{seed}")
+    heldout = seed >= HELDOUT_SEEDS
+    for _ in range(MAX_DRAWS):
+        spec = build(rng, seed)
+        if is_heldout_instance(spec) == heldout:
+            return spec
+    raise RuntimeError(f"{family}: no instance for seed {seed} in {MAX_DRAWS} draws")

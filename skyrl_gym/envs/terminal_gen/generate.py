@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from skyrl_gym.envs.terminal_gen.families import FAMILIES, TaskSpec, make_spec
+from skyrl_gym.envs.terminal_gen.families import FAMILIES, HELDOUT_SEEDS, TaskSpec, make_spec
 from skyrl_gym.envs.terminal_gen.verifier import render_solve_sh, render_test_sh
 
 BASE_IMAGE = "debian:bookworm-slim"
@@ -47,10 +47,11 @@ class Split:
 
 
 SPLITS = {
-    "train": Split("train", 0, 1_000_000),
-    "heldout": Split("heldout", 1_000_000, 2_000_000),
+    "train": Split("train", 0, HELDOUT_SEEDS),
+    "heldout": Split("heldout", HELDOUT_SEEDS, 2 * HELDOUT_SEEDS),
 }
-"""Disjoint seed ranges: a task of one split is never a task of the other."""
+"""Disjoint seed ranges whose instances are disjoint too: `make_spec` gives a seed only
+instances whose content hash belongs to its range (`families.is_heldout_instance`)."""
 
 
 def resolve_families(families: str | Sequence[str] | None) -> list[str]:
