@@ -2,12 +2,21 @@
 
 from skyrl_sdk.tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall, ToolResult
 from skyrl_sdk.tools.core import Tool, ToolArgumentError, ToolDefinitionError, tool
-from skyrl_sdk.tools.formats import FORMATS, HermesFormat, OpenAIFormat, ToolFormat, XMLTagFormat
+from skyrl_sdk.tools.formats import (
+    FORMATS,
+    CallPattern,
+    HermesFormat,
+    OpenAIFormat,
+    PatternFormat,
+    ToolFormat,
+    XMLTagFormat,
+)
 from skyrl_sdk.tools.messages import Message, Messages, is_message
 from skyrl_sdk.tools.toolset import Toolset
 
 __all__ = [
     "FORMATS",
+    "CallPattern",
     "HermesFormat",
     "Message",
     "Messages",
@@ -15,6 +24,7 @@ __all__ = [
     "ParseError",
     "ParseErrorKind",
     "ParsedAction",
+    "PatternFormat",
     "Tool",
     "ToolArgumentError",
     "ToolCall",

@@ -6,6 +6,9 @@ Three formats cover what models are trained on:
 - `HermesFormat`: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen).
 - `OpenAIFormat`: the assistant message's `tool_calls` list, serialized as JSON.
 
+`PatternFormat` covers envs whose calls are written in the model's own words (`lookup(apple)`,
+`ANSWER: 42`): one bounded regex per tool, instead of a regex hidden in the env's `step`.
+
 All parsers scan linearly (no backtracking regexes), so a 1 MB reply parses in milliseconds.
 """
 
@@ -15,11 +18,12 @@ import abc
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from skyrl_sdk.tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall, ToolResult
 from skyrl_sdk.tools.core import Tool
-from skyrl_sdk.tools.messages import Message
+from skyrl_sdk.tools.messages import Message, Role
 
 _EXCERPT = 80
 
@@ -59,11 +63,14 @@ class XMLTagFormat(ToolFormat):
     """`<tag>body</tag>`: each tag is a tool taking one string argument.
 
     `tags` maps tag name to the argument name the body fills, e.g. `{"sql": "query"}`.
+    `strip=False` keeps the body's surrounding whitespace (SkyRL-SQL's own parsing does).
     """
 
     name = "xml"
 
-    def __init__(self, tags: Mapping[str, str], result_tag: str = "observation"):
+    def __init__(
+        self, tags: Mapping[str, str], result_tag: str = "observation", *, strip: bool = True
+    ):
         if not tags:
             raise ValueError("XMLTagFormat needs at least one tag")
         for tag in tags:
@@ -71,6 +78,7 @@ class XMLTagFormat(ToolFormat):
                 raise ValueError(f"invalid tag name {tag!r}")
         self.tags = dict(tags)
         self.result_tag = result_tag
+        self.strip = strip
         self._open = re.compile("<(" + "|".join(map(re.escape, self.tags)) + ")>")
 
     @classmethod
@@ -102,8 +110,8 @@ class XMLTagFormat(ToolFormat):
                     f"(found: {_excerpt(text[match.start() :])!r})",
                 )
                 return ParsedAction("".join(outside).strip(), calls, error)
-            body = text[match.end() : end].strip()
-            calls.append(ToolCall(tag, {self.tags[tag]: body}))
+            body = text[match.end() : end]
+            calls.append(ToolCall(tag, {self.tags[tag]: body.strip() if self.strip else body}))
             pos = end + len(close)
         outside.append(text[pos:])
         return ParsedAction("".join(outside).strip(), calls)
@@ -280,6 +288,69 @@ class OpenAIFormat(ToolFormat):
 
     def instructions(self, tools: Sequence[Tool]) -> str:
         return "Call the provided functions when they help; answer in plain text otherwise."
+
+
+@dataclass(frozen=True)
+class CallPattern:
+    """How one tool is called in `PatternFormat`."""
+
+    regex: re.Pattern[str]
+    """Finds a call; its first group is the argument's text. Keep repetitions bounded
+    (`\\s{0,3}`, `[a-z]{0,40}`) so a megabyte-long reply is still scanned in linear time."""
+    argument: str
+    """The name of the tool's single argument that the group fills."""
+    usage: str
+    """How the call is written, with `{argument}` where the value goes (`lookup({item})`);
+    used by `render_call` and the instructions."""
+
+
+class PatternFormat(ToolFormat):
+    """Calls in the model's own words, one `CallPattern` per tool (`lookup(apple)`,
+    `ANSWER: 42`).
+
+    A reply makes at most one call: the pattern that matches earliest in the text (the first
+    tool given wins a tie). A reply no pattern matches parses to no calls and no error; the
+    env decides what that means. Results come back as `result_role` messages.
+    """
+
+    name = "pattern"
+
+    def __init__(self, patterns: Mapping[str, CallPattern], result_role: Role = "user"):
+        if not patterns:
+            raise ValueError("PatternFormat needs at least one tool pattern")
+        for tool_name, pattern in patterns.items():
+            if pattern.regex.groups < 1:
+                raise ValueError(f"the pattern of {tool_name!r} needs a group for its argument")
+        self.patterns = dict(patterns)
+        self.result_role = result_role
+
+    def parse(self, text: str) -> ParsedAction:
+        best: tuple[int, str, re.Match[str]] | None = None
+        for tool_name, pattern in self.patterns.items():
+            match = pattern.regex.search(text)
+            if match is not None and (best is None or match.start() < best[0]):
+                best = (match.start(), tool_name, match)
+        if best is None:
+            return ParsedAction(text.strip())
+        _, tool_name, match = best
+        call = ToolCall(tool_name, {self.patterns[tool_name].argument: match.group(1) or ""})
+        return ParsedAction((text[: match.start()] + text[match.end() :]).strip(), [call])
+
+    def render_call(self, call: ToolCall) -> str:
+        pattern = self.patterns[call.name]
+        return pattern.usage.format(**{pattern.argument: call.arguments[pattern.argument]})
+
+    def render_result(self, result: ToolResult) -> Message:
+        return {"role": self.result_role, "content": result.output}
+
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        lines = ["Reply with exactly one of:"]
+        for t in tools:
+            if t.name in self.patterns:
+                pattern = self.patterns[t.name]
+                usage = pattern.usage.format(**{pattern.argument: pattern.argument.upper()})
+                lines.append(f"- {usage}: {t.description}")
+        return "\n".join(lines)
 
 
 FORMATS: dict[str, type[ToolFormat]] = {"hermes": HermesFormat, "openai": OpenAIFormat}

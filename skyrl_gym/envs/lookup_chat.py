@@ -28,6 +28,9 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
+from skyrl_gym.step_info import StepInfo
+from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
+from skyrl_sdk.tools.formats import CallPattern, PatternFormat
 
 ENV_ID = "lookup-chat"
 ITEMS = (
@@ -58,8 +61,23 @@ EXAMPLE: Messages = [
 REMINDER = "Reply with only lookup(ITEM) or ANSWER: PRICE"
 
 # Bounded repetitions: linear time on hostile (megabyte) replies.
-_CALL = re.compile(r"lookup\s{0,3}\(\s{0,3}[\"']?([A-Za-z ]{0,40}?)[\"']?\s{0,3}\)", re.IGNORECASE)
-_ANSWER = re.compile(r"ANSWER\s{0,3}:\s{0,3}\$?\s{0,3}(\d{1,9})(?!\d)", re.IGNORECASE)
+FORMAT = PatternFormat(
+    {
+        "lookup": CallPattern(
+            re.compile(
+                r"lookup\s{0,3}\(\s{0,3}[\"']?([A-Za-z ]{0,40}?)[\"']?\s{0,3}\)", re.IGNORECASE
+            ),
+            "item",
+            "lookup({item})",
+        ),
+        "answer": CallPattern(
+            re.compile(r"ANSWER\s{0,3}:\s{0,3}\$?\s{0,3}(\d{1,9})(?!\d)", re.IGNORECASE),
+            "price",
+            "ANSWER: {price}",
+        ),
+    }
+)
+"""The env's two calls; the earliest in a reply wins."""
 
 
 def make_tasks(n: int = len(ITEMS), seed: int = 0) -> list[dict[str, Any]]:
@@ -103,17 +121,12 @@ class LookupChatEnv(TaskEnv):
     def step(self, action: str) -> StepReturn:
         if self.task is None:
             raise ResetNeeded("call reset() before step()")
-        text = coerce_action(action)
-        # `correct` stays False until the answer: an episode cut by the turn limit failed.
-        info: dict[str, Any] = {
-            "tool_calls": [],
-            "parse_error": None,
-            "episode": {"correct": False},
-        }
-        call, answer = _CALL.search(text), _ANSWER.search(text)
-        if call is not None and (answer is None or call.start() < answer.start()):
-            item = call.group(1).strip().lower()
-            info["tool_calls"] = [{"name": "lookup", "arguments": {"item": item}}]
+        parsed = FORMAT.parse(coerce_action(action))
+        call = parsed.tool_calls[0] if parsed.tool_calls else None
+        if call is not None and call.name == "lookup":
+            item = call.arguments["item"].strip().lower()
+            # `correct` stays False until the answer: an episode cut by the turn limit failed.
+            info = StepInfo((ToolCall("lookup", {"item": item}),), correct=False).write()
             if item == self.task["item"]:
                 self.looked_up = True
                 content = (
@@ -122,11 +135,13 @@ class LookupChatEnv(TaskEnv):
             else:
                 content = f"lookup({item}): unknown item. Known: {self.task['item']}"
             return [{"role": "user", "content": content}], 0.0, False, False, info
-        if answer is None:
-            info["parse_error"] = {"kind": "no_action", "message": REMINDER}
+        if call is None:
+            error = ParseError(ParseErrorKind.NO_ACTION, REMINDER)
+            info = StepInfo(parse_error=error, correct=False).write()
             return [{"role": "user", "content": REMINDER}], 0.0, False, False, info
-        value = int(answer.group(1))
+        value = int(call.arguments["price"])
         correct = value == int(self.task["price"])
         reward = 1.0 if correct else (self.tool_reward if self.looked_up else 0.0)
-        info["episode"] = {"answer": value, "correct": correct, "looked_up": self.looked_up}
+        metrics = {"answer": value, "looked_up": self.looked_up}
+        info = StepInfo(correct=correct, episode=metrics).write()
         return [], reward, True, False, info

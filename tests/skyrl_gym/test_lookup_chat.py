@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import skyrl_gym
 from skyrl_gym.envs.lookup_chat import EXAMPLE, ITEMS, REMINDER, LookupChatEnv, make_tasks
+from skyrl_gym.step_info import StepInfo
+from skyrl_sdk.tools.calls import ToolCall
 
 TASK = {"task_id": "t", "item": "apple", "price": 42, "stock": 7}
 
@@ -38,7 +44,7 @@ def test_lookup_then_the_right_answer_succeeds():
     obs, reward, terminated, truncated, info = env.step("lookup(apple)")
     assert obs == [{"role": "user", "content": "lookup(apple): price 42, stock 7"}]
     assert (reward, terminated, truncated) == (0.0, False, False)
-    assert info["tool_calls"] == [{"name": "lookup", "arguments": {"item": "apple"}}]
+    assert StepInfo.read(info).tool_calls == (ToolCall("lookup", {"item": "apple"}),)
     obs, reward, terminated, truncated, info = env.step("ANSWER: 42")
     assert (obs, reward, terminated, truncated) == ([], 1.0, True, False)
     assert info["episode"] == {"answer": 42, "correct": True, "looked_up": True}
@@ -108,3 +114,56 @@ def test_a_hostile_reply_is_handled_quickly():
     env = started()
     _, reward, terminated, _, info = env.step("ANSWER: " + "9" * 50)  # not a price
     assert (reward, terminated, info["parse_error"]["kind"]) == (0.0, False, "no_action")
+
+
+_OLD_CALL = re.compile(
+    r"lookup\s{0,3}\(\s{0,3}[\"']?([A-Za-z ]{0,40}?)[\"']?\s{0,3}\)", re.IGNORECASE
+)
+_OLD_ANSWER = re.compile(r"ANSWER\s{0,3}:\s{0,3}\$?\s{0,3}(\d{1,9})(?!\d)", re.IGNORECASE)
+
+
+def _old_outcome(text: str) -> tuple[str, object]:
+    """The env's parsing before it moved onto PatternFormat (hand-written regexes)."""
+    call, answer = _OLD_CALL.search(text), _OLD_ANSWER.search(text)
+    if call is not None and (answer is None or call.start() < answer.start()):
+        return "lookup", call.group(1).strip().lower()
+    if answer is None:
+        return "none", None
+    return "answer", int(answer.group(1))
+
+
+@given(
+    parts=st.lists(
+        st.sampled_from(
+            [
+                "lookup(",
+                "Lookup ( 'apple' )",
+                ")",
+                "ANSWER:",
+                " 42",
+                "answer : $ 7",
+                "milk",
+                " ",
+                '"',
+                "1234567890",
+                "lookup(tea)",
+                "x",
+            ]
+        ),
+        max_size=8,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_pattern_format_parses_exactly_as_the_old_regexes(parts):
+    """The demo trains on this env: moving onto PatternFormat must not change any outcome."""
+    text = "".join(parts)
+    env = started()
+    obs, reward, terminated, _, info = env.step(text)
+    kind, value = _old_outcome(text)
+    step = StepInfo.read(info)
+    if kind == "lookup":
+        assert step.tool_calls == (ToolCall("lookup", {"item": value}),) and not terminated
+    elif kind == "none":
+        assert step.parse_error is not None and obs == [{"role": "user", "content": REMINDER}]
+    else:
+        assert terminated and step.episode is not None and step.episode["answer"] == value

@@ -1,6 +1,7 @@
 """Tool-call formats: round trips (property-based), malformed input, hostile sizes."""
 
 import json
+import re
 import time
 
 import pytest
@@ -8,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skyrl_sdk.tools import (
+    CallPattern,
     HermesFormat,
     OpenAIFormat,
     ParseErrorKind,
+    PatternFormat,
     ToolCall,
     ToolResult,
     XMLTagFormat,
@@ -19,6 +22,14 @@ from skyrl_sdk.tools import (
 XML = XMLTagFormat({"sql": "query", "answer": "answer"})
 HERMES = HermesFormat()
 OPENAI = OpenAIFormat()
+PATTERN = PatternFormat(
+    {
+        "lookup": CallPattern(
+            re.compile(r"lookup\(([a-z ]{0,40})\)", re.I), "item", "lookup({item})"
+        ),
+        "answer": CallPattern(re.compile(r"ANSWER:\s{0,3}(\d{1,9})", re.I), "n", "ANSWER: {n}"),
+    }
+)
 
 names = st.from_regex(r"[a-z_][a-z0-9_]{0,15}", fullmatch=True)
 json_values = st.recursive(
@@ -68,7 +79,7 @@ def test_openai_round_trip(name, args, call_id):
 @given(text=st.text(max_size=300))
 @settings(max_examples=300, deadline=None)
 def test_no_format_ever_raises_on_arbitrary_text(text):
-    for fmt in (XML, HERMES, OPENAI):
+    for fmt in (XML, HERMES, OPENAI, PATTERN):
         parsed = fmt.parse(text)
         assert parsed.error is None or parsed.error.message
 
@@ -150,9 +161,11 @@ def test_results_render_as_messages():
     assert json.loads(OPENAI.render_call(call))["tool_calls"][0]["id"] == "call_7"
 
 
-@pytest.mark.parametrize("fmt", [XML, HERMES, OPENAI])
+@pytest.mark.parametrize("fmt", [XML, HERMES, OPENAI, PATTERN])
 def test_megabyte_replies_parse_quickly(fmt):
     hostile = [
+        "lookup(" * 200_000,
+        "ANSWER: " * 200_000,
         "<sql>" * 200_000,  # many opening tags, none closed
         "<tool_call>" + "{" * 500_000,
         "x" * (1 << 20),
@@ -171,3 +184,43 @@ def test_xml_format_validates_its_configuration():
         XMLTagFormat({"bad tag": "x"})
     with pytest.raises(ValueError, match="at least one tag"):
         XMLTagFormat({})
+
+
+def test_xml_format_can_keep_the_body_whitespace():
+    keep = XMLTagFormat({"sql": "query"}, strip=False)
+    assert keep.parse("<sql>\n SELECT 1 \n</sql>").tool_calls == [
+        ToolCall("sql", {"query": "\n SELECT 1 \n"})
+    ]
+    assert XML.parse("<sql>\n SELECT 1 \n</sql>").tool_calls[0].arguments == {"query": "SELECT 1"}
+
+
+@given(item=st.from_regex(r"[a-z][a-z ]{0,20}[a-z]", fullmatch=True), prefix=st.text(max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_pattern_round_trip(item, prefix):
+    call = ToolCall("lookup", {"item": item})
+    text = PATTERN.render_call(call)
+    parsed = PATTERN.parse(prefix.replace("(", "") + " " + text)
+    assert parsed.error is None
+    # An earlier accidental match in the prefix may win; a clean prefix never does.
+    if not re.search(r"lookup|answer", prefix, re.I):
+        assert parsed.tool_calls == [call]
+
+
+def test_pattern_earliest_call_wins_and_no_match_is_no_call():
+    parsed = PATTERN.parse("I will say ANSWER: 12 after lookup(milk)")
+    assert parsed.tool_calls == [ToolCall("answer", {"n": "12"})]
+    assert parsed.content == "I will say  after lookup(milk)"
+    assert PATTERN.parse("lookup(milk) then ANSWER: 3").tool_calls[0].name == "lookup"
+    nothing = PATTERN.parse("  no idea ")
+    assert nothing.tool_calls == [] and nothing.error is None and nothing.content == "no idea"
+    assert PATTERN.render_result(ToolResult(ToolCall("lookup", {"item": "x"}), "7")) == {
+        "role": "user",
+        "content": "7",
+    }
+
+
+def test_pattern_format_validates_its_configuration():
+    with pytest.raises(ValueError, match="at least one"):
+        PatternFormat({})
+    with pytest.raises(ValueError, match="needs a group"):
+        PatternFormat({"x": CallPattern(re.compile("x"), "a", "x")})

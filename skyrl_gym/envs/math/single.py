@@ -12,7 +12,9 @@ from typing import Any, ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
 from skyrl_gym.envs.math.env import bundled_tasks, parse_number
+from skyrl_gym.step_info import StepInfo
 from skyrl_gym.tasks import TaskRow
+from skyrl_sdk.tools.calls import ParseError, ParseErrorKind
 
 SYSTEM_PROMPT = (
     "Solve the arithmetic word problem. Think step by step, then write the final number "
@@ -50,11 +52,7 @@ class MathAnswerEnv(TaskEnv):
             and gold is not None
             and abs(given - gold) <= 1e-9 * max(1.0, abs(gold))
         )
-        info = {
-            "tool_calls": [],
-            "parse_error": None
-            if matches
-            else {"kind": "no_action", "message": "no '#### <number>' line"},
-            "episode": {"answer": matches[-1] if matches else None, "correct": correct},
-        }
+        error = None if matches else ParseError(ParseErrorKind.NO_ACTION, "no '#### <number>' line")
+        metrics = {"answer": matches[-1] if matches else None}
+        info = StepInfo(parse_error=error, correct=correct, episode=metrics).write()
         return [], float(correct), True, False, info

@@ -18,10 +18,9 @@ when there were none); a solution that hits one scores 0.
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,17 +28,17 @@ from skyrl_gym.core import Messages, StepReturn, TaskEnv, coerce_action
 from skyrl_gym.envs.sql.loaders import REQUIRED_FIELDS, database_schema, resolve_database
 from skyrl_gym.envs.sql.metrics import Metric, execution_match
 from skyrl_gym.envs.sql.reward import RewardOutcome, SQLReward, skyrl_reward
+from skyrl_gym.step_info import StepInfo
 from skyrl_gym.tasks import TaskRow
 from skyrl_sdk.tools import (
     ParseError,
     ParseErrorKind,
-    ToolCall,
     ToolFormat,
     ToolResult,
     Toolset,
     tool,
 )
-from skyrl_sdk.tools.formats import FORMATS
+from skyrl_sdk.tools.formats import FORMATS, XMLTagFormat
 from skyrl_sdk.tools.sql_limits import (
     DEFAULT_SQL_LIMITS,
     SQLLimits,
@@ -64,7 +63,8 @@ INVALID_ACTION = (
 """The observation for a reply with neither `<sql>...</sql>` nor `<solution>...</solution>`."""
 
 TRUNCATION_NOTE = "Truncated to 50 lines since returned response too long: "
-_SQL_BLOCK = re.compile(r"<sql>(.*?)</sql>", re.DOTALL)
+_SQL_TAG = XMLTagFormat({"sql": "query"}, strip=False)
+"""SkyRL-SQL's exploration call: the first closed `<sql>...</sql>`, whitespace kept."""
 
 SYSTEM_PROMPT = """\
 You are a senior data analyst. You answer a question about a database by writing one SQL query, \
@@ -306,31 +306,32 @@ class SQLEnv(TaskEnv):
                 timeout_s=self.config.reward_timeout_s,
                 gold_cache=self._gold_cache,
             )
-            return self._finish(reward, solved, {"tool_calls": [], "parse_error": None})
-        info: dict[str, Any] = {"tool_calls": [], "parse_error": None}
-        found = _SQL_BLOCK.search(action)
-        if found is None:
+            return self._finish(reward, solved, StepInfo())
+        calls = _SQL_TAG.parse(action).tool_calls
+        if not calls:
             text = INVALID_ACTION
-            info["parse_error"] = ParseError(
+            error = ParseError(
                 ParseErrorKind.NO_ACTION, "write <sql>query</sql> or <solution>query</solution>"
-            ).to_json()
+            )
+            info = StepInfo(parse_error=error).write()
         else:
-            query = found.group(1)
-            info["tool_calls"] = [ToolCall("sql", {"query": query}).to_json()]
+            query = calls[0].arguments["query"]
+            info = StepInfo((calls[0],)).write()
             text, outcome = self.run_query(query)
             info["sql_status"] = outcome.status.value
         content = f"\n\n<observation>{text}\n{self._reminder()}</observation>\n\n"
         self.transcript.append(content)
         return [{"role": "user", "content": content}], 0.0, False, False, info
 
-    def _finish(self, reward: SQLReward, solved: bool, info: dict[str, Any]) -> StepReturn:
-        info["episode"] = {
-            "correct": reward.outcome is RewardOutcome.CORRECT,
+    def _finish(self, reward: SQLReward, solved: bool, step: StepInfo) -> StepReturn:
+        metrics = {
             "outcome": reward.outcome.value,
             "solution": reward.solution,
             "problem": reward.problem,
             "task_id": self.task["task_id"] if self.task else None,
         }
+        correct = reward.outcome is RewardOutcome.CORRECT
+        info = replace(step, correct=correct, episode=metrics).write()
         return [], reward.value, solved, not solved, info
 
     def _native_step(self, action: str) -> StepReturn:
@@ -338,11 +339,11 @@ class SQLEnv(TaskEnv):
         parsed = self.native.parse(action)
         calls = parsed.tool_calls
         error = parsed.error or next(filter(None, map(self.toolset.check, calls)), None)
-        info: dict[str, Any] = {"tool_calls": [c.to_json() for c in calls], "parse_error": None}
         if error is None and not calls:
             error = ParseError(
                 ParseErrorKind.NO_ACTION, "call the sql tool, or the solution tool to finish"
             )
+        step = StepInfo(tuple(calls))
         final = next((c for c in calls if c.name == "solution"), None) if error is None else None
         if final is not None:
             solution = str(final.arguments.get("sql", ""))
@@ -355,12 +356,12 @@ class SQLEnv(TaskEnv):
                 gold_cache=self._gold_cache,
             )
             outcome = RewardOutcome.CORRECT if match.correct else RewardOutcome.WRONG
-            return self._finish(SQLReward(outcome, solution, match.error, match), True, info)
+            return self._finish(SQLReward(outcome, solution, match.error, match), True, step)
         if self.turns >= self.config.max_turns:
             reward = SQLReward(RewardOutcome.FORMAT_VIOLATION, None, "no solution within the turns")
-            return self._finish(reward, False, info)
+            return self._finish(reward, False, step)
         if error is not None:
-            info["parse_error"] = error.to_json()
+            info = replace(step, parse_error=error).write()
             message = self.native.error_message(error)
             message = {**message, "content": f"{message['content']}\n{self._reminder()}"}
             return [message], 0.0, False, False, info
@@ -369,7 +370,7 @@ class SQLEnv(TaskEnv):
             text, _ = self.run_query(str(call.arguments.get("query", "")))
             result = ToolResult(call, f"{text}\n{self._reminder()}")
             observations.append(self.native.render_result(result))
-        return observations, 0.0, False, False, info
+        return observations, 0.0, False, False, step.write()
 
     def close(self) -> None:
         while self._databases:

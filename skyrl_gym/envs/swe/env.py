@@ -48,6 +48,7 @@ from skyrl_gym.envs.swe.instances import (
 )
 from skyrl_gym.envs.swe.repos import snapshot_git_dir, workspace_patch
 from skyrl_gym.sandbox_env import SandboxToolEnv
+from skyrl_gym.step_info import StepInfo
 from skyrl_gym.tool_env import Tooling, answer
 from skyrl_sdk.sandboxes import DEFAULT_DISK_BYTES, Backend, Sandbox, SandboxSpec, Workspace
 from skyrl_sdk.tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, tool
@@ -230,19 +231,18 @@ class SWEEnv(SandboxToolEnv):
         parsed = self.tool_format.parse(coerce_action(action))
         calls = parsed.tool_calls
         error = parsed.error or next(filter(None, map(self.toolset.check, calls)), None)
-        info: dict[str, Any] = {"tool_calls": [c.to_json() for c in calls], "parse_error": None}
         if error is None and not calls:
             error = ParseError(
                 ParseErrorKind.NO_ACTION, "call a tool, or call `submit` when the issue is fixed"
             )
+        info = StepInfo(tuple(calls), error).write()
         if error is not None:
-            info["parse_error"] = error.to_json()
             return [self.tool_format.error_message(error)], 0.0, False, False, info
         observations = []
         for call in calls:
             if call.name == SUBMIT:
                 reward = float(await self.ascore(self.task, ""))
-                info["episode"] = {"correct": reward > 0, **self.episode_info()}
+                StepInfo(tuple(calls), correct=reward > 0, episode=self.episode_info()).write(info)
                 return observations, reward, True, False, info
             result = await self.toolset.aexecute(call)
             observations.append(self.tool_format.render_result(result))
