@@ -58,14 +58,32 @@ def eval_command(
         metavar="MODULE",
         help="Import MODULE first (repeatable), so its `skyrl_gym.register()` calls run.",
     ),
+    agent: str = typer.Option(
+        "loop",
+        "--agent",
+        help="'loop' (our agent loop) or 'command:CMD': run CMD inside each episode's sandbox "
+        "against the policy served over OpenAI's API (OPENAI_BASE_URL, OPENAI_API_KEY); "
+        "the env's grader scores; the captured tokens are the trajectory. --timeout is "
+        "CMD's wall-clock limit (default 600 s).",
+    ),
+    agent_venv: Path | None = typer.Option(
+        None, "--agent-venv", help="command agents: the harness's virtualenv (bound read-only)."
+    ),
+    agent_binds: list[Path] = typer.Option(
+        [],
+        "--agent-bind",
+        metavar="DIR",
+        help="command agents: a host directory bound read-only at its path (repeatable).",
+    ),
 ) -> None:
     """Evaluate a policy on an env: progress, summary table, results.json, trajectories.jsonl.
 
-    Exits 1 when every episode failed for a reason outside the policy (env errors).
+    Exits 1 when every episode failed for a reason outside the policy (env or agent errors).
     """
     import skyrl_gym
     from skyrl_gym.registry import EntryPointError, UnknownEnvError, resolve
     from skyrl_gym.tasks import TaskError, load_tasks
+    from skyrl_sdk.agents.command_agent import CommandAgentError, CommandAgentRunner, parse_agent
     from skyrl_sdk.agents.evaluate import (
         DEFAULT_MAX_TURNS,
         EvalError,
@@ -77,6 +95,15 @@ def eval_command(
     from skyrl_sdk.agents.policy import SamplingParams
     from skyrl_sdk.agents.rollout import RolloutLimits
 
+    try:
+        command_agent = parse_agent(
+            agent,
+            venv=str(agent_venv) if agent_venv else None,
+            binds=[str(b) for b in agent_binds],
+            timeout_s=timeout,
+        )
+    except CommandAgentError as e:
+        _die(str(e))
     try:
         spec = resolve(env_id, imports=imports, from_cwd=True)
         make_kwargs: dict[str, int] = {}
@@ -105,12 +132,29 @@ def eval_command(
         the_plan = plan(rows, out, resume=resume)
     except (UnknownEnvError, EntryPointError, TaskError, EvalError) as e:
         _die(str(e))
+    if command_agent is not None and tokenizer is None and policy.startswith("scripted:"):
+        tokenizer = "tiny"  # the server needs token ids, as `skyrl serve --policy scripted:`
     try:
         the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model)
     except (EvalError, OSError, ValueError) as e:
         _die(f"cannot load policy {policy!r}: {e}")
+    runner = None
+    if command_agent is not None:
+        if the_policy.renderer is None:
+            asyncio.run(the_policy.aclose())
+            _die(
+                f"--agent command:... serves {policy!r} over OpenAI's API with exact token ids: "
+                "it needs a tokenizer (--tokenizer DIR)"
+            )
+        runner = CommandAgentRunner(
+            command_agent,
+            the_policy,
+            capture_dir=out / "capture",
+            log_dir=out / "agent_logs",
+        )
+    run_name = runner.name if runner is not None else the_policy.name
     try:
-        check_resume(the_plan, env_id=env_id, policy=the_policy.name)
+        check_resume(the_plan, env_id=env_id, policy=run_name)
     except EvalError as e:
         asyncio.run(the_policy.aclose())
         _die(str(e))
@@ -120,10 +164,16 @@ def eval_command(
         )
     limits = RolloutLimits(max_turns=turns, max_tokens=max_tokens, timeout=timeout)
     sampling = SamplingParams(temperature=temperature, seed=seed)
-    results = asyncio.run(
-        _run_with_progress(the_plan, env_id, make_env, the_policy, concurrency, limits, sampling)
-    )
-    _print_summary(results, env_id, the_policy.name)
+    try:
+        results = asyncio.run(
+            _run_with_progress(
+                the_plan, env_id, make_env, the_policy, concurrency, limits, sampling, runner
+            )
+        )
+    finally:
+        if runner is not None:
+            runner.close()
+    _print_summary(results, env_id, run_name)
     console.print(
         f"wrote {escape(str(out / 'results.json'))} and {escape(str(out / 'trajectories.jsonl'))}"
     )
@@ -132,7 +182,9 @@ def eval_command(
         _die(failure, code=1)
 
 
-async def _run_with_progress(the_plan, env_id, make_env, policy, concurrency, limits, sampling):
+async def _run_with_progress(
+    the_plan, env_id, make_env, policy, concurrency, limits, sampling, agent=None
+):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from skyrl_sdk.agents.evaluate import run_plan
@@ -170,6 +222,7 @@ async def _run_with_progress(the_plan, env_id, make_env, policy, concurrency, li
                 limits=limits,
                 sampling=sampling,
                 on_done=on_done,
+                agent=agent,
             )
         finally:
             await policy.aclose()

@@ -250,13 +250,21 @@ class SessionServer(Protocol):
 
 
 def start_model_server(policy: Policy, capture_dir: Path | None, model_name: str) -> SessionServer:
-    """The in-process OpenAI-compatible server over `policy`, on a free loopback port."""
+    """The in-process OpenAI-compatible server over `policy`, on a free loopback port.
+
+    Its main API key is a random secret kept in this process, so a session key (handed to one
+    episode's agent) is the only way in: not the base URL, not another session's URL.
+    """
     from skyrl_sdk.agents.serving import ServeConfig, start_server
 
-    return start_server(
-        policy,
-        ServeConfig(host="127.0.0.1", port=0, capture_dir=capture_dir, model_name=model_name),
+    config = ServeConfig(
+        host="127.0.0.1",
+        port=0,
+        api_key=secrets.token_urlsafe(32),
+        capture_dir=capture_dir,
+        model_name=model_name,
     )
+    return start_server(policy, config)
 
 
 # -- one run of CMD -------------------------------------------------------------------------
@@ -476,7 +484,7 @@ class CommandAgentRunner:
         episode_id = episode_id or task_id
         session_id = new_session_id(episode_id)
         started_at, t0 = time.time(), time.perf_counter()
-        base = _Base(episode_id, task_id, env_id, self.name, started_at, t0)
+        base = EpisodeRecord(episode_id, task_id, env_id, self.name, started_at, t0)
         try:
             inner = _template_env(env)
             server = await asyncio.to_thread(self.server)
@@ -519,7 +527,7 @@ class CommandAgentRunner:
         stop, message = run.stop
         if start_error is not None:
             stop, message = StopReason.ENV_ERROR, f"agent sandbox: {start_error}"
-        self._write_log(session_id, episode_id, result, stop, message)
+        self.write_log(session_id, episode_id, result, stop, message)
         # Grade: the env's own `answer` path (the agent's sandbox is closed first, then the
         # env's grader runs in a fresh phase).
         reward, success = 0.0, False
@@ -539,7 +547,7 @@ class CommandAgentRunner:
                 stop, message = StopReason.ENV_ERROR, f"grading: {type(e).__name__}: {e}"
         return base.finish(captured, stop, message, float(reward), success)
 
-    def _write_log(
+    def write_log(
         self,
         session_id: str,
         episode_id: str,
@@ -571,8 +579,8 @@ class CommandAgentRunner:
 
 
 @dataclass(frozen=True)
-class _Base:
-    """What every trajectory of one episode shares."""
+class EpisodeRecord:
+    """What every trajectory of one command-agent episode shares; `finish` builds it."""
 
     episode_id: str
     task_id: str
@@ -632,7 +640,7 @@ async def run_command_episodes(
             try:
                 env = make_env()
             except Exception as e:
-                t = _Base(
+                t = EpisodeRecord(
                     episode_id,
                     str(task.get("task_id", "")),
                     env_id,

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import Policy, SamplingParams
@@ -29,6 +29,9 @@ from skyrl_sdk.agents.trajectory import (
     latest_by_episode,
     read_trajectories,
 )
+
+if TYPE_CHECKING:
+    from skyrl_sdk.agents.command_agent import CommandAgentRunner
 
 TRAJECTORIES = "trajectories.jsonl"
 RESULTS = "results.json"
@@ -208,19 +211,23 @@ def failure_outside_policy(trajectories: Sequence[Trajectory]) -> str | None:
     """A one-line reason when nothing succeeded because of the env, else None.
 
     That is: every episode ended in an error, and at least one in an env error (a missing
-    database, a crashed sandbox). Episodes that merely scored 0, or a policy that failed
+    database, a crashed sandbox) or an agent error (a command agent that is missing or
+    crashes). Episodes that merely scored 0, or a policy that failed
     every episode by itself, are results, not a broken run.
     """
     if not trajectories or not all(t.stop_reason.is_error for t in trajectories):
         return None
-    env_errors = [t for t in trajectories if t.stop_reason is StopReason.ENV_ERROR]
+    outside = (StopReason.ENV_ERROR, StopReason.AGENT_ERROR)
+    env_errors = [t for t in trajectories if t.stop_reason in outside]
     if not env_errors:
         return None
     common, count = Counter(t.error or "unknown error" for t in env_errors).most_common(1)[0]
     first_line = common.strip().splitlines()[0] if common.strip() else "unknown error"
+    kinds = ", ".join(
+        f"{n} {k}" for k, n in Counter(t.stop_reason.value for t in env_errors).items()
+    )
     return (
-        f"all {len(trajectories)} episodes failed ({len(env_errors)} env_error); "
-        f"most common ({count}x): {first_line}"
+        f"all {len(trajectories)} episodes failed ({kinds}); most common ({count}x): {first_line}"
     )
 
 
@@ -256,27 +263,46 @@ async def run_plan(
     limits: RolloutLimits | None = None,
     sampling: SamplingParams | None = None,
     on_done: Callable[[Trajectory], None] | None = None,
+    agent: CommandAgentRunner | None = None,
 ) -> list[Trajectory]:
     """Run the plan's episodes, streaming each to `trajectories.jsonl`; then write
-    `results.json` over every episode of the evaluation (kept + new)."""
+    `results.json` over every episode of the evaluation (kept + new).
+
+    With `agent` (a command agent over `policy`), each episode runs the agent's command in
+    the env's sandbox instead of our agent loop (`limits` and `sampling` are then the
+    harness's business)."""
     the_plan.out_dir.mkdir(parents=True, exist_ok=True)
     with TrajectoryWriter(the_plan.out_dir / TRAJECTORIES) as writer:
-        new = await run_episodes(
-            make_env,
-            policy,
-            the_plan.episodes,
-            concurrency=concurrency,
-            limits=limits,
-            sampling=sampling,
-            env_id=env_id,
-            writer=writer,
-            on_done=on_done,
-        )
+        if agent is not None:
+            from skyrl_sdk.agents.command_agent import run_command_episodes
+
+            new = await run_command_episodes(
+                agent,
+                make_env,
+                the_plan.episodes,
+                concurrency=concurrency,
+                env_id=env_id,
+                writer=writer,
+                on_done=on_done,
+            )
+        else:
+            new = await run_episodes(
+                make_env,
+                policy,
+                the_plan.episodes,
+                concurrency=concurrency,
+                limits=limits,
+                sampling=sampling,
+                env_id=env_id,
+                writer=writer,
+                on_done=on_done,
+            )
     order = {e: i for i, (e, _) in enumerate(the_plan.episodes)}
     everything = sorted(
         [*the_plan.kept, *new], key=lambda t: (t.episode_id not in order, t.episode_id)
     )
-    write_results(the_plan.out_dir, everything, env_id=env_id, policy=policy.name)
+    name = agent.name if agent is not None else policy.name
+    write_results(the_plan.out_dir, everything, env_id=env_id, policy=name)
     return everything
 
 

@@ -28,6 +28,9 @@ class AgentKind(enum.StrEnum):
     """Does nothing (the task's baseline; should score 0.0)."""
     LLM = "llm"
     """A policy in our agent loop with bash / view_file / edit_file tools."""
+    COMMAND = "command"
+    """An external agent program (`--agent command:CMD`) against the policy, served over
+    OpenAI's API (`benchmarks.harbor.command`)."""
 
 
 class AgentFailure(enum.StrEnum):

@@ -25,9 +25,26 @@ def _group() -> None:
 @app.command("run")
 def run_command(
     path: Path = typer.Option(..., "--path", "-p", help="A task folder or a folder of tasks."),
-    agent: str = typer.Option("oracle", "--agent", "-a", help="oracle, nop or llm."),
+    agent: str = typer.Option(
+        "oracle",
+        "--agent",
+        "-a",
+        help="oracle, nop, llm, or 'command:CMD' (an agent program run inside the trial's "
+        "environment against --policy, served over OpenAI's API).",
+    ),
     policy: str | None = typer.Option(
-        None, "--policy", help="llm agent: policy SPEC (tiny, DIR, URL or scripted:FILE)."
+        None,
+        "--policy",
+        help="llm and command agents: policy SPEC (tiny, DIR, URL or scripted:FILE).",
+    ),
+    agent_venv: Path | None = typer.Option(
+        None, "--agent-venv", help="command agent: the harness's virtualenv (bound read-only)."
+    ),
+    agent_binds: list[Path] = typer.Option(
+        [],
+        "--agent-bind",
+        metavar="DIR",
+        help="command agent: a host directory bound read-only at its path (repeatable).",
     ),
     backend: str = typer.Option("bwrap", "--backend", help="bwrap or docker."),
     concurrency: int = typer.Option(4, "--n-concurrent", "-n", help="Trials running at once."),
@@ -40,15 +57,27 @@ def run_command(
     max_tokens: int = typer.Option(1024, help="llm agent: tokens per turn."),
 ) -> None:
     """Run every task under PATH with one agent; write DIR/job.json and a trial folder each."""
+    from skyrl_sdk.agents.command_agent import CommandAgentError, parse_agent
     from skyrl_sdk.benchmarks.harbor.job import JobConfig, run_job, summary_table
 
     if not path.exists():
         raise typer.BadParameter(f"{path} does not exist", param_hint="--path")
     try:
+        command = None
+        if agent.startswith("command:"):
+            command = parse_agent(
+                agent,
+                venv=str(agent_venv) if agent_venv else None,
+                binds=[str(b) for b in agent_binds],
+            )
+            agent = "command"
+        elif agent_venv or agent_binds:
+            raise ValueError("--agent-venv and --agent-bind only apply to --agent 'command:CMD'")
         config = JobConfig(
             path=path,
             out=out,
             agent=agent,
+            command=command,
             backend=backend,
             concurrency=concurrency,
             policy=policy,
@@ -57,7 +86,7 @@ def run_command(
             max_turns=max_turns,
             max_tokens=max_tokens,
         )
-    except ValueError as e:
+    except (ValueError, CommandAgentError) as e:
         console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(2) from None
 
@@ -80,7 +109,7 @@ def run_command(
 
     try:
         job = asyncio.run(run_job(config, on_trial=progress))
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(2) from None
     console.print(summary_table(job))

@@ -77,7 +77,7 @@ class JobConfig:
     out: str | Path
     """Output folder (job.json, per-trial folders, trajectories.jsonl)."""
     agent: AgentKind = AgentKind.ORACLE
-    """oracle, nop or llm."""
+    """oracle, nop, llm, or command (given as 'command:CMD', which also sets `command`)."""
     backend: Backend = Backend.BWRAP
     """bwrap (host root filesystem or `rootfs`) or docker (Dockerfile built locally)."""
     concurrency: int = 4
@@ -94,8 +94,15 @@ class JobConfig:
     """llm agent: tokens per assistant turn."""
     network: bool | None = None
     """Force network on/off (None: each task's `network_mode`)."""
+    command: Any = None
+    """The `CommandAgent` for `agent: command` (`--agent command:CMD`)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.agent, str) and self.agent.startswith("command:"):
+            from skyrl_sdk.agents.command_agent import parse_agent
+
+            object.__setattr__(self, "command", parse_agent(self.agent))
+            object.__setattr__(self, "agent", AgentKind.COMMAND)
         object.__setattr__(self, "agent", AgentKind(self.agent))
         object.__setattr__(self, "backend", Backend(self.backend))
         if self.backend is Backend.LOCAL:
@@ -104,8 +111,10 @@ class JobConfig:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.timeout_multiplier <= 0:
             raise ValueError(f"timeout_multiplier must be positive, got {self.timeout_multiplier}")
-        if self.agent is AgentKind.LLM and not self.policy:
-            raise ValueError("the llm agent needs a policy (--policy SPEC)")
+        if self.agent in (AgentKind.LLM, AgentKind.COMMAND) and not self.policy:
+            raise ValueError(f"the {self.agent.value} agent needs a policy (--policy SPEC)")
+        if self.agent is AgentKind.COMMAND and self.command is None:
+            raise ValueError("the command agent needs its command: --agent 'command:CMD'")
 
 
 @dataclass(frozen=True)
@@ -289,6 +298,26 @@ async def run_trial(
             t2 = time.perf_counter()
             verified = await env.averify()
             timings["verifier_s"] = time.perf_counter() - t2
+        elif config.agent is AgentKind.COMMAND:
+            from skyrl_sdk.benchmarks.harbor.command import command_runtime, graded, run_command
+
+            await asyncio.to_thread(policy.server)  # started once, shared by every trial
+            runtime = command_runtime(
+                policy, task, backend=config.backend, rootfs=config.rootfs, network=config.network
+            )
+            t1 = time.perf_counter()
+            await runtime.start()
+            timings["environment_setup_s"] = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            outcome = await run_command(runtime, policy, agent_timeout)
+            timings["agent_execution_s"] = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            verified = await runtime.verify()
+            timings["verifier_s"] = time.perf_counter() - t2
+            if outcome.trajectory is not None:
+                outcome = replace(outcome, trajectory=graded(outcome.trajectory, verified.reward))
+                if on_trajectory is not None:
+                    on_trajectory(outcome.trajectory)
         else:
             runtime = HarborRuntime(
                 task, backend=config.backend, rootfs=config.rootfs, network=config.network
@@ -381,12 +410,27 @@ async def run_job(
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     task_dirs = find_task_dirs(config.path)
-    if config.agent is AgentKind.LLM and policy is None:
+    if config.agent in (AgentKind.LLM, AgentKind.COMMAND) and policy is None:
         from skyrl_sdk.agents.evaluate import load_policy
 
-        policy = load_policy(config.policy or "")
+        spec = config.policy or ""
+        tokenizer = (
+            "tiny" if config.agent is AgentKind.COMMAND and spec.startswith("scripted:") else None
+        )
+        policy = load_policy(spec, tokenizer=tokenizer)
+    runner = None
+    if config.agent is AgentKind.COMMAND:
+        from skyrl_sdk.agents.command_agent import CommandAgentRunner
+
+        if policy.renderer is None:
+            raise ValueError(
+                "the command agent serves the policy with exact token ids: it needs a tokenizer"
+            )
+        runner = CommandAgentRunner(
+            config.command, policy, capture_dir=out / "capture", log_dir=out / "agent_logs"
+        )
     writer = None
-    if config.agent is AgentKind.LLM:
+    if config.agent in (AgentKind.LLM, AgentKind.COMMAND):
         from skyrl_sdk.agents.trajectory import TrajectoryWriter
 
         writer = TrajectoryWriter(out / TRAJECTORIES)
@@ -396,7 +440,11 @@ async def run_job(
     async def one(task_dir: Path) -> TrialResult:
         async with limit:
             result = await run_trial(
-                task_dir, config, out, policy=policy, on_trajectory=writer.write if writer else None
+                task_dir,
+                config,
+                out,
+                policy=runner or policy,
+                on_trajectory=writer.write if writer else None,
             )
         if on_trial is not None:
             on_trial(result)
@@ -407,6 +455,8 @@ async def run_job(
     finally:
         if writer is not None:
             writer.close()
+        if runner is not None:
+            runner.close()
     job = JobResult(
         agent=config.agent.value,
         backend=config.backend.value,

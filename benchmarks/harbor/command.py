@@ -1,0 +1,125 @@
+"""`skyrl harbor run --agent command:CMD`: an external agent program as a Harbor trial's agent.
+
+The trial's environment starts with the model server's port forwarded into it and the
+harness's directories bound read-only (`CommandRuntime`; the verifier phase gets neither).
+CMD runs there with the session URL, a session-only key and the task's instruction
+(`skyrl_sdk.agents.command_agent`); when it exits the key is revoked, the task's own verifier
+grades as for any agent, and the captured tokens are the trial's trajectory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from skyrl_gym.envs.harbor.runtime import HarborRuntime
+from skyrl_sdk.agents.command_agent import (
+    AgentRun,
+    CommandAgentRunner,
+    EpisodeRecord,
+    agent_environment,
+    new_session_id,
+    run_in_sandbox,
+    server_port,
+)
+from skyrl_sdk.agents.trajectory import StopReason, Trajectory
+from skyrl_sdk.benchmarks.harbor.agents import AgentFailure, AgentOutcome
+from skyrl_sdk.sandboxes import SandboxSpec
+
+
+@dataclass
+class CommandRuntime(HarborRuntime):
+    """A Harbor runtime whose agent phase's sandbox forwards `agent_ports` and binds
+    `agent_binds` read-only; the verifier phase's sandbox is the task's own."""
+
+    agent_ports: tuple[int, ...] = ()
+    """Host loopback ports reachable inside during the agent phase (the model server)."""
+    agent_binds: tuple[str, ...] = ()
+    """Host directories bound read-only during the agent phase (the harness's venv)."""
+    agent_output_limit_bytes: int | None = None
+    """Bytes kept per stream of the agent's command (None: the runtime's default)."""
+    _agent_over: bool = field(default=False, init=False, repr=False)
+
+    def _spec(self, env: Any) -> SandboxSpec:
+        spec = super()._spec(env)
+        if self._agent_over:
+            return spec
+        return replace(
+            spec,
+            forward_ports=tuple(dict.fromkeys((*spec.forward_ports, *self.agent_ports))),
+            ro_binds=tuple(dict.fromkeys((*spec.ro_binds, *self.agent_binds))),
+            output_limit_bytes=self.agent_output_limit_bytes or spec.output_limit_bytes,
+        )
+
+    async def end_agent_phase(self) -> None:
+        self._agent_over = True
+        await super().end_agent_phase()
+
+
+def command_runtime(runner: CommandAgentRunner, task: Any, **kwargs: Any) -> CommandRuntime:
+    """The trial's runtime for `runner`'s agent (starts the model server if needed)."""
+    port = server_port(runner.server())
+    return CommandRuntime(
+        task,
+        agent_ports=(port,),
+        agent_binds=runner.agent.sandbox_binds(),
+        agent_output_limit_bytes=runner.agent.output_limit_bytes,
+        **kwargs,
+    )
+
+
+async def run_command(
+    runtime: CommandRuntime, runner: CommandAgentRunner, timeout_s: float | None
+) -> AgentOutcome:
+    """Run the command agent in the started runtime's sandbox; the trajectory (captured
+    tokens, reward still 0: the job grades afterwards) is in the outcome."""
+    server = runner.server()
+    agent = runner.agent
+    if timeout_s is not None:
+        agent = replace(agent, timeout_s=min(agent.timeout_s, timeout_s))
+    task_name = runtime.task.name
+    session_id = new_session_id(task_name)
+    base = EpisodeRecord(
+        task_name, task_name, "harbor", runner.name, time.time(), time.perf_counter()
+    )
+    if runtime.sandbox is None:
+        return AgentOutcome(AgentFailure.ERROR, "the environment has no sandbox")
+    instruction = runtime.task.instruction
+    key = server.issue_session_key(session_id)
+    env = agent_environment(
+        agent,
+        base_url=server.session_url(session_id),
+        api_key=key,
+        model=runner.served_model,
+        instruction=instruction,
+        task_id=task_name,
+        session_id=session_id,
+    )
+    result = None
+    try:
+        result = await run_in_sandbox(runtime.sandbox, agent, instruction, env)
+    except Exception as e:
+        return AgentOutcome(AgentFailure.ERROR, f"{type(e).__name__}: {e}")
+    finally:
+        server.revoke_session_key(session_id)
+    captured = server.session_trajectory(session_id)
+    run = AgentRun(result, len(captured.turns) if captured is not None else 0)
+    stop, message = run.stop
+    runner.write_log(session_id, task_name, result, stop, message)
+    trajectory = base.finish(captured, stop, message, 0.0, False)
+    if stop is StopReason.TIMEOUT:
+        return AgentOutcome(AgentFailure.TIMEOUT, message or "", trajectory)
+    if stop is StopReason.AGENT_ERROR:
+        kind = AgentFailure.NONZERO_EXIT if result and result.exit_code > 0 else AgentFailure.ERROR
+        return AgentOutcome(kind, message or "", trajectory)
+    return AgentOutcome(trajectory=trajectory)
+
+
+def graded(trajectory: Trajectory, reward: float | None) -> Trajectory:
+    """The trajectory with the verifier's reward (on its last turn too)."""
+    value = float(reward or 0.0)
+    turns = list(trajectory.turns)
+    if turns:
+        turns[-1] = replace(turns[-1], reward=value)
+    return replace(trajectory, turns=tuple(turns), reward=value, success=value > 0)
