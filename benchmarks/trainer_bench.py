@@ -202,7 +202,7 @@ class OurSide:
 
         from skyrl_sdk.agents.trajectory import TrainingSample
         from skyrl_sdk.trainer.config import AlgorithmConfig, OptimConfig
-        from skyrl_sdk.trainer.learner import Learner
+        from skyrl_sdk.trainer.learner import Learner, LearnerSettings
 
         self.settings = settings
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -230,10 +230,16 @@ class OurSide:
         self.advantages = list(batch.advantages)
         self.learner = Learner(
             model,
-            algorithm=AlgorithmConfig(clip_low=0.2, clip_high=0.28, kl_coef=0.0, entropy_coef=0.0),
-            optim=OptimConfig(lr=settings.lr, betas=(0.9, 0.99), weight_decay=0.0, grad_clip=1.0),
-            pad_token_id=int(tokenizer.pad_token_id or 0),
-            micro_batch_size=settings.micro_batch_size,
+            LearnerSettings(
+                algorithm=AlgorithmConfig(
+                    clip_low=0.2, clip_high=0.28, kl_coef=0.0, entropy_coef=0.0
+                ),
+                optim=OptimConfig(
+                    lr=settings.lr, betas=(0.9, 0.99), weight_decay=0.0, grad_clip=1.0
+                ),
+                pad_token_id=int(tokenizer.pad_token_id or 0),
+                micro_batch_size=settings.micro_batch_size,
+            ),
         )
 
     def round(self) -> RoundTiming:

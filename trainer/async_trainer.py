@@ -19,7 +19,7 @@ from rich.console import Console
 
 from skyrl_sdk.agents.local_engine import LocalEngine
 from skyrl_sdk.trainer.config import EngineKind, TrainConfig
-from skyrl_sdk.trainer.learner import Learner
+from skyrl_sdk.trainer.learner import Learner, LearnerSettings
 from skyrl_sdk.trainer.loop import (  # re-exported: the loop's helpers were first defined here
     Group,
     SeededPolicy,
@@ -47,7 +47,6 @@ __all__ = [
     "TrainResult",
     "build_batch",
     "build_engine",
-    "learner_kwargs",
     "make_env",
     "open_run_outputs",
     "pick_batch",
@@ -69,39 +68,33 @@ class AsyncTrainer(TrainingLoop):
         *,
         resume: bool = False,
         console: Console | None = None,
+        learner: Learner | None = None,
+        engine: LocalEngine | VLLMEngine | None = None,
     ):
+        """Build the learner and engine `config` names, or train `learner` and sample from
+        `engine` (both at version 0 with the same weights: e.g. the GPU check's FSDP2
+        learner and a device engine)."""
         if config.trainer.torch_threads:
             torch.set_num_threads(config.trainer.torch_threads)
-        super().__init__(config, console=console)
-        self.resume = resume
+        super().__init__(config, resume=resume, console=console)
         # The learner trains one copy of the model; the engine samples from another.
         model, self.tokenizer = load_model(config.model, seed=config.seed)
-        engine_model = copy.deepcopy(model).eval().requires_grad_(False)
-        self.learner = Learner(model, **learner_kwargs(config, self.tokenizer))
+        if learner is None:
+            learner = Learner(model, LearnerSettings.from_config(config, self.tokenizer))
+        self.learner = learner
         if resume and (state := self._load_checkpoint()) is not None:
             self.learner.load_state_dict(state.learner)
             self._resume_at(state, f"policy version {self.learner.version}")
-        self.engine = build_engine(config, engine_model, self.tokenizer, self.run_dir)
+        if engine is None:
+            engine_model = copy.deepcopy(model).eval().requires_grad_(False)
+            engine = build_engine(config, engine_model, self.tokenizer, self.run_dir)
+        self.engine = engine
         if self.learner.version != 0:
             self.engine.update_weights(self.learner.engine_weights(), self.learner.version)
             self.engine.wait_for_version(self.learner.version)
         self.policy = SeededPolicy(self.engine, config.seed)
         self.limits = rollout_limits(config, self.engine.max_context_tokens)
         self._open_outputs()
-
-
-def learner_kwargs(config: TrainConfig, tokenizer: Any) -> dict[str, Any]:
-    """The learner constructor's arguments besides the model (`Learner`, `FSDPLearner`,
-    `DeepSpeedLearner` take the same) that `config` implies."""
-    return {
-        "algorithm": config.algorithm,
-        "optim": config.optim,
-        "lora": config.model.lora,
-        "temperature": config.rollout.temperature,
-        "pad_token_id": tokenizer.pad_token_id or 0,
-        "total_steps": config.trainer.steps,
-        "micro_batch_size": config.trainer.micro_batch_size,
-    }
 
 
 # -- the inference engine -----------------------------------------------------------------

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from skyrl_sdk.trainer.config import TrainConfig
+    from skyrl_sdk.trainer.loop import TrainingLoop
 
 
 def _split_config(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
@@ -81,7 +88,7 @@ def train_command(
 
     import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the default `lookup` env)
     from skyrl_gym.registry import EntryPointError, UnknownEnvError, resolve
-    from skyrl_sdk.trainer.checkpoint import ResumeConfigError, check_resume_config
+    from skyrl_sdk.trainer.checkpoint import ResumeConfigError
 
     try:
         spec = resolve(cfg.env.id, imports=imports, from_cwd=True)
@@ -95,11 +102,6 @@ def train_command(
             f"env {escape(repr(cfg.env.id))} ({spec.max_turns}); raising it to "
             f"{cfg.env.max_turns}[/yellow]"
         )
-    if resume:
-        try:
-            check_resume_config(cfg.out_dir, cfg.model_dump(mode="json"))
-        except ResumeConfigError as e:
-            die(str(e))
     if cfg.distributed.strategy is not DistributedStrategy.NONE and not ray:
         die(
             f"distributed.strategy={cfg.distributed.strategy.value} needs --ray "
@@ -110,24 +112,36 @@ def train_command(
             f"rollout.engine={cfg.rollout.engine.value} is not available with --ray "
             "(Ray mode's engine actors run the local engine)"
         )
-    if cfg.backend is Backend.TINKER:
-        from skyrl_sdk.trainer.tinker_trainer import TinkerTrainer
-
-        if ray:
-            die("--ray runs the local backend; backend 'tinker' has no actors")
-        try:
-            tinker_trainer = TinkerTrainer(cfg, resume=resume, console=console)
-        except (ConfigError, ImportError) as e:  # a setting it cannot honour; no tinker SDK
-            die(str(e))
-        result = tinker_trainer.run()
-    elif ray:
-        from skyrl_sdk.trainer.ray_mode import run_ray
-
-        result = run_ray(cfg, resume=resume)
-    else:
-        from skyrl_sdk.trainer.async_trainer import AsyncTrainer
-
-        result = AsyncTrainer(cfg, resume=resume, console=console).run()
+    if cfg.backend is Backend.TINKER and ray:
+        die("--ray runs the local backend; backend 'tinker' has no actors")
+    try:
+        trainer = _build_trainer(cfg, resume=resume, ray=ray, console=console)
+    except ResumeConfigError as e:
+        die(str(e))
+    except (ConfigError, ImportError) as e:  # a setting a backend cannot honour; no tinker SDK
+        if cfg.backend is not Backend.TINKER:
+            raise
+        die(str(e))
+    result = trainer.run()
     console.print(
         f"trained {result.steps} steps (policy version {result.version}); run in {result.run_dir}"
     )
+
+
+def _build_trainer(cfg: TrainConfig, *, resume: bool, ray: bool, console: Console) -> TrainingLoop:
+    """The training loop with the backend `cfg` and `--ray` choose (the Ray and Tinker
+    modules are imported only when chosen)."""
+    from skyrl_sdk.trainer.config import Backend
+
+    if cfg.backend is Backend.TINKER:
+        from skyrl_sdk.trainer.tinker_trainer import TinkerTrainer
+
+        return TinkerTrainer(cfg, resume=resume, console=console)
+    if ray:
+        from skyrl_sdk.trainer.ray_mode import RayTrainer, init_local_ray
+
+        init_local_ray()
+        return RayTrainer(cfg, resume=resume)
+    from skyrl_sdk.trainer.async_trainer import AsyncTrainer
+
+    return AsyncTrainer(cfg, resume=resume, console=console)

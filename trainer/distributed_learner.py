@@ -196,11 +196,10 @@ def _portable_state(
 class FSDPLearner(_DataParallel):
     """FSDP2: `fully_shard` on every decoder layer and on the root; AdamW on DTensor shards."""
 
-    def __init__(self, model: Any, settings: LearnerSettings | None = None, **fields: Any):
-        """`settings` (or its fields as keywords), as for `Learner`."""
+    def __init__(self, model: Any, settings: LearnerSettings):
+        """Shard `model` and train it as `settings` say (as for `Learner`)."""
         from torch.distributed.fsdp import fully_shard
 
-        settings = LearnerSettings.of(settings, fields)
         _check_supported(settings.lora)
         self.rank, self.world_size = init_process_group()
         super().__init__(model, settings)
@@ -296,15 +295,13 @@ class DeepSpeedLearner(_DataParallel):
     def __init__(
         self,
         model: Any,
-        settings: LearnerSettings | None = None,
+        settings: LearnerSettings,
         *,
         zero_stage: int = 0,
-        **fields: Any,
     ):
-        """`settings` (or its fields as keywords), as for `Learner`; `zero_stage` 0, 1 or 2."""
+        """Train `model` as `settings` say (as for `Learner`) under ZeRO `zero_stage` 0, 1 or 2."""
         import deepspeed
 
-        settings = LearnerSettings.of(settings, fields)
         _check_supported(settings.lora)
         if zero_stage not in (0, 1, 2):
             raise ValueError("DeepSpeedLearner supports ZeRO stages 0, 1 and 2")

@@ -25,7 +25,7 @@ from skyrl_sdk.agents.tiny import build_model
 from skyrl_sdk.agents.trajectory import TrainingSample
 from skyrl_sdk.trainer.config import AlgorithmConfig, OptimConfig
 from skyrl_sdk.trainer.distributed_learner import DeepSpeedLearner, FSDPLearner
-from skyrl_sdk.trainer.learner import Learner
+from skyrl_sdk.trainer.learner import Learner, LearnerSettings
 
 PROMPT = (5, 6, 7)
 GOOD, BAD = 9, 10
@@ -82,7 +82,9 @@ def _check_state(learner, make, samples, advantages) -> dict[str, bool]:
     learner.train_step(samples, advantages)
     fresh.train_step(samples, advantages)
     next_step = _same(learner.engine_weights(), fresh.engine_weights())
-    single = Learner(_model(), algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2))
+    single = Learner(
+        _model(), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2))
+    )
     single.load_state_dict(state)
     portable = _same(state, single.state_dict())
     return {
@@ -103,12 +105,14 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     before = _logprobs(_model().state_dict())
-    kwargs = dict(algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2), total_steps=args.steps)
+    settings = LearnerSettings(
+        algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2), total_steps=args.steps
+    )
 
     def make() -> FSDPLearner | DeepSpeedLearner:
         if args.backend == "fsdp":
-            return FSDPLearner(_model(), **kwargs)
-        return DeepSpeedLearner(_model(), zero_stage=args.zero_stage, **kwargs)
+            return FSDPLearner(_model(), settings)
+        return DeepSpeedLearner(_model(), settings, zero_stage=args.zero_stage)
 
     learner = make()
     # 5 samples over 2 ranks: one rank gets a zero-advantage filler.

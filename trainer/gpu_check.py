@@ -304,15 +304,10 @@ def check_learner(model: Any, config: Any, tokenizer: Any, device: Any) -> tuple
     from torch.distributed.tensor import DTensor
 
     from skyrl_sdk.trainer.distributed_learner import FSDPLearner
+    from skyrl_sdk.trainer.learner import LearnerSettings
 
     learner = FSDPLearner(
-        copy.deepcopy(model).to(device),
-        algorithm=config.algorithm,
-        optim=config.optim,
-        temperature=config.rollout.temperature,
-        pad_token_id=tokenizer.pad_token_id or 0,
-        total_steps=config.trainer.steps,
-        micro_batch_size=config.trainer.micro_batch_size,
+        copy.deepcopy(model).to(device), LearnerSettings.from_config(config, tokenizer)
     )
     params = list(learner.model.parameters())
     require(learner.world_size == 1, f"world size {learner.world_size}, expected 1")
@@ -323,18 +318,11 @@ def check_learner(model: Any, config: Any, tokenizer: Any, device: Any) -> tuple
 
 
 def async_trainer(config: Any, learner: Any, engine: Any) -> Any:
-    """An `AsyncTrainer` of `config` that trains `learner` and samples from `engine`.
+    """An `AsyncTrainer` of `config` that trains `learner` and samples from `engine` (the
+    device ones; both at version 0 with the same initial weights)."""
+    from skyrl_sdk.trainer.async_trainer import AsyncTrainer
 
-    `AsyncTrainer` builds a CPU `Learner` and `LocalEngine` itself; the device ones are put
-    in their place before any step (both are at version 0 with the same initial weights)."""
-    from skyrl_sdk.trainer.async_trainer import AsyncTrainer, SeededPolicy
-
-    trainer = AsyncTrainer(config)
-    asyncio.run(trainer.engine.aclose())
-    trainer.learner = learner
-    trainer.engine = engine
-    trainer.policy = SeededPolicy(engine, config.seed)
-    return trainer
+    return AsyncTrainer(config, learner=learner, engine=engine)
 
 
 def check_training(config: Any, learner: Any, engine: Any) -> tuple[str, Any]:
@@ -427,11 +415,7 @@ def check_logprobs(
     # The learner's own scoring path (padding, temperature, token logprobs), on its device.
     scored = learner._logprobs_no_grad(samples)
     initial = Learner(
-        copy.deepcopy(model).to(learner._device()),
-        algorithm=config.algorithm,
-        optim=config.optim,
-        temperature=config.rollout.temperature,
-        pad_token_id=learner.pad_token_id,
+        copy.deepcopy(model).to(learner._device()), learner.settings
     )._logprobs_no_grad(samples)
 
     def max_diff(rows: Sequence[Any]) -> tuple[float, int]:

@@ -103,23 +103,12 @@ class LearnerSettings:
             micro_batch_size=config.trainer.micro_batch_size,
         )
 
-    @classmethod
-    def of(cls, settings: LearnerSettings | None, fields: Mapping[str, Any]) -> LearnerSettings:
-        """`settings`, or settings made from keyword `fields` (the constructors accept either,
-        so callers that pass the fields one by one keep working); not both."""
-        if settings is not None:
-            if fields:
-                raise TypeError(f"pass LearnerSettings or its fields, not both: {sorted(fields)}")
-            return settings
-        return cls(**fields)
-
 
 class Learner:
     """Owns the trained model, its optimizer and scheduler, and the policy version."""
 
-    def __init__(self, model: Any, settings: LearnerSettings | None = None, **fields: Any):
-        """`settings` (or its fields as keywords: `algorithm=..., optim=..., ...`)."""
-        settings = LearnerSettings.of(settings, fields)
+    def __init__(self, model: Any, settings: LearnerSettings):
+        """Train `model` (a transformers causal LM) as `settings` say."""
         self.settings = settings
         algorithm, optim, lora = settings.algorithm, settings.optim, settings.lora
         total_steps = settings.total_steps

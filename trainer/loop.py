@@ -56,7 +56,13 @@ from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, Sampl
 from skyrl_sdk.agents.rollout import RolloutLimits, rollout
 from skyrl_sdk.agents.trajectory import StopReason, TrainingSample, Trajectory, TrajectoryWriter
 from skyrl_sdk.trainer import advantages as adv_fns
-from skyrl_sdk.trainer.checkpoint import Checkpointer, CheckpointState, capture_rng, restore_rng
+from skyrl_sdk.trainer.checkpoint import (
+    Checkpointer,
+    CheckpointState,
+    capture_rng,
+    check_resume_config,
+    restore_rng,
+)
 from skyrl_sdk.trainer.config import AdvantageEstimator, AlgorithmConfig, TrainConfig
 from skyrl_sdk.trainer.data import DataCursor, StalenessGate
 from skyrl_sdk.trainer.learner import LearnerStats
@@ -222,10 +228,18 @@ class TrainingLoop:
     writer: TrajectoryWriter | None
     """Where trajectories go (None: `logging.trajectories` is off)."""
 
-    def __init__(self, config: TrainConfig, *, console: Console | None = None):
+    def __init__(
+        self, config: TrainConfig, *, resume: bool = False, console: Console | None = None
+    ):
+        """Set up the loop's own state; with `resume`, first refuse (`ResumeConfigError`,
+        naming the differences) to continue a checkpointed run under another config, before
+        any backend loads a model."""
         self.config = config
         self.console = console or Console()
         self.run_dir = Path(config.out_dir)
+        self.resume = resume
+        if resume:
+            check_resume_config(self.run_dir, config.model_dump(mode="json"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(config.seed)
         # The env's task list; group i plays tasks[cursor.task_index(i)].

@@ -43,10 +43,9 @@ from rich.console import Console
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import Completion, GenerationContext, SamplingParams
 from skyrl_sdk.agents.trajectory import TrainingSample
-from skyrl_sdk.trainer.async_trainer import learner_kwargs
 from skyrl_sdk.trainer.config import DistributedStrategy, TrainConfig
 from skyrl_sdk.trainer.distributed_learner import combine_stats, shard_batch
-from skyrl_sdk.trainer.learner import Learner, LearnerStats
+from skyrl_sdk.trainer.learner import Learner, LearnerSettings, LearnerStats
 from skyrl_sdk.trainer.loop import SeededPolicy, TrainingLoop, TrainResult, rollout_limits
 from skyrl_sdk.trainer.models import load_model
 from skyrl_sdk.trainer.ray_envs import EnvPool
@@ -102,7 +101,7 @@ class LearnerActor:
     def __init__(self, config: TrainConfig, state: Mapping[str, Any], torch_threads: int):
         torch.set_num_threads(torch_threads)
         model, tokenizer = _model_and_tokenizer(config)
-        self.learner = Learner(model, **learner_kwargs(config, tokenizer))
+        self.learner = Learner(model, LearnerSettings.from_config(config, tokenizer))
         self.learner.load_state_dict(state)
 
     def train_step(
@@ -158,13 +157,13 @@ class LearnerRankActor:
             }
         )
         model, tokenizer = _model_and_tokenizer(config)
-        kwargs = learner_kwargs(config, tokenizer)
+        settings = LearnerSettings.from_config(config, tokenizer)
         strategy = config.distributed.strategy
         if strategy is DistributedStrategy.FSDP:
-            self.learner = FSDPLearner(model, **kwargs)
+            self.learner = FSDPLearner(model, settings)
         elif strategy is DistributedStrategy.DEEPSPEED:
             self.learner = DeepSpeedLearner(
-                model, zero_stage=config.distributed.zero_stage, **kwargs
+                model, settings, zero_stage=config.distributed.zero_stage
             )
         else:
             raise ValueError(f"distributed.strategy {strategy.value!r} has no learner ranks")
@@ -436,12 +435,12 @@ class RayTrainer(TrainingLoop):
     ):
         if config.trainer.torch_threads:
             torch.set_num_threads(config.trainer.torch_threads)
-        super().__init__(config, console=console)
+        super().__init__(config, resume=resume, console=console)
         self.env_pool: EnvPool | None = None
         """Where episodes' envs live (None: on the driver, as in one-process mode)."""
         self._actors_closed = False
         model, tokenizer = load_model(config.model, seed=config.seed)
-        local = Learner(model, **learner_kwargs(config, tokenizer))
+        local = Learner(model, LearnerSettings.from_config(config, tokenizer))
         if resume and (state := self._load_checkpoint()) is not None:
             local.load_state_dict(state.learner)
             self._resume_at(state, f"policy version {local.version}")
@@ -512,18 +511,7 @@ class RayTrainer(TrainingLoop):
             self.env_pool.close()
 
 
-def make_ray_trainer(
-    config: TrainConfig,
-    *,
-    resume: bool = False,
-    num_engines: int = 1,
-    env_workers: int | None = None,
-) -> RayTrainer:
-    """A `RayTrainer` (kept for callers of the earlier builder function)."""
-    return RayTrainer(config, resume=resume, num_engines=num_engines, env_workers=env_workers)
-
-
 def run_ray(config: TrainConfig, *, resume: bool = False, num_engines: int = 1) -> TrainResult:
     """Train with Ray actors on a local cluster (started here if needed)."""
     init_local_ray()
-    return make_ray_trainer(config, resume=resume, num_engines=num_engines).run()
+    return RayTrainer(config, resume=resume, num_engines=num_engines).run()

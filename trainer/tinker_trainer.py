@@ -341,7 +341,7 @@ class TinkerTrainer(TrainingLoop):
         tcfg = config.tinker
         assert tcfg.base_url and tcfg.base_model  # TrainConfig validates this
         self.base_model = tcfg.base_model
-        super().__init__(config, console=console)
+        super().__init__(config, resume=resume, console=console)
 
         # The endpoint: a LoRA training client, fresh or from the run's last saved state.
         api_key = _api_key(config)

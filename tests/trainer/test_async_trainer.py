@@ -124,3 +124,16 @@ def test_kill_and_resume_matches_an_uninterrupted_run(tmp_path):
     # Same data order: every step trained the same groups (hence tasks) as the reference run.
     assert [r["groups"] for r in rows] == [r["groups"] for r in ref_rows]
     assert [r["tasks"] for r in rows] == [r["tasks"] for r in ref_rows]
+
+
+def test_resume_through_the_api_refuses_a_changed_config(tmp_path):
+    """The check lives in the loop, not only in `skyrl train`: a program that builds an
+    `AsyncTrainer(..., resume=True)` with another config is refused before a model loads."""
+    from skyrl_sdk.trainer.checkpoint import ResumeConfigError
+
+    _run(tmp_path, 0, 1, "trainer.checkpoint_every=1")
+    changed = build_config(
+        {}, [f"out_dir={tmp_path}", "trainer.steps=2", "seed=0", "optim.lr=0.5"]
+    )
+    with pytest.raises(ResumeConfigError, match=r"optim\.lr: was .*now 0\.5"):
+        AsyncTrainer(changed, resume=True)

@@ -6,7 +6,7 @@ import torch
 from skyrl_sdk.agents.tiny import build_model
 from skyrl_sdk.agents.trajectory import TrainingSample
 from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig
-from skyrl_sdk.trainer.learner import Learner
+from skyrl_sdk.trainer.learner import Learner, LearnerSettings
 
 
 def _model(vocab=32, seed=0):
@@ -31,7 +31,9 @@ def _logprob(model, sample):
 
 
 def test_positive_advantage_raises_its_tokens():
-    learner = Learner(_model(), algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2))
+    learner = Learner(
+        _model(), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2))
+    )
     good, bad = _sample((9,)), _sample((10,))
     before = _logprob(learner.model, good), _logprob(learner.model, bad)
     for _ in range(5):
@@ -44,7 +46,9 @@ def test_positive_advantage_raises_its_tokens():
 
 
 def test_staleness_and_truncated_is_stats():
-    learner = Learner(_model(), algorithm=AlgorithmConfig(tis_cap=1.5), optim=OptimConfig())
+    learner = Learner(
+        _model(), LearnerSettings(algorithm=AlgorithmConfig(tis_cap=1.5), optim=OptimConfig())
+    )
     learner.version = 3
     # Sampler logprob far below the learner's: the IS weight exceeds the cap on every token.
     stats = learner.train_step([_sample((9, 10), version=1, logprob=-20.0)], [1.0])
@@ -59,9 +63,11 @@ def test_micro_batches_match_one_batch():
     for micro in (3, 1):
         learner = Learner(
             _model(),
-            algorithm=AlgorithmConfig(),
-            optim=OptimConfig(grad_clip=None),
-            micro_batch_size=micro,
+            LearnerSettings(
+                algorithm=AlgorithmConfig(),
+                optim=OptimConfig(grad_clip=None),
+                micro_batch_size=micro,
+            ),
         )
         learner.optimizer.step = lambda: None  # compare gradients, not updates
         learner.train_step(samples, advantages)
@@ -72,7 +78,7 @@ def test_micro_batches_match_one_batch():
 
 
 def test_zero_advantages_do_not_move_weights():
-    learner = Learner(_model(), algorithm=AlgorithmConfig(), optim=OptimConfig())
+    learner = Learner(_model(), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig()))
     learner.train_step([_sample((9,))], [1.0])  # Adam now has momentum
     before = [p.detach().clone() for p in learner.model.parameters()]
     learner.train_step([_sample((9,))], [0.0])
@@ -80,9 +86,9 @@ def test_zero_advantages_do_not_move_weights():
 
 
 def test_state_dict_round_trip():
-    a = Learner(_model(), algorithm=AlgorithmConfig(), optim=OptimConfig())
+    a = Learner(_model(), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig()))
     a.train_step([_sample((9,))], [1.0])
-    b = Learner(_model(seed=1), algorithm=AlgorithmConfig(), optim=OptimConfig())
+    b = Learner(_model(seed=1), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig()))
     b.load_state_dict(a.state_dict())
     assert b.version == 1
     for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
@@ -95,9 +101,11 @@ def test_lora_trains_adapters_and_merges_for_the_engine():
     plain_keys = set(base.state_dict())
     learner = Learner(
         _model(),
-        algorithm=AlgorithmConfig(kl_coef=0.1),
-        optim=OptimConfig(lr=1e-2),
-        lora=LoRAConfig(enabled=True, r=4, target_modules=("q_proj", "v_proj")),
+        LearnerSettings(
+            algorithm=AlgorithmConfig(kl_coef=0.1),
+            optim=OptimConfig(lr=1e-2),
+            lora=LoRAConfig(enabled=True, r=4, target_modules=("q_proj", "v_proj")),
+        ),
     )
     trainable = [n for n, p in learner.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
@@ -113,9 +121,8 @@ def test_lora_trains_adapters_and_merges_for_the_engine():
     assert _logprob(base, good) == pytest.approx(_logprob(learner.model, good), abs=1e-4)
 
 
-def test_settings_object_and_keywords_build_the_same_learner():
+def test_learner_settings_follow_the_config():
     from skyrl_sdk.trainer.config import build_config
-    from skyrl_sdk.trainer.learner import LearnerSettings
 
     config = build_config({}, ["rollout.temperature=0.5", "trainer.micro_batch_size=3"])
 
@@ -125,15 +132,9 @@ def test_settings_object_and_keywords_build_the_same_learner():
     settings = LearnerSettings.from_config(config, _Tok())
     assert settings.temperature == 0.5 and settings.micro_batch_size == 3
     assert settings.pad_token_id == 0 and settings.total_steps == config.trainer.steps
-    a = Learner(_model(), settings)
-    b = Learner(_model(), **{f: getattr(settings, f) for f in settings.__dataclass_fields__})
-    assert a.settings == b.settings == settings
-    for learner in (a, b):
-        learner.train_step([_sample((9,)), _sample((10, 11))], [1.0, -1.0])
-    for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
-        assert torch.equal(p, q)
-    with pytest.raises(TypeError, match="not both"):
-        Learner(_model(), settings, temperature=2.0)
+    learner = Learner(_model(), settings)
+    assert learner.settings == settings
+    assert learner.temperature == 0.5 and learner.micro_batch_size == 3
 
 
 def test_tinker_lora_spec_builds_the_trainers_lora_settings():

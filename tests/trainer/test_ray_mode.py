@@ -128,7 +128,7 @@ def _same(a, b) -> bool:
 
 
 def test_short_async_run_completes_with_ray_actors(local_ray, tmp_path):
-    from skyrl_sdk.trainer.ray_mode import make_ray_trainer
+    from skyrl_sdk.trainer.ray_mode import RayTrainer
 
     cfg = build_config(
         {},
@@ -141,7 +141,7 @@ def test_short_async_run_completes_with_ray_actors(local_ray, tmp_path):
             *TINY_RUN,
         ],
     )
-    trainer = make_ray_trainer(cfg)
+    trainer = RayTrainer(cfg)
     learner_pid = ray.get(trainer.learner.actor.pid.remote())
     engine_pid = ray.get(trainer.engine.actors[0].pid.remote())
     assert len({learner_pid, engine_pid, os.getpid()}) == 3  # three processes
@@ -160,7 +160,7 @@ def test_short_async_run_completes_with_ray_actors(local_ray, tmp_path):
 def test_fsdp_ranks_train_feed_the_engine_and_resume(local_ray, probe_env, tmp_path):
     """FSDP2 at world size 2 in two learner actors, envs in two env actors; then --resume."""
     from skyrl_sdk.trainer.checkpoint import Checkpointer
-    from skyrl_sdk.trainer.ray_mode import make_ray_trainer
+    from skyrl_sdk.trainer.ray_mode import RayTrainer
 
     pid_file = tmp_path / "env_pids.txt"
     data = {"env": {"id": PROBE_ENV, "kwargs": {"pid_file": str(pid_file)}}}
@@ -172,7 +172,7 @@ def test_fsdp_ranks_train_feed_the_engine_and_resume(local_ray, probe_env, tmp_p
         "distributed.env_workers=2",
         *TINY_RUN,
     ]
-    trainer = make_ray_trainer(build_config(data, [*overrides, "trainer.steps=2"]))
+    trainer = RayTrainer(build_config(data, [*overrides, "trainer.steps=2"]))
     try:
         rank_pids = trainer.learner.pids()
         env_pids = {s.pid for s in trainer.env_pool.stats()}
@@ -218,7 +218,7 @@ def test_fsdp_ranks_train_feed_the_engine_and_resume(local_ray, probe_env, tmp_p
     # --resume: fresh ranks load the checkpoint (unsharded, single-process layout) exactly.
     saved = Checkpointer(tmp_path).load()
     assert saved is not None and saved.step == 2
-    resumed = make_ray_trainer(build_config(data, [*overrides, "trainer.steps=3"]), resume=True)
+    resumed = RayTrainer(build_config(data, [*overrides, "trainer.steps=3"]), resume=True)
     pids = _actor_pids(resumed)
     try:
         assert _same(resumed.learner.state_dict(), saved.learner)
@@ -236,7 +236,7 @@ def test_deepspeed_ranks_train_while_env_errors_in_an_actor_end_episodes(
     """DeepSpeed ZeRO-1 at world size 2; every episode's env raises at its second step inside
     its env actor: the episodes end with ENV_ERROR (the env's own exception, as locally) and
     keep their first turn, which trains, so the run completes."""
-    from skyrl_sdk.trainer.ray_mode import make_ray_trainer
+    from skyrl_sdk.trainer.ray_mode import RayTrainer
 
     cfg = build_config(
         {"env": {"id": PROBE_ENV, "kwargs": {"fail": True}}},
@@ -250,7 +250,7 @@ def test_deepspeed_ranks_train_while_env_errors_in_an_actor_end_episodes(
             *TINY_RUN,
         ],
     )
-    trainer = make_ray_trainer(cfg)
+    trainer = RayTrainer(cfg)
     pids = _actor_pids(trainer)
     env_pid = trainer.env_pool.stats()[0].pid
     assert len(set(trainer.learner.pids())) == 2
