@@ -11,7 +11,9 @@ extras=row_extras)`, calls `init(prompt)` and then `step(text)` until the return
 - `step` turns the dict into Gymnasium's 5-tuple: `done` is `terminated`, `metadata` goes to
   `info["metadata"]`, `postprocessed_action` to `info["postprocessed_action"]`, and on the last
   step `get_metrics()` to `info["episode"]`;
-- the instance is closed when the episode ends, on the next reset and on `close`.
+- the instance is closed when the episode ends, on the next reset and on `close`;
+- a row whose `env_class` is registered to another env is refused (SkyRL would play it
+  there); an `env_class` nobody registered is ignored.
 
 `skyrl_gym.make` applies it by itself: `adapt_factory` turns an entry point that is a SkyRL
 env class into a `SkyRLFactory`, so `register(id=..., entry_point="mod:MyEnv")` and
@@ -28,7 +30,14 @@ from typing import Any
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv
 from skyrl_gym.envs.base_text_env import Env as SkyRLEnv
-from skyrl_gym.tasks import TaskRow, load_tasks, skyrl_row_parts, to_task_rows
+from skyrl_gym.tasks import (
+    SKYRL_ENV_CLASS_KEY,
+    TaskError,
+    TaskRow,
+    load_tasks,
+    skyrl_row_parts,
+    to_task_rows,
+)
 
 __all__ = [
     "EnvConfig",
@@ -137,6 +146,7 @@ class SkyRLTextEnv(TaskEnv):
         self.skyrl_env: Any = None
         """The SkyRL instance playing the current episode (None between episodes)."""
         self._init_metadata: dict[str, Any] = {}
+        self._env_classes: set[str] = set()  # row env_class values already checked
 
     @property
     def env_name(self) -> str:
@@ -162,6 +172,8 @@ class SkyRLTextEnv(TaskEnv):
     def start(self, task: TaskRow) -> Messages:
         """Build a SkyRL instance for `task` and return `init(prompt)`'s conversation."""
         self._close_episode()
+        if (env_class := task.get(SKYRL_ENV_CLASS_KEY)) and env_class not in self._env_classes:
+            self._check_env_class(task, env_class)
         prompt, row_extras = skyrl_row_parts(task)
         extras = copy.deepcopy({**self.extras, **row_extras})
         if self.max_turns is not None:
@@ -226,6 +238,25 @@ class SkyRLTextEnv(TaskEnv):
                 info["episode"] = dict(metrics)
             self._close_episode()
         return list(observations), reward, done, False, info
+
+    def _check_env_class(self, task: TaskRow, env_class: str) -> None:
+        """Refuse a row whose `env_class` is registered to a different env: SkyRL would play
+        it there, so playing it here would score it by the wrong rules."""
+        from skyrl_gym.registry import EntryPointError, registry
+
+        other = registry.get(env_class)
+        if other is not None:
+            try:
+                factory = other.load()
+            except EntryPointError:
+                factory = None
+            if factory is not self.env_factory:
+                raise TaskError(
+                    f"task {task.get('task_id')!r} has env_class {env_class!r}, registered to "
+                    f"{other.entry_point!r}, not to this env ({self.env_name}): one run plays one "
+                    "env, so split the dataset by env_class"
+                )
+        self._env_classes.add(env_class)
 
     def _close_episode(self) -> None:
         env, self.skyrl_env = self.skyrl_env, None

@@ -302,6 +302,16 @@ def test_step_outputs_outside_skyrls_contract_are_named(returned: Any, message: 
     assert message in str(e.value)
 
 
+def test_rows_for_another_registered_env_are_refused(user_module: Any) -> None:
+    env = skyrl_gym.make("multiply", max_turns=1)
+    row = load_tasks(ROWS)[0]
+    assert play(env, {**row, "env_class": "not-registered-anywhere"}, ["\\boxed{408}"])[0][1] == 1.0
+    with pytest.raises(
+        TaskError, match=r"env_class 'text2sql', registered to 'skyrl_gym\.envs\.sql"
+    ):
+        env.reset(options={"task": {**row, "env_class": "text2sql"}})
+
+
 def test_a_skyrl_env_without_rows_says_where_rows_come_from(user_module: Any) -> None:
     env = skyrl_gym.make("multiply")
     with pytest.raises(ValueError, match=r"MultiplyEnv has no dataset.*--tasks FILE"):
