@@ -453,7 +453,7 @@ def write_script(rng: random.Random, seed: int) -> TaskSpec:
     """Write an executable script that computes something from its arguments."""
     op = rng.choice(sorted(SCRIPT_OPS))
     what, fn, body = SCRIPT_OPS[op]
-    name = f"{op}_{rng.choice(STEMS)}.sh"
+    name = f"{op}_{rng.choice(STEMS)}{rng.randint(100, 999)}.sh"
     example = [rng.randint(1, 9) for _ in range(3)]
     cases = []
     for _ in range(3):
@@ -479,7 +479,7 @@ def write_script(rng: random.Random, seed: int) -> TaskSpec:
 def fix_script(rng: random.Random, seed: int) -> TaskSpec:
     """Repair a script with one bug; the verifier runs it on inputs it never saw."""
     word = rng.choice(LEVELS)
-    name = f"count_{rng.choice(STEMS)}.sh"
+    name = f"count_{rng.choice(STEMS)}{rng.randint(100, 999)}.sh"
     bug = rng.choice(("invert", "wrong-arg", "count-all"))
     good = f'#!/bin/bash\n# Prints how many lines of the file "$1" contain {word}.\ngrep -c {word} "$1"\n'
     broken = {
