@@ -394,3 +394,56 @@ def test_a_corrupt_parquet_file_is_a_task_error(tmp_path: Path) -> None:
     path.write_bytes(b"not parquet at all")
     with pytest.raises(TaskError, match="not a readable parquet file"):
         load_tasks(path)
+
+
+# ---- SkyRL tool groups -------------------------------------------------------------------------
+
+
+def test_a_tool_group_env_runs_through_the_adapter() -> None:
+    import re
+
+    from skyrl_gym.tools.core import ToolGroup, tool
+
+    class Arithmetic(ToolGroup):
+        def __init__(self) -> None:
+            super().__init__(name="Arithmetic")
+
+        @tool
+        def add(self, a: str, b: str) -> str:
+            return str(int(a) + int(b))
+
+    class AddEnv(BaseTextEnv):
+        """`<add>A,B</add>` calls the tool; `<answer>N</answer>` ends the episode."""
+
+        def __init__(self, env_config: Any, extras: dict[str, Any]):
+            super().__init__()
+            self.answer = extras["reward_spec"]["ground_truth"]
+            self.init_tool_groups([Arithmetic()])
+
+        def step(self, action: str) -> BaseTextEnvStepOutput:
+            if m := re.search(r"<answer>(.*?)</answer>", action):
+                ok = m.group(1).strip() == self.answer
+                return BaseTextEnvStepOutput(
+                    observations=[], reward=float(ok), done=True, metadata={}
+                )
+            call = re.search(r"<add>(-?\d{1,9}),(-?\d{1,9})</add>", action)
+            result = self._execute_tool("Arithmetic", "add", call.groups()) if call else "use <add>"
+            return BaseTextEnvStepOutput(
+                observations=[{"role": "user", "content": result}],
+                reward=0.0,
+                done=False,
+                metadata={"tool": "add" if call else None},
+            )
+
+    assert Arithmetic().get_tool_names() == ["add"]
+    with pytest.raises(ValueError, match="tool 'sub' not found in group 'Arithmetic'"):
+        Arithmetic().execute_tool("sub", 1, 2)
+    rows = [
+        {"prompt": [{"role": "user", "content": "19+23?"}], "reward_spec": {"ground_truth": "42"}},
+        {"prompt": [{"role": "user", "content": "1+1?"}], "reward_spec": {"ground_truth": "2"}},
+    ]
+    make = lambda: skyrl_gym.make(EnvSpec("add-tools", AddEnv), tasks=rows, max_turns=4)  # noqa: E731
+    assert [r.name for r in run_checks(make) if not r.passed] == []
+    env = make()
+    steps = play(env, env.unwrapped.tasks[0], ["<add>19,23</add>", "<answer>42</answer>"])
+    assert [(s[0], s[1]) for s in steps] == [([{"role": "user", "content": "42"}], 0.0), ([], 1.0)]
