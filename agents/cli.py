@@ -281,13 +281,39 @@ def view_command(
 
 
 def serve_command(
-    model: str = typer.Option("tiny", "--model", "-m", help="'tiny' or a model directory."),
+    policy: str | None = typer.Option(
+        None,
+        "--policy",
+        "-p",
+        help="Policy SPEC: tiny, a model DIR, scripted:FILE, or an upstream OpenAI-compatible "
+        "URL to proxy (default: tiny).",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Same as --policy (kept for older scripts)."
+    ),
+    tokenizer: str | None = typer.Option(
+        None,
+        help="Tokenizer dir (or 'tiny') for scripted:FILE and URL policies; with a URL it makes "
+        "the proxy token-exact (requests go upstream as token ids).",
+    ),
+    upstream_model: str | None = typer.Option(
+        None, help="For URLs: the upstream's model name (default: its first model)."
+    ),
     host: str = typer.Option(
         "127.0.0.1", help="Interface to bind; any non-loopback address needs --api-key."
     ),
     port: int = typer.Option(8000, help="TCP port."),
     name: str | None = typer.Option(
-        None, help="Model name clients use (default: 'tiny' or the dir name)."
+        None, help="Model name clients use (default: 'tiny', the dir name, 'scripted')."
+    ),
+    capture: Path | None = typer.Option(
+        None,
+        "--capture",
+        help="Write each session's token-exact trajectory to DIR/<session>.jsonl, updated "
+        "after every answered turn (sessions: /sessions/{id}/v1 base URLs or the 'user' field).",
+    ),
+    tool_format: str = typer.Option(
+        "auto", help="How tool calls are read from replies: auto, hermes, mistral, llama3."
     ),
     max_batch_size: int = typer.Option(16, help="Requests decoded together."),
     device: str = typer.Option("cpu", help="torch device."),
@@ -307,27 +333,51 @@ def serve_command(
         help="Larger request bodies get 413 without being read (default 32 MiB).",
     ),
 ) -> None:
-    """Serve a local model over an OpenAI-compatible HTTP API (completions with token ids)."""
+    """Serve a policy over an OpenAI-compatible HTTP API (chat and completions, streaming,
+    tools, token ids), optionally capturing every session token-exact for training."""
     from skyrl_sdk.http_guard import InsecureBindError, check_bind
 
+    if policy is not None and model is not None and policy != model:
+        _die("give --policy or --model (its old name), not both")
+    spec = policy or model or "tiny"
     try:
         check_bind(host, api_key)  # before the model loads: refuse at once
     except InsecureBindError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    from skyrl_sdk.agents.serving import ServeConfig, ToolOutputFormat, create_app
+    from skyrl_sdk.agents.serving.policies import PolicySpecError, load_policy
 
+    try:
+        fmt = ToolOutputFormat(tool_format)
+    except ValueError:
+        _die(f"--tool-format {tool_format!r}: use auto, hermes, mistral or llama3")
+    try:
+        loaded = load_policy(
+            spec,
+            tokenizer=tokenizer,
+            device=device,
+            max_batch_size=max_batch_size,
+            upstream_model=upstream_model,
+        )
+    except (PolicySpecError, OSError, ValueError) as e:
+        _die(f"cannot load policy {spec!r}: {e}")
     import uvicorn
 
-    from skyrl_sdk.agents.evaluate import _tiny_dir
-    from skyrl_sdk.agents.local_engine import LocalEngine
-    from skyrl_sdk.agents.server import create_app
-
-    path = _tiny_dir() if model == "tiny" else Path(model)
-    if not path.is_dir():
-        _die(f"not a model directory: {path}")
-    engine = LocalEngine.from_pretrained(path, device=device, max_batch_size=max_batch_size)
-    served = name or ("tiny" if model == "tiny" else path.name)
+    config = ServeConfig(
+        host=host,
+        port=port,
+        api_key=api_key,
+        max_request_bytes=max_request_bytes,
+        capture_dir=capture,
+        model_name=name or loaded.model_name,
+        tool_format=fmt,
+    )
+    app = create_app(loaded.policy, config, renderer=loaded.renderer)
     auth = "API key required" if api_key else "no API key"
-    console.print(f"serving {escape(str(path))} as {served!r} on http://{host}:{port}/v1 ({auth})")
-    app = create_app(engine, served, api_key=api_key, max_request_bytes=max_request_bytes)
+    where = f", capturing to {capture}" if capture else ""
+    console.print(
+        f"serving {escape(loaded.policy.name)} as {config.model_name!r} on "
+        f"http://{host}:{port}/v1 ({auth}{escape(where)})"
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")

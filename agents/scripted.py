@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 from skyrl_sdk.agents.chat import ChatRenderer
@@ -14,6 +14,7 @@ from skyrl_sdk.agents.policy import (
     GenerationContext,
     PolicyError,
     SamplingParams,
+    TokenChunk,
 )
 
 Action = str | Sequence[int]
@@ -37,6 +38,7 @@ class ScriptedPolicy:
         name: str = "scripted",
         delay_s: float = 0.0,
         policy_version: int = 0,
+        token_delay_s: float = 0.0,
     ):
         self.script = script
         self._renderer = renderer
@@ -44,8 +46,14 @@ class ScriptedPolicy:
         self.delay_s = delay_s
         """Seconds each generate call waits (simulates model latency)."""
         self.policy_version = policy_version
+        self.token_delay_s = token_delay_s
+        """Seconds between two streamed tokens (`generate_stream`; simulates decoding)."""
         self.calls = 0
         """Number of generate calls served (tests read it)."""
+        self.active_streams = 0
+        """Streams started and not yet finished or closed (tests check cancellation)."""
+        self.streamed_tokens = 0
+        """Tokens handed out by `generate_stream` so far."""
 
     @property
     def renderer(self) -> ChatRenderer | None:
@@ -53,20 +61,36 @@ class ScriptedPolicy:
 
     @classmethod
     def from_file(cls, path: str | Path, renderer: ChatRenderer | None = None) -> ScriptedPolicy:
-        """Load `{"actions": [...] | {task_id: [...]}, "delay_s": 0.0}` from a JSON file."""
+        """Load a script from a JSON file.
+
+        Accepted shapes: a list of actions (replayed in order: per episode in `skyrl eval`, per
+        session in `skyrl serve`); an object of lists keyed by task id (eval) or session id
+        (serve); or `{"actions": <either>, "delay_s": 0.0, "token_delay_s": 0.0}`. An action
+        is a text (tokenized canonically) or a list of token ids (used exactly as given).
+        """
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if isinstance(data, list):
+        if isinstance(data, list) or (
+            isinstance(data, dict)
+            and "actions" not in data
+            and data
+            and all(isinstance(v, list) for v in data.values())
+        ):
             data = {"actions": data}
         if not isinstance(data, dict) or "actions" not in data:
-            raise ValueError(f"{path}: expected a JSON object with an 'actions' field")
+            raise ValueError(
+                f"{path}: expected a list of actions, an object of lists keyed by task or "
+                "session id, or an object with an 'actions' field"
+            )
         actions = data["actions"]
         if isinstance(actions, dict):
             actions = {str(k): v for k, v in actions.items()}
+        _check_actions(path, actions)
         return cls(
             actions,
             renderer=renderer,
             name=f"scripted:{Path(path).name}",
             delay_s=float(data.get("delay_s", 0.0)),
+            token_delay_s=float(data.get("token_delay_s", 0.0)),
         )
 
     def action_for(self, context: GenerationContext | None) -> Action:
@@ -120,5 +144,40 @@ class ScriptedPolicy:
             policy_version=self.policy_version,
         )
 
+    async def generate_stream(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        context: GenerationContext | None = None,
+    ) -> AsyncIterator[TokenChunk | Completion]:
+        """The same completion as `generate`, one token per chunk (`token_delay_s` apart)."""
+        completion = await self.generate(prompt_token_ids, sampling, context=context)
+        self.active_streams += 1
+        try:
+            for k, token in enumerate(completion.token_ids):
+                if self.token_delay_s:
+                    await asyncio.sleep(self.token_delay_s)
+                lp = None if completion.logprobs is None else (completion.logprobs[k],)
+                self.streamed_tokens += 1
+                yield TokenChunk((token,), lp)
+            yield completion
+        finally:
+            self.active_streams -= 1
+
     async def aclose(self) -> None:
         return None
+
+
+def _check_actions(path: str | Path, actions: object) -> None:
+    lists = actions.values() if isinstance(actions, dict) else [actions]
+    for actions_list in lists:
+        if not isinstance(actions_list, list):
+            raise ValueError(f"{path}: actions must be lists")
+        for k, action in enumerate(actions_list):
+            ok = isinstance(action, str) or (
+                isinstance(action, list)
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in action)
+            )
+            if not ok:
+                raise ValueError(f"{path}: action {k} must be a text or a list of token ids")

@@ -24,6 +24,41 @@ CHATML_TEMPLATE = (
 )
 """ChatML (Qwen style), the tiny model's template."""
 
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}"
+    "{{ '\n\n' }}{% endif %}"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for t in tools %}{{ '\n' }}{{ t | tojson }}{% endfor %}"
+    "{{ '\n' }}</tools>\n\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+    "{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' and tools and loop.first %}"
+    "{% elif m['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user"
+    "{% endif %}"
+    "{{ '\n' }}<tool_response>\n{{ m['content'] }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>{{ '\n' }}"
+    "{% endif %}"
+    "{% elif m['role'] == 'assistant' %}<|im_start|>assistant\n{{ m['content'] or '' }}"
+    "{% for c in m['tool_calls'] or [] %}"
+    "{% if m['content'] or not loop.first %}{{ '\n' }}{% endif %}"
+    '<tool_call>\n{"name": "{{ c[\'function\'][\'name\'] }}", "arguments": '
+    "{% if c['function']['arguments'] is string %}{{ c['function']['arguments'] }}"
+    "{% else %}{{ c['function']['arguments'] | tojson }}{% endif %}}\n</tool_call>"
+    "{% endfor %}<|im_end|>{{ '\n' }}"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>{{ '\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""ChatML with tools the Qwen2.5 / Hermes way: the tool signatures in the system turn, calls
+as `<tool_call>` JSON in assistant turns, tool results as `<tool_response>` blocks in a user
+turn. `skyrl serve` renders requests for the tiny tokenizer with it."""
+
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TINY_VERSION = "1"  # bump when the corpus or sizes change, so cached dirs are rebuilt
 
@@ -121,6 +156,16 @@ def build_tokenizer(
     """The tiny model's tokenizer: a local byte-level BPE with the ChatML template."""
     core = train_bpe(corpus, vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS)
     return wrap_tokenizer(core, special_tokens=SPECIAL_TOKENS)
+
+
+def tiny_renderer(path: str | Path | None = None):
+    """A `ChatRenderer` for the tiny byte-level BPE tokenizer with `TOOLS_TEMPLATE`."""
+    from transformers import AutoTokenizer
+
+    from skyrl_sdk.agents.chat import ChatRenderer
+
+    directory = Path(path) if path is not None else tiny_model_dir()
+    return ChatRenderer(AutoTokenizer.from_pretrained(directory), TOOLS_TEMPLATE)
 
 
 def build_model(

@@ -65,6 +65,9 @@ class SegmentStart(enum.Enum):
     """The episode's opening prompt."""
     CONTEXT_COMPACTED = "context_compacted"
     """Old turns were dropped to fit the context; the prompt was re-rendered."""
+    HISTORY_EDITED = "history_edited"
+    """`skyrl serve` capture: the client's next prompt did not extend the previous turn's ids
+    (it edited the history); the segment starts from that prompt exactly as it was sampled."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,60 @@
+"""`skyrl serve`: an OpenAI-compatible server over any `Policy`, with token-exact capture.
+
+Endpoints: `GET /health` (no key), `GET /v1/models`, `GET /v1/models/{id}`,
+`POST /v1/chat/completions`, `POST /v1/completions`; each `/v1/...` path also answers under
+`/sessions/{id}/v1/...`. What clients can rely on:
+
+- **OpenAI's protocol.** Server-sent-event streaming (`stream`, with a final usage chunk for
+  `stream_options.include_usage`); `tools` rendered by the chat template and tool calls parsed
+  from the model's reply (Hermes/Qwen, Mistral, Llama 3 JSON) into `tool_calls` with
+  `finish_reason: "tool_calls"`, streamed as tool-call deltas; `logprobs`/`top_logprobs`, `n`,
+  `stop` (cut from the text), `seed`, `max_completion_tokens`; vLLM's `return_token_ids`
+  (`prompt_token_ids`, each choice's `token_ids`). Errors are `{"error": {"message", "type",
+  "param", "code"}}` with OpenAI's status codes; a bad field is a 400 naming it; `model` is
+  required and must be the served one (else 404 `model_not_found`).
+- **Limits.** `max_tokens` defaults to what the context leaves and may not exceed it (400
+  `context_length_exceeded`); bodies over `max_request_bytes` get 413 unread.
+- **Determinism.** A `seed` gives the request its own sampler: the same request gives the
+  same tokens streamed or not, alone or batched (choice i of `n` uses seed + i).
+- **Cancellation.** A client that disconnects cancels its generation (streamed or not).
+- **A malformed tool call** in the model's reply is returned as plain content
+  (`finish_reason: "stop"`), and the capture keeps its parse error; never a 500.
+
+Capture (`SessionStore`, `ServeConfig.capture_dir`): requests are grouped into sessions by
+URL (`/sessions/{id}/v1`), else by the `user` field, else session `default`.
+
+- Every answered request of a session is a turn of its trajectory (`agents/trajectory.py`
+  format) with the exact sampled ids, logprobs and policy versions.
+- When the client sends the conversation back, each assistant message that matches a reply
+  the server gave in this session (same text up to outer whitespace, same tool names and
+  arguments; call ids do not matter) is rendered as the ids that were sampled for it, not as
+  re-tokenized text. So an ordinary multi-turn, tool-calling session is one segment whose ids
+  are exactly what the policy saw and sampled, non-canonical tokenizations included.
+- A request whose prompt ids start with the previous turn's ids continues the segment (the
+  ids in between are the previous turn's `observation_ids`, mask 0); any other prompt (the
+  harness edited or dropped history) starts a new segment marked `history_edited`, holding
+  that prompt as it was given to the policy; nothing is silently re-tokenized.
+- After each answered turn the session's trajectory so far is on disk as
+  `DIR/<session>.jsonl`: one line, replaced atomically, so a reader (`skyrl view`,
+  `skyrl train`, a check while the server runs) always sees a whole trajectory.
+- Captured trajectories have `env_id` "serve", reward 0 and stop reason `done`: the server
+  knows no reward; whoever runs the episode scores it.
+
+Keys: `ServeConfig.api_key` opens everything; `RunningServer.issue_session_key(id)` makes a
+key that opens only `/sessions/{id}/v1` (see `auth`).
+"""
+
+from skyrl_sdk.agents.serving.app import create_app
+from skyrl_sdk.agents.serving.capture import SessionStore
+from skyrl_sdk.agents.serving.config import ServeConfig
+from skyrl_sdk.agents.serving.runner import RunningServer, start_server
+from skyrl_sdk.agents.serving.tool_output import ToolOutputFormat
+
+__all__ = [
+    "RunningServer",
+    "ServeConfig",
+    "SessionStore",
+    "ToolOutputFormat",
+    "create_app",
+    "start_server",
+]

@@ -1,0 +1,225 @@
+"""Sessions: each conversation a client holds with `skyrl serve`, kept token-exact.
+
+A session is named by the URL (`/sessions/{id}/v1/...`), else by the request's `user` field,
+else it is the session `default`. Per session the server keeps:
+
+- the replies it answered (sampled ids by reply key, see `prompts`), so a client that sends
+  the conversation back gets the model's own ids in its next prompt;
+- the captured `Trajectory`: a request whose prompt ids start with the previous turn's ids
+  (its prompt plus what was sampled) is the next turn of the same segment, and the ids in
+  between are that turn's `observation_ids`; any other prompt starts a new segment
+  (`SegmentStart.HISTORY_EDITED`), exactly as given, never re-tokenized to fit;
+- how many generate calls it made (the turn index a scripted policy replays).
+
+With a capture directory, after every answered turn the session's trajectory so far is
+written to `DIR/<session>.jsonl` (one line, written to a temporary file, flushed and renamed
+over the old one), so the file is always one whole trajectory that `skyrl view` renders and
+`skyrl train` reads, even while the session goes on, and a crash mid-write leaves the previous
+turn's file intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from skyrl_sdk.agents.policy import Completion
+from skyrl_sdk.agents.serving.prompts import SampledReply
+from skyrl_sdk.agents.serving.protocol import ApiError
+from skyrl_sdk.agents.trajectory import Segment, SegmentStart, StopReason, Trajectory, Turn
+from skyrl_sdk.tools.calls import ParseError, ToolCall
+
+DEFAULT_SESSION = "default"
+"""The session of requests that name none."""
+MAX_SESSIONS = 10_000
+"""Sessions held at once (each keeps its token history); more get 503."""
+ENV_ID = "serve"
+"""The `env_id` of captured trajectories."""
+
+_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def file_name(session_id: str) -> str:
+    """`DIR/<name>.jsonl` for a session: the id itself when it is a safe file name, else a
+    sanitized id plus a hash (an id never names a path outside the directory)."""
+    if _SAFE.fullmatch(session_id):
+        return f"{session_id}.jsonl"
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", session_id)[:64].lstrip("._-") or "session"
+    digest = hashlib.sha256(session_id.encode()).hexdigest()[:12]
+    return f"{cleaned}-{digest}.jsonl"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answered request, as the capture records it."""
+
+    prompt_ids: tuple[int, ...]
+    """The ids the policy was given."""
+    messages: tuple[dict[str, Any], ...]
+    """The request's messages (empty for `/v1/completions`)."""
+    completion: Completion
+    """What the policy returned."""
+    action: str
+    """The reply text."""
+    reply_key: str | None
+    """Under which key a client will send the reply back (None: completions, no messages)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Calls parsed from the reply."""
+    parse_error: ParseError | None = None
+    """Set when the reply tried to call a tool and could not be parsed."""
+    llm_s: float = 0.0
+    """Seconds the policy took."""
+
+
+@dataclass
+class _Session:
+    id: str
+    policy: str
+    started_at: float = field(default_factory=time.time)
+    replies: dict[str, SampledReply] = field(default_factory=dict)
+    turns: list[Turn] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    tail: tuple[int, ...] = ()
+    calls: int = 0
+    updated_at: float = 0.0
+
+    def trajectory(self) -> Trajectory:
+        first = self.segments[0].prompt_messages if self.segments else ()
+        return Trajectory(
+            episode_id=self.id,
+            task_id=self.id,
+            env_id=ENV_ID,
+            policy=self.policy,
+            stop_reason=StopReason.DONE,
+            turns=tuple(self.turns),
+            segments=tuple(self.segments),
+            prompt_messages=first,
+            reward=0.0,
+            success=False,
+            started_at=self.started_at,
+            duration_s=max(0.0, self.updated_at - self.started_at),
+        )
+
+
+def _observation(messages: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The messages after the last assistant message (what the harness added)."""
+    for k in range(len(messages) - 1, -1, -1):
+        if messages[k].get("role") == "assistant":
+            return tuple(messages[k + 1 :])
+    return tuple(messages)
+
+
+class SessionStore:
+    """Every session's replies and captured turns (thread-safe: the server's event loop
+    writes, `RunningServer.session_trajectory` reads from other threads)."""
+
+    def __init__(self, policy_name: str, capture_dir: Path | None = None):
+        self.policy_name = policy_name
+        self.capture_dir = Path(capture_dir) if capture_dir is not None else None
+        if self.capture_dir is not None:
+            self.capture_dir.mkdir(parents=True, exist_ok=True)
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            if len(self._sessions) >= MAX_SESSIONS:
+                raise ApiError(503, f"this server holds {MAX_SESSIONS} sessions already")
+            session = self._sessions[session_id] = _Session(session_id, self.policy_name)
+        return session
+
+    def replies(self, session_id: str) -> Mapping[str, SampledReply]:
+        """The replies answered in a session, by reply key (a copy)."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+            return dict(session.replies) if session else {}
+
+    def next_call(self, session_id: str) -> int:
+        """The 0-based index of the session's next generate call (and count it)."""
+        with self._lock:
+            session = self._get(session_id)
+            session.calls += 1
+            return session.calls - 1
+
+    def remember(self, session_id: str, key: str, token_ids: Sequence[int]) -> None:
+        """Keep a reply's sampled ids (a choice that is not captured as the turn)."""
+        with self._lock:
+            self._get(session_id).replies[key] = SampledReply(tuple(token_ids))
+
+    def record(self, session_id: str, answer: Answer) -> Turn:
+        """Capture one answered request as the session's next turn; write the file."""
+        with self._lock:
+            session = self._get(session_id)
+            c = answer.completion
+            prompt = answer.prompt_ids
+            tail = session.tail
+            if session.turns and len(prompt) >= len(tail) and prompt[: len(tail)] == tail:
+                last = session.turns[-1]
+                session.turns[-1] = replace(
+                    last,
+                    observation=_observation(answer.messages),  # type: ignore[arg-type]
+                    observation_ids=prompt[len(tail) :],
+                )
+                segment = last.segment
+            else:
+                segment = len(session.segments)
+                start = (
+                    SegmentStart.EPISODE if not session.segments else SegmentStart.HISTORY_EDITED
+                )
+                session.segments.append(
+                    Segment(prompt, answer.messages, len(session.turns), start)  # type: ignore[arg-type]
+                )
+            turn = Turn(
+                index=len(session.turns),
+                segment=segment,
+                action=answer.action,
+                token_ids=c.token_ids,
+                logprobs=c.logprobs,
+                policy_versions=c.versions(),
+                finish_reason=c.finish_reason,
+                observation=(),
+                observation_ids=(),
+                reward=0.0,
+                tool_calls=answer.tool_calls,
+                parse_error=answer.parse_error,
+                llm_s=answer.llm_s,
+                text_only=c.text_only,
+            )
+            session.turns.append(turn)
+            session.tail = prompt + c.token_ids
+            session.updated_at = time.time()
+            if answer.reply_key is not None:
+                session.replies[answer.reply_key] = SampledReply(c.token_ids)
+            if self.capture_dir is not None:
+                self._write(session)
+            return turn
+
+    def trajectory(self, session_id: str) -> Trajectory | None:
+        """The session's captured turns so far (None: no turn yet)."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+            return session.trajectory() if session and session.turns else None
+
+    def session_ids(self) -> list[str]:
+        """Sessions with at least one turn."""
+        with self._lock:
+            return [s.id for s in self._sessions.values() if s.turns]
+
+    def _write(self, session: _Session) -> None:
+        assert self.capture_dir is not None
+        path = self.capture_dir / file_name(session.id)
+        staging = path.with_name(path.name + ".tmp")
+        line = json.dumps(session.trajectory().to_json(), ensure_ascii=False) + "\n"
+        with staging.open("w", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+        os.replace(staging, path)

@@ -1,0 +1,35 @@
+"""`ServeConfig`: how `skyrl serve` (or an in-process server) listens, authenticates, captures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from skyrl_sdk.agents.serving.tool_output import ToolOutputFormat
+from skyrl_sdk.http_guard import DEFAULT_MAX_REQUEST_BYTES
+
+DEFAULT_MAX_TOKENS = 4096
+"""Tokens per reply when a request sets no limit and the policy has no context length."""
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Server settings."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; a non-loopback one needs `api_key`."""
+    port: int = 0
+    """TCP port (0: pick a free one; `RunningServer.base_url` tells which)."""
+    api_key: str | None = None
+    """The key every path but `/health` accepts (None: no key needed where no session key was
+    issued). Set one to make session keys the only way into a session."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """Larger request bodies get 413 unread."""
+    capture_dir: Path | None = None
+    """Write each session's trajectory to `DIR/<session>.jsonl` (None: keep them in memory)."""
+    model_name: str = "tiny"
+    """The model id clients must name."""
+    tool_format: ToolOutputFormat = ToolOutputFormat.AUTO
+    """How tool calls are read from the model's replies."""
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
+    """Reply length when a request gives none and the policy has no context limit."""

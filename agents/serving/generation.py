@@ -1,0 +1,173 @@
+"""Calling the policy for a request: tokens as they come, the reply they make, cancellation.
+
+`token_stream` uses `StreamingPolicy.generate_stream` when the policy has it and otherwise
+generates the whole completion and hands its tokens out one by one (same tokens, later).
+`reply` turns a finished `Completion` into the reply a client sees (stop string cut, tool
+calls parsed); a streamed answer is built from the same function on the same completion, so
+streamed and non-streamed text are equal by construction. `TextDeltas` decides how much of
+the text sampled so far is safe to send early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from skyrl_sdk.agents.policy import (
+    Completion,
+    GenerationContext,
+    Policy,
+    SamplingParams,
+    TokenChunk,
+)
+from skyrl_sdk.agents.serving.tool_output import ToolOutput, ToolOutputFormat, parse
+
+if TYPE_CHECKING:
+    from skyrl_sdk.agents.chat import ChatRenderer
+
+T = TypeVar("T")
+
+
+async def token_stream(
+    policy: Policy,
+    prompt: Sequence[int],
+    sampling: SamplingParams,
+    context: GenerationContext | None,
+) -> AsyncIterator[TokenChunk | Completion]:
+    """`TokenChunk`s, then the `Completion`; closing it early cancels the generation."""
+    stream = getattr(policy, "generate_stream", None)
+    if stream is None:
+        completion = await policy.generate(prompt, sampling, context=context)
+        for k, token in enumerate(completion.token_ids):
+            lp = None if completion.logprobs is None else (completion.logprobs[k],)
+            yield TokenChunk((token,), lp)
+        yield completion
+        return
+    inner = stream(prompt, sampling, context=context)
+    try:
+        async for item in inner:
+            yield item
+    finally:
+        await inner.aclose()
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready; the generation was cancelled."""
+
+
+async def until_disconnect(
+    receive: Callable[[], Awaitable[dict[str, Any]]], work: Awaitable[T]
+) -> T:
+    """Await `work`, cancelling it if the client disconnects first (`ClientDisconnected`)."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise ClientDisconnected("the client disconnected")
+    return task.result()
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    """`text` up to (not including) the first stop string, as OpenAI returns it."""
+    cut = len(text)
+    for s in stops:
+        at = text.find(s)
+        if 0 <= at < cut:
+            cut = at
+    return text[:cut]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a client sees of one completion."""
+
+    completion: Completion
+    """The policy's completion (sampled ids, logprobs)."""
+    text: str
+    """The reply text, stop string cut."""
+    output: ToolOutput
+    """`text` split into content and tool calls (no calls when tools were not offered)."""
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's `finish_reason`."""
+        if self.output.calls:
+            return "tool_calls"
+        return "length" if self.completion.finish_reason.value == "length" else "stop"
+
+    @property
+    def content(self) -> str | None:
+        """The message `content` (None for a reply that is only tool calls)."""
+        if self.output.calls:
+            return self.output.content or None
+        return self.output.content
+
+
+def reply(
+    completion: Completion,
+    stops: Sequence[str],
+    tool_format: ToolOutputFormat | None,
+) -> Reply:
+    """The client's view of `completion` (`tool_format` None: tools not offered)."""
+    text = cut_at_stop(completion.text, stops)
+    output = parse(text, tool_format) if tool_format is not None else ToolOutput(text)
+    return Reply(completion, text, output)
+
+
+class TextDeltas:
+    """Incremental text of a streamed completion.
+
+    Text is sent only when it cannot change: a trailing incomplete UTF-8 character, and the
+    last `len(longest stop) - 1` characters (they might begin a stop string, which is not
+    returned) are held back. With tools offered nothing is sent before the end, since the
+    reply's content depends on whether it turns out to be a call.
+    """
+
+    def __init__(self, renderer: ChatRenderer | None, stops: Sequence[str], hold_all: bool):
+        self.renderer = renderer
+        self.stops = tuple(stops)
+        self.hold_all = hold_all or renderer is None
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.ids: list[int] = []
+        self.sent = ""
+
+    def push(self, token_ids: Sequence[int]) -> str:
+        """Take new ids; the text that may be sent now ('' if none)."""
+        self.ids.extend(token_ids)
+        if self.hold_all or self.renderer is None:
+            return ""
+        text = self.renderer.content_text(self.ids)
+        cut = cut_at_stop(text, self.stops)
+        if cut == text:
+            text = text.rstrip("\ufffd")
+            if self.hold:
+                text = text[: max(0, len(text) - self.hold)]
+        else:
+            text = cut
+        if len(text) > len(self.sent) and text.startswith(self.sent):
+            delta, self.sent = text[len(self.sent) :], text
+            return delta
+        return ""
+
+    def finish(self, content: str) -> str:
+        """The rest of the final `content` (what was not sent yet)."""
+        if content.startswith(self.sent):
+            delta, self.sent = content[len(self.sent) :], content
+            return delta
+        return ""  # cannot happen with a prefix-stable decoder; never resend text
