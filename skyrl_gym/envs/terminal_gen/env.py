@@ -31,6 +31,7 @@ from skyrl_gym.core import ResetNeeded, StepReturn
 from skyrl_gym.envs.harbor.env import HarborEnv
 from skyrl_gym.envs.terminal_gen.families import make_spec
 from skyrl_gym.envs.terminal_gen.generate import SPLITS, resolve_families, write_task
+from skyrl_gym.envs.terminal_gen.verifier import trusted_reward
 from skyrl_gym.tasks import TaskRow
 from skyrl_sdk.sandboxes import Backend, Sandbox
 from skyrl_sdk.tools import Tool
@@ -134,8 +135,21 @@ class TerminalGenEnv(HarborEnv):
             return [], reward, True, False, turn.info
         return observations, 0.0, False, False, turn.info
 
+    async def ascore(self, task: dict[str, Any], answer: str) -> float:
+        """The verifier's reward, counted only when test.sh ran to its end
+        (`verifier.trusted_reward`): a program that kills the verifier earns nothing."""
+        assert self.runtime is not None
+        result = await self.runtime.verify()
+        self.verifier_result = result
+        reward = trusted_reward(result)
+        return 0.0 if reward is None else reward
+
     def episode_info(self) -> dict[str, Any]:
         info = super().episode_info()
+        result = self.verifier_result
+        if result is not None and result.reward is not None and result.exit_code != 0:
+            info["verifier_error"] = "verifier_not_finished"
+            info["verifier_message"] = f"test.sh exited {result.exit_code}; reward not trusted"
         if self.task is not None:
             spec = make_spec(self.task["family"], int(self.task["seed"]))
             info.update(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from skyrl_gym.envs.harbor.runtime import AGENT_LOGS, SOLUTION, HarborRuntime
 from skyrl_gym.envs.harbor.task import load_task
+from skyrl_gym.envs.terminal_gen.verifier import trusted_reward
 from skyrl_sdk.sandboxes import Backend
 
 
@@ -68,9 +69,12 @@ async def run_probe(
     script: str | None = None,
     backend: Backend = Backend.BWRAP,
     timeout_s: float = 60.0,
+    strict: bool = True,
 ) -> ProbeResult:
     """Play `probe` on the task at `task_dir` and grade it. `script` is the shell text the
-    `cross` probe runs (another seed's solve.sh)."""
+    `cross` probe runs (another seed's solve.sh). `strict` counts a reward only when test.sh
+    exited 0 (`verifier.trusted_reward`, as the `terminal-gen` env does); without it the
+    reward is read as Harbor reads it."""
     task = load_task(task_dir)
     runtime = HarborRuntime(task, backend=backend)
     try:
@@ -90,10 +94,13 @@ async def run_probe(
         result = await runtime.verify()
     finally:
         await runtime.close()
+    reward = trusted_reward(result) if strict else result.reward
     message = ""
-    if (result.reward or 0.0) != probe.expected:
+    if reward is None and result.reward is not None:
+        message = f"test.sh exited {result.exit_code}: its reward file is not trusted"
+    elif (reward or 0.0) != probe.expected:
         message = result.message or result.output_tail[-500:]
-    return ProbeResult(task_dir.name, probe, result.reward, message)
+    return ProbeResult(task_dir.name, probe, reward, message)
 
 
 async def check_tasks(

@@ -15,15 +15,32 @@ tests, hardened environment; see `skyrl_gym.envs.harbor.runtime`):
   verdict.
 - Expected values are embedded in the script (hidden until grading), never read from /app.
 
-Limit: a program the verifier runs has this script's uid, so it can kill this script and
-write a reward file itself before the reward is written; families that run the agent's code
-(`write-script`, `fix-script`) are therefore only as strong as the runtime's isolation of the
-verifier's own processes. The attack tests record this case explicitly.
+- It always ends with `exit 0`, and `trusted_reward` (what the `terminal-gen` env and the
+  generation checks use) accepts a reward only when test.sh exited 0.
+
+Limit: a program the verifier runs has this script's uid, so it can write a reward file and
+then kill this script. Under plain Harbor semantics (`skyrl harbor run`, which ignores
+test.sh's exit status) that forges the reward; `trusted_reward` refuses it, because a killed
+test.sh does not exit 0. The attack tests record both outcomes. (The same uid could also
+write this shell's memory through /proc/PID/mem; only a verifier uid the agent's program does
+not share closes that for good.)
 """
 
 from __future__ import annotations
 
+from skyrl_gym.envs.harbor.runtime import VerifierResult
 from skyrl_gym.envs.terminal_gen.families import TaskSpec
+
+
+def trusted_reward(result: VerifierResult) -> float | None:
+    """The verifier's reward when test.sh ran to its end (exit 0), else None.
+
+    Generated verifiers always end with `exit 0`: any other status means the script was
+    killed or broken before its verdict, so a reward file left then is not its verdict."""
+    if result.reward is None or result.exit_code != 0:
+        return None
+    return result.reward
+
 
 HELPERS = r"""
 ok=1
