@@ -79,14 +79,17 @@ def run(iters: int = ITERS) -> BenchReport:
     import tinker
     from tinker import types
 
-    from skyrl_sdk.trainer.tinker.backend import BaseModels, LoraSpec, TrainedModel
+    from skyrl_sdk.trainer.tinker import lora
+    from skyrl_sdk.trainer.tinker.backend import BaseModels, TrainedModel
     from skyrl_sdk.trainer.tinker.cli import TINY_NAME, default_models
     from skyrl_sdk.trainer.tinker.wire import Datum, SamplingParamsIn
 
     os.environ.setdefault("TINKER_TELEMETRY", "0")
     specs = default_models()
     # Direct: the backend in this process.
-    direct = TrainedModel("direct", specs[0], BaseModels(specs), lora=LoraSpec(rank=8, seed=0))
+    direct = TrainedModel(
+        "direct", specs[0], BaseModels(specs), lora=lora.from_request({"rank": 8, "seed": 0})
+    )
     tok = direct.tokenizer
     ids = [tok.encode(t) for t in TEXTS]
     data = [

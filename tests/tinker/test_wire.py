@@ -7,13 +7,13 @@ import time
 import httpx
 import pytest
 
-from skyrl_sdk.trainer.tinker.server import _ModelQueue
+from skyrl_sdk.trainer.tinker.model_queue import ModelQueue
 from tests.tinker.conftest import AUTH, TinkerServer
 
 
 def test_queue_runs_in_seq_order() -> None:
     ran: list[int] = []
-    queue = _ModelQueue(next_seq=1)
+    queue = ModelQueue(next_seq=1)
     for seq in (3, 2, 5, 1):  # the SDK sends the first chunk last
         queue.submit(seq, lambda seq=seq: ran.append(seq))
     assert ran == [1, 2, 3]

@@ -140,10 +140,10 @@ def test_learner_settings_follow_the_config():
 def test_tinker_lora_spec_builds_the_trainers_lora_settings():
     pytest.importorskip("peft")
     from skyrl_sdk.trainer.learner import wrap_lora
-    from skyrl_sdk.trainer.tinker.backend import LoraSpec
+    from skyrl_sdk.trainer.tinker import lora
 
-    spec = LoraSpec(rank=4, train_mlp=False, train_unembed=False, seed=7)
-    settings = spec.settings()
+    sdk = {"rank": 4, "train_mlp": False, "train_unembed": False, "seed": 7}
+    settings = lora.from_request(sdk)
     assert settings == LoRAConfig(
         enabled=True,
         r=4,

@@ -13,7 +13,7 @@ import inspect
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from skyrl_sdk.trainer import losses
 from skyrl_sdk.trainer.config import LoRAConfig
 from skyrl_sdk.trainer.learner import wrap_lora
 from skyrl_sdk.trainer.losses import token_logprobs
+from skyrl_sdk.trainer.tinker import lora as lora_records
 from skyrl_sdk.trainer.tinker.wire import AdamParams, Datum, SamplingParamsIn
 
 
@@ -108,6 +109,11 @@ def check_loss(loss_fn: str, config: Mapping[str, float | str]) -> dict[str, flo
     return full
 
 
+DEFAULT_MICRO_BATCH_TOKENS = 8192
+"""Most padded tokens in one forward pass of a forward_backward (larger requests run as several
+passes, their gradients summed)."""
+
+
 class Cancelled(Exception):
     """Raised inside a job whose client cancelled it."""
 
@@ -159,47 +165,6 @@ class BaseModels:
         return copy.deepcopy(model), tokenizer
 
 
-@dataclass(frozen=True)
-class LoraSpec:
-    """Which adapters a LoRA model trains, in the Tinker API's terms (the SDK's `lora_config`,
-    as stored with runs and checkpoints); `settings()` turns it into the trainer's
-    `LoRAConfig`, which is what the adapters are built from."""
-
-    rank: int
-    """Adapter rank (alpha = rank, so the scale is 1)."""
-    train_attn: bool = True
-    """Adapters on the attention projections."""
-    train_mlp: bool = True
-    """Adapters on the MLP projections."""
-    train_unembed: bool = True
-    """An adapter on the output projection (`lm_head`)."""
-    seed: int | None = None
-    """Seed of the adapter initialisation."""
-
-    def target_modules(self) -> list[str]:
-        """peft target module names."""
-        names = []
-        if self.train_attn:
-            names += ["q_proj", "k_proj", "v_proj", "o_proj"]
-        if self.train_mlp:
-            names += ["gate_proj", "up_proj", "down_proj"]
-        if self.train_unembed:
-            names.append("lm_head")
-        if not names:
-            raise ValueError("lora_config trains nothing: enable attn, mlp or unembed")
-        return names
-
-    def settings(self) -> LoRAConfig:
-        """The trainer's LoRA settings for these adapters (alpha = rank, no dropout)."""
-        return LoRAConfig(
-            enabled=True,
-            r=self.rank,
-            alpha=float(self.rank),
-            target_modules=tuple(self.target_modules()),
-            seed=self.seed,
-        )
-
-
 class TrainedModel:
     """A trainable model (LoRA adapters or all weights) with its AdamW optimizer."""
 
@@ -209,15 +174,20 @@ class TrainedModel:
         base: BaseModelSpec,
         bases: BaseModels,
         *,
-        lora: LoraSpec | None,
+        lora: LoRAConfig | None,
+        micro_batch_tokens: int = DEFAULT_MICRO_BATCH_TOKENS,
     ):
         self.model_id = model_id
         self.base = base
         self.lora = lora
-        self.lora_rank = lora.rank if lora else None
+        self.lora_rank = lora.r if lora else None
+        self.micro_batch_tokens = micro_batch_tokens
+        """Most padded tokens per forward pass (see `micro_batches`)."""
+        self.passes = 0
+        """Forward passes run by forward_backward (one per micro-batch)."""
         model, self.tokenizer = bases.load(base.name)
         if lora is not None:
-            model = wrap_lora(model, lora.settings())
+            model = wrap_lora(model, lora)
         self.model = model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4)
@@ -243,23 +213,47 @@ class TrainedModel:
         if not data:
             raise ValueError("forward_backward needs at least one datum")
         loss = LossFn(loss_fn)
-        batch = _Batch.build(data, loss, full, self.base.max_context_length)
+        groups = micro_batches([len(d.tokens) for d in data], self.micro_batch_tokens)
+        # Every datum is checked before the first backward: a bad one leaves no gradients.
+        batches = [
+            _Batch.build([data[i] for i in g], loss, full, self.base.max_context_length)
+            for g in groups
+        ]
+        outputs: list[dict[str, list[float]]] = [{} for _ in data]
+        total = 0.0
+        for group, batch in zip(groups, batches, strict=True):
+            total += self._pass(batch, loss, full, group, outputs, forward_only=forward_only)
+        if not forward_only:
+            self.grads_pending = True
+        return {"loss_fn_outputs": outputs, "metrics": {"loss:sum": total}}
+
+    def _pass(
+        self,
+        batch: _Batch,
+        loss: LossFn,
+        config: dict[str, float],
+        rows: list[int],
+        outputs: list[dict[str, list[float]]],
+        *,
+        forward_only: bool,
+    ) -> float:
+        """One forward (and backward) pass over a micro-batch; fills `outputs[rows]`, returns
+        the summed loss."""
+        self.passes += 1
         with torch.set_grad_enabled(not forward_only):
             logits = self.model(input_ids=batch.input_ids, attention_mask=batch.mask).logits
             lp = token_logprobs(logits, batch.targets)
-            per_token = _objective(loss, lp, batch.inputs, full, batch.mask) * batch.mask
+            del logits
+            per_token = _objective(loss, lp, batch.inputs, config, batch.mask) * batch.mask
             loss_sum = per_token.sum()
             if not forward_only:
                 loss_sum.backward()
-                self.grads_pending = True
-        outputs = [
-            {
+        for row, i, n in zip(rows, range(len(rows)), batch.lengths, strict=True):
+            outputs[row] = {
                 "logprobs": lp[i, :n].detach().tolist(),
                 "elementwise_loss": per_token[i, :n].detach().tolist(),
             }
-            for i, n in enumerate(batch.lengths)
-        ]
-        return {"loss_fn_outputs": outputs, "metrics": {"loss:sum": float(loss_sum.detach())}}
+        return float(loss_sum.detach())
 
     def optim_step(self, adam: AdamParams) -> dict[str, Any]:
         """One AdamW step with the given hyperparameters; clears the gradients."""
@@ -302,7 +296,7 @@ class TrainedModel:
             torch.save(pending, directory / "grads.pt")
         meta = {
             "base_model": self.base.name,
-            "lora": None if self.lora is None else asdict(self.lora),
+            "lora": lora_records.to_record(self.lora),
             "steps": self.steps,
         }
         (directory / "meta.json").write_text(json.dumps(meta))
@@ -331,9 +325,20 @@ class TrainedModel:
         return Sampler(copy.deepcopy(self.model).eval(), self.tokenizer, self.base)
 
 
-def lora_of(meta: dict[str, Any]) -> LoraSpec | None:
-    """The LoRA settings recorded in a checkpoint's metadata."""
-    return None if meta.get("lora") is None else LoraSpec(**meta["lora"])
+def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
+    """Datum indices grouped so that each group's padded size (rows x longest) stays within
+    `budget` tokens; a datum longer than the budget goes alone. Shortest first, so that
+    similar lengths share a pass and padding stays small."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if current and (len(current) + 1) * lengths[i] > budget:
+            groups.append(current)
+            current = []
+        current.append(i)
+    if current:
+        groups.append(current)
+    return groups
 
 
 def read_meta(directory: Path) -> dict[str, Any]:
@@ -344,25 +349,57 @@ def read_meta(directory: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+@dataclass(frozen=True)
+class SampleCall:
+    """One sampling request: `num_samples` continuations of `prompt`."""
+
+    prompt: list[int]
+    """Prompt token ids."""
+    num_samples: int
+    """Continuations wanted."""
+    params: SamplingParamsIn
+    """max_tokens, seed, stop, temperature, top_k, top_p."""
+    prompt_logprobs: bool = False
+    """Also return the logprob of each prompt token (None for the first)."""
+
+
+@dataclass
+class _Rows:
+    """Where one request's sequences sit in a batch, and how it samples."""
+
+    start: int
+    end: int
+    max_tokens: int
+    stop_ids: set[int]
+    stop_strs: list[str]
+    generator: torch.Generator
+
+
 class Sampler:
-    """Samples completions with per-token logprobs from a frozen model."""
+    """Samples completions with per-token logprobs from a frozen model; requests sampled
+    together share each forward pass (prompts left-padded)."""
 
     def __init__(self, model: Any, tokenizer: Any, base: BaseModelSpec):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.base = base
+        self.batches = 0
+        """Batches sampled (each starts with one forward pass over all its prompts)."""
         # transformers 5.x renamed `past_key_values` to `cache`; use whichever the model has.
         inner = model.get_base_model() if hasattr(model, "get_base_model") else model
         params = inspect.signature(inner.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
-    def _step(self, ids: torch.Tensor, past: Any) -> tuple[Any, torch.Tensor]:
-        kwargs = {} if past is None else {self._cache_arg: past}
+    def _step(
+        self, ids: torch.Tensor, past: Any, mask: torch.Tensor | None, pos: torch.Tensor | None
+    ) -> tuple[Any, torch.Tensor]:
+        kwargs: dict[str, Any] = {} if past is None else {self._cache_arg: past}
+        if mask is not None:
+            kwargs.update(attention_mask=mask, position_ids=pos)
         out = self.model(input_ids=ids, use_cache=True, **kwargs)
         cache = getattr(out, "cache", None) if self._cache_arg == "cache" else None
         return cache if cache is not None else out.past_key_values, out.logits
 
-    @torch.no_grad()
     def sample(
         self,
         prompt: list[int],
@@ -376,57 +413,160 @@ class Sampler:
 
         `should_stop` is polled before each token; when it returns True, `Cancelled` is raised.
         """
-        if not prompt:
-            raise ValueError("the prompt is empty")
-        limit = self.base.max_context_length
-        max_tokens = params.max_tokens if params.max_tokens is not None else 64
-        max_tokens = max(0, min(max_tokens, limit - len(prompt)))
-        stop_ids, stop_strs = _stops(params.stop, self.tokenizer)
-        gen = torch.Generator().manual_seed(
-            params.seed if params.seed is not None else _fresh_seed()
-        )
-        ids = torch.tensor([prompt] * num_samples)
-        past, all_logits = self._step(ids, None)
-        prompt_lp = None
-        if prompt_logprobs:
-            lp = token_logprobs(all_logits[:1, :-1], ids[:1, 1:])[0].tolist()
-            prompt_lp = [None, *lp]
-        logits = all_logits[:, -1].float()
-        tokens: list[list[int]] = [[] for _ in range(num_samples)]
-        logps: list[list[float]] = [[] for _ in range(num_samples)]
-        reasons: list[str | None] = [None] * num_samples
-        for _ in range(max_tokens):
-            if should_stop is not None and should_stop():
-                raise Cancelled("the request was cancelled by the client")
-            logp = torch.log_softmax(logits, dim=-1)
-            nxt = sampling.sample(
-                logits,
-                temperature=params.temperature,
-                top_k=params.top_k,
-                top_p=params.top_p,
-                generator=gen,
+        call = SampleCall(prompt, num_samples, params, prompt_logprobs)
+        stop = None if should_stop is None else (lambda _: should_stop())
+        (outcome,) = self.sample_many([call], should_stop=stop)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _rows(self, calls: list[SampleCall]) -> list[_Rows]:
+        """Each request's rows and sampling state (ValueError for an empty prompt)."""
+        rows, start = [], 0
+        for call in calls:
+            if not call.prompt:
+                raise ValueError("the prompt is empty")
+            p = call.params
+            max_tokens = p.max_tokens if p.max_tokens is not None else 64
+            max_tokens = max(0, min(max_tokens, self.base.max_context_length - len(call.prompt)))
+            stop_ids, stop_strs = _stops(p.stop, self.tokenizer)
+            seed = p.seed if p.seed is not None else _fresh_seed()
+            end = start + call.num_samples
+            rows.append(
+                _Rows(
+                    start, end, max_tokens, stop_ids, stop_strs, torch.Generator().manual_seed(seed)
+                )
             )
-            chosen_lp = logp.gather(-1, nxt[:, None])[:, 0]
-            for i in range(num_samples):
-                if reasons[i] is not None:
-                    continue
-                tok = int(nxt[i])
-                tokens[i].append(tok)
-                logps[i].append(float(chosen_lp[i]))
-                if tok in stop_ids or (
-                    stop_strs
-                    and any(self.tokenizer.decode(tokens[i]).endswith(s) for s in stop_strs)
-                ):
-                    reasons[i] = "stop"
-            if all(r is not None for r in reasons):
+            start = end
+        return rows
+
+    @torch.no_grad()
+    def sample_many(
+        self, calls: list[SampleCall], *, should_stop: Callable[[int], bool] | None = None
+    ) -> list[dict[str, Any] | Exception]:
+        """Sample every request in one batch; per request its result or its exception.
+
+        `should_stop(i)` is polled before each token; once True, request `i` stops and its
+        outcome is `Cancelled`. Each request draws from its own seeded generator, so its tokens
+        do not depend on the requests it shares the batch with.
+        """
+        outcomes: list[dict[str, Any] | Exception | None] = [None] * len(calls)
+        valid = []
+        for i, call in enumerate(calls):
+            if call.prompt:
+                valid.append(i)
+            else:
+                outcomes[i] = ValueError("the prompt is empty")
+        if valid:
+            done = self._generate([calls[i] for i in valid], should_stop, valid)
+            for i, outcome in zip(valid, done, strict=True):
+                outcomes[i] = outcome
+        return outcomes  # type: ignore[return-value]
+
+    def _prefill(
+        self, calls: list[SampleCall]
+    ) -> tuple[Any, torch.Tensor, torch.Tensor | None, torch.Tensor | None, list[Any]]:
+        """One forward pass over every prompt (left-padded); the cache, last logits, mask,
+        positions and each request's prompt logprobs."""
+        self.batches += 1
+        prompts = [c.prompt for c in calls for _ in range(c.num_samples)]
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        mask = torch.zeros(len(prompts), width, dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p) :] = torch.tensor(p)
+            mask[r, width - len(p) :] = 1
+        padded = any(len(p) != width for p in prompts)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0) if padded else None
+        past, logits = self._step(ids, None, mask if padded else None, pos)
+        prompt_lp: list[Any] = []
+        row = 0
+        for call in calls:
+            lp = None
+            if call.prompt_logprobs:
+                n = len(call.prompt)
+                got = token_logprobs(
+                    logits[row : row + 1, width - n : -1], ids[row : row + 1, width - n + 1 :]
+                )
+                lp = [None, *got[0].tolist()]
+            prompt_lp.append(lp)
+            row += call.num_samples
+        return past, logits[:, -1].float(), mask if padded else None, pos, prompt_lp
+
+    def _generate(
+        self,
+        calls: list[SampleCall],
+        should_stop: Callable[[int], bool] | None,
+        index: list[int],
+    ) -> list[dict[str, Any] | Exception]:
+        groups = self._rows(calls)
+        past, logits, mask, pos, prompt_lp = self._prefill(calls)
+        n_rows = groups[-1].end
+        tokens: list[list[int]] = [[] for _ in range(n_rows)]
+        logps: list[list[float]] = [[] for _ in range(n_rows)]
+        reasons: list[str | None] = [None] * n_rows
+        finished = [g.max_tokens == 0 for g in groups for _ in range(g.start, g.end)]
+        cancelled: set[int] = set()
+        for _ in range(max(g.max_tokens for g in groups)):
+            for k, g in enumerate(groups):
+                if should_stop is not None and k not in cancelled and should_stop(index[k]):
+                    cancelled.add(k)
+                    finished[g.start : g.end] = [True] * (g.end - g.start)
+            if all(finished):
                 break
-            past, step_logits = self._step(nxt[:, None], past)
+            logp = torch.log_softmax(logits, dim=-1)
+            nxt = torch.zeros(n_rows, dtype=torch.long)
+            for g, call in zip(groups, calls, strict=True):
+                if not all(finished[g.start : g.end]):
+                    nxt[g.start : g.end] = sampling.sample(
+                        logits[g.start : g.end],
+                        temperature=call.params.temperature,
+                        top_k=call.params.top_k,
+                        top_p=call.params.top_p,
+                        generator=g.generator,
+                    )
+            chosen = logp.gather(-1, nxt[:, None])[:, 0]
+            for g in groups:
+                for r in range(g.start, g.end):
+                    if not finished[r]:
+                        self._append(r, int(nxt[r]), float(chosen[r]), g, tokens, logps, reasons)
+                        finished[r] = reasons[r] is not None or len(tokens[r]) >= g.max_tokens
+            if all(finished):
+                break
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones(n_rows, 1, dtype=mask.dtype)], dim=-1)
+                pos = pos[:, -1:] + 1  # type: ignore[index]
+            past, step_logits = self._step(nxt[:, None], past, mask, pos)
             logits = step_logits[:, -1].float()
-        sequences = [
-            {"tokens": t, "logprobs": lp, "stop_reason": r or "length"}
-            for t, lp, r in zip(tokens, logps, reasons, strict=True)
-        ]
-        return {"sequences": sequences, "prompt_logprobs": prompt_lp}
+        results: list[dict[str, Any] | Exception] = []
+        for k, g in enumerate(groups):
+            if k in cancelled:
+                results.append(Cancelled("the request was cancelled by the client"))
+                continue
+            sequences = [
+                {"tokens": tokens[r], "logprobs": logps[r], "stop_reason": reasons[r] or "length"}
+                for r in range(g.start, g.end)
+            ]
+            results.append({"sequences": sequences, "prompt_logprobs": prompt_lp[k]})
+        return results
+
+    def _append(
+        self,
+        row: int,
+        token: int,
+        logprob: float,
+        g: _Rows,
+        tokens: list[list[int]],
+        logps: list[list[float]],
+        reasons: list[str | None],
+    ) -> None:
+        """Add a sampled token to its row; mark the row stopped if it ends the sample."""
+        tokens[row].append(token)
+        logps[row].append(logprob)
+        if token in g.stop_ids or (
+            g.stop_strs and any(self.tokenizer.decode(tokens[row]).endswith(s) for s in g.stop_strs)
+        ):
+            reasons[row] = "stop"
 
 
 def _fresh_seed() -> int:
@@ -434,12 +574,18 @@ def _fresh_seed() -> int:
 
 
 def _stops(stop: Any, tokenizer: Any) -> tuple[set[int], list[str]]:
+    """The stop token ids and strings of a request. EOS ends a sample unless `stop` is `[]`:
+    absent, a string, or a list of strings or ids all keep it (chat renderers pass their
+    end-of-turn strings and still expect EOS to end the sample)."""
+    eos = tokenizer.eos_token_id
+    ids = set() if eos is None else {eos}
     if stop is None:
-        eos = tokenizer.eos_token_id
-        return ({eos} if eos is not None else set()), []
+        return ids, []
     if isinstance(stop, str):
-        return set(), [stop]
-    ids = {s for s in stop if isinstance(s, int)}
+        return ids, [stop]
+    if len(stop) == 0:
+        return set(), []
+    ids |= {s for s in stop if isinstance(s, int)}
     return ids, [s for s in stop if isinstance(s, str)]
 
 

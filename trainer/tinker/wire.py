@@ -22,16 +22,6 @@ class _Wire(BaseModel):
 # -- JSON requests --------------------------------------------------------------------------
 
 
-class LoraConfigIn(_Wire):
-    """LoRA settings sent with create_model."""
-
-    rank: int = Field(32, ge=1)
-    seed: int | None = None
-    train_unembed: bool = True
-    train_mlp: bool = True
-    train_attn: bool = True
-
-
 class CreateSessionRequest(_Wire):
     """`POST /create_session`."""
 
@@ -61,7 +51,9 @@ class CreateModelRequest(_Wire):
     session_id: str
     model_seq_id: int = 0
     base_model: str
-    lora_config: LoraConfigIn | None = None
+    lora_config: dict[str, Any] | None = None
+    """The SDK's LoRA settings (`rank`, `train_attn`, `train_mlp`, `train_unembed`, `seed`);
+    `lora.from_request` turns them into the trainer's `LoRAConfig`."""
     user_metadata: dict[str, Any] | None = None
 
 

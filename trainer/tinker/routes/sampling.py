@@ -1,0 +1,32 @@
+"""Sampling: sampling sessions and asample."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+
+from skyrl_sdk.trainer.tinker import wire
+from skyrl_sdk.trainer.tinker.routes.deps import API, Service
+
+router = APIRouter(prefix=API)
+
+
+@router.post("/create_sampling_session")
+async def create_sampling_session(
+    req: wire.CreateSamplingSessionRequest, svc: Service
+) -> dict[str, Any]:
+    return await svc.create_sampling_session(req)
+
+
+@router.get("/samplers/{sampler_id}")
+async def get_sampler(sampler_id: str, svc: Service) -> dict[str, Any]:
+    row = svc.registry.samplers.get(sampler_id)
+    if row is None:
+        raise HTTPException(404, f"unknown sampler {sampler_id!r}")
+    return {"sampler_id": sampler_id, "base_model": row.base_model, "model_path": row.model_path}
+
+
+@router.post("/asample")
+async def asample(req: wire.SampleRequest, svc: Service) -> dict[str, Any]:
+    return svc.asample(req)
