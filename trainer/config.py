@@ -94,7 +94,8 @@ class LoRAConfig(_Section):
     """Low-rank adapters through `peft` (the `lora` extra): the one LoRA settings type.
 
     The local learner reads it from the config; the Tinker server builds one from a client's
-    `lora_config` (`backend.LoraSpec.settings`). `learner.wrap_lora` applies it.
+    `lora_config` and stores it with runs and checkpoints (`trainer.tinker.lora`).
+    `learner.wrap_lora` applies it.
     """
 
     enabled: bool = False
@@ -312,6 +313,23 @@ class Backend(enum.Enum):
     """Through a Tinker API endpoint (`tinker:`), ours (`skyrl tinker serve`) or a hosted one."""
 
 
+class HeldoutConfig(_Section):
+    """Evaluation on tasks the run never trains on: before the first step, every
+    `every_steps` steps and after the last, each at one fixed policy version (the loop
+    publishes no new weights while an evaluation runs). Results go to `heldout.jsonl` and the
+    metrics (`heldout/success`, with a 95% Wilson interval)."""
+
+    env_kwargs: dict[str, Any] | None = None
+    """Constructor arguments, over `env.kwargs`, that make the env serve held-out tasks (for
+    example `{split: heldout}`); None turns held-out evaluation off."""
+    episodes: int = Field(64, ge=1)
+    """Episodes per evaluation, cycling through the held-out tasks in order."""
+    every_steps: int = Field(0, ge=0)
+    """Also evaluate after every this many steps (0: only before and after training)."""
+    temperature: float | None = Field(None, ge=0)
+    """Sampling temperature of held-out episodes (None: `rollout.temperature`)."""
+
+
 class TinkerConfig(_Section):
     """The endpoint for `backend: tinker` (needs the `tinker` extra)."""
 
@@ -350,6 +368,8 @@ class TrainConfig(_Section):
     """Where sampling and training run."""
     tinker: TinkerConfig = TinkerConfig()
     """Endpoint for `backend: tinker`."""
+    heldout: HeldoutConfig = HeldoutConfig()
+    """Evaluation on held-out tasks during the run (off unless `heldout.env_kwargs` is set)."""
     distributed: DistributedConfig = DistributedConfig()
     """Learner ranks and env actors in Ray mode."""
 

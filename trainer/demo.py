@@ -96,6 +96,9 @@ PRESETS: dict[str, DemoPreset] = {
             # a batched decoding step up to 20 times slower (4 s instead of 0.18 s, measured
             # on a busy 2-core machine).
             "trainer": {"groups_per_step": 2, "torch_threads": _half_the_cores()},
+            # 64 episodes on 16 items never trained on, before and after training, at the
+            # training temperature: the report's headline.
+            "heldout": {"env_kwargs": {"split": "heldout"}, "episodes": 64},
         },
     ),
     "tiny": DemoPreset(
@@ -105,7 +108,13 @@ PRESETS: dict[str, DemoPreset] = {
         steps=100,
         staleness=0,
         # The settings of the suite's learning test (tests/trainer/test_async_trainer.py).
-        config={"optim": {"lr": 1e-3, "schedule": "cosine"}, "algorithm": {"kl_coef": 0.05}},
+        # `lookup` has only 16 (key, value) rows: the held-out rows are another seed's
+        # pairing of keys and values, which the policy can only get right by reading the tool.
+        config={
+            "optim": {"lr": 1e-3, "schedule": "cosine"},
+            "algorithm": {"kl_coef": 0.05},
+            "heldout": {"env_kwargs": {"seed": 1000}, "episodes": 64},
+        },
     ),
 }
 DEFAULT_MODEL = "smollm2"
@@ -123,6 +132,7 @@ def run_demo(
     sampling and initialisation."""
     from skyrl_sdk.trainer.async_trainer import AsyncTrainer
     from skyrl_sdk.trainer.config import build_config
+    from skyrl_sdk.trainer.heldout import read_results
 
     if model not in PRESETS:
         raise ValueError(f"unknown demo model {model!r}; choose from {', '.join(PRESETS)}")
@@ -147,7 +157,8 @@ def run_demo(
     rows = list(result.history)
     rewards = [r["reward/mean"] for r in rows]
     window = max(1, min(10, len(rows) // 4 or 1))
-    summary = {
+    evaluations = read_results(out)
+    summary: dict[str, Any] = {
         "model": preset.name,
         "env": preset.env_id,
         "seed": seed,
@@ -161,6 +172,16 @@ def run_demo(
         "wall_s": time.perf_counter() - started,
         "rewards": rewards,
     }
+    if evaluations:
+        first, last = evaluations[0], evaluations[-1]
+        summary.update(
+            heldout_success_start=first.success,
+            heldout_success_end=last.success,
+            heldout_ci_start=[first.ci_low, first.ci_high],
+            heldout_ci_end=[last.ci_low, last.ci_high],
+            heldout_episodes=last.episodes,
+            heldout_temperature=last.temperature,
+        )
     table = Table(title="learning curve" + (" (every ~10th step)" if len(rows) > 20 else ""))
     for column in ("step", "reward", "success", "entropy", "staleness max", "step s"):
         table.add_column(column, justify="right")
@@ -182,6 +203,12 @@ def run_demo(
     report = out / "report.md"
     report.write_text(_report(preset, summary, picture, viewer, table_rows))
     (out / "results.json").write_text(json.dumps(summary, indent=2))
+    if evaluations:
+        console.print(
+            f"held-out success {_rate(summary, 'start')} -> {_rate(summary, 'end')} "
+            f"({summary['heldout_episodes']} episodes on tasks never trained on, "
+            f"temperature {summary['heldout_temperature']:g})"
+        )
     console.print(
         f"reward {summary['reward_start']:.2f} -> {summary['reward_end']:.2f} "
         f"(mean of the first/last {window} steps), {summary['wall_s']:.0f} s in all.\n"
@@ -309,6 +336,12 @@ def _svg(
     )
 
 
+def _rate(summary: dict[str, Any], end: str) -> str:
+    """`45% [33%, 57%]`: a held-out success rate (`end`: start or end) with its interval."""
+    low, high = summary[f"heldout_ci_{end}"]
+    return f"{summary[f'heldout_success_{end}']:.0%} [{low:.0%}, {high:.0%}]"
+
+
 def _xml(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -323,6 +356,17 @@ def _report(
     lines = [
         f"# skyrl demo: GRPO on the `{preset.env_id}` env, {preset.label}",
         "",
+    ]
+    if "heldout_success_start" in summary:
+        lines += [
+            f"**Held-out success {_rate(summary, 'start')} -> {_rate(summary, 'end')}** "
+            f"(95% Wilson intervals; {summary['heldout_episodes']} episodes on tasks the run "
+            f"never trains on, before and after training, at temperature "
+            f"{summary['heldout_temperature']:g}; each in `heldout.jsonl`, the episodes in "
+            "`heldout_trajectories.jsonl`).",
+            "",
+        ]
+    lines += [
         f"![reward curve]({picture.name})",
         "",
         f"Mean reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} and success "

@@ -17,7 +17,9 @@ One training step, top to bottom (`TrainingLoop.train`):
        waiting for episodes in flight (a local engine loads them between two decoding steps and
        tags later tokens with the new version); then open the gate one version
        further (except after the last step)
-    5. mark the groups consumed; log metrics; checkpoint; at the end write `summary.json`
+    5. mark the groups consumed; held-out evaluation when due (`trainer.heldout`: before
+       the first step, every `every_steps`, after the last; no weights are published while
+       it runs); log metrics; checkpoint; at the end write `summary.json`
 
 The backends differ only in what `learner` (`PolicyLearner`) and `engine` (`PolicyEngine`) are:
 
@@ -56,6 +58,7 @@ from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, Sampl
 from skyrl_sdk.agents.rollout import RolloutLimits, rollout
 from skyrl_sdk.agents.trajectory import StopReason, TrainingSample, Trajectory, TrajectoryWriter
 from skyrl_sdk.trainer import advantages as adv_fns
+from skyrl_sdk.trainer import heldout
 from skyrl_sdk.trainer.checkpoint import (
     Checkpointer,
     CheckpointState,
@@ -267,10 +270,13 @@ class TrainingLoop:
         history: list[dict[str, Any]] = []
         workers: list[asyncio.Task[None]] = []
         outcome = RunOutcome.ERRORED
+        evaluator = self._heldout_evaluator()
         try:
             # The engine serves the learner's weights before the first episode starts.
             if self.engine.policy_version != self.learner.version:
                 await self._publish()
+            if evaluator is not None and self.resumed_from is None:
+                await self._evaluate_heldout(evaluator)  # the untrained policy
             workers = [
                 asyncio.create_task(self._generation_worker(), name=f"gen-{i}")
                 for i in range(cfg.groups_per_step * (cfg.max_staleness + 1))
@@ -310,6 +316,11 @@ class TrainingLoop:
                 metrics["throughput/tokens_per_s"] = (
                     metrics["tokens/generated"] / metrics["time/step_s"]
                 )
+                # Held-out episodes at the version just published (none is published
+                # until they finish), outside the step's timings.
+                last = self.step == cfg.steps
+                if evaluator is not None and evaluator.due(self.step, last=last):
+                    metrics.update(await self._evaluate_heldout(evaluator))
                 self.sinks.log(metrics, self.step)
                 history.append({"step": self.step, **metrics})
                 if self.step == cfg.steps or (
@@ -339,6 +350,31 @@ class TrainingLoop:
         )
         (self.run_dir / "summary.json").write_text(json.dumps(self._summary(result)))
         return result
+
+    def _heldout_evaluator(self) -> heldout.HeldoutEvaluator | None:
+        """The run's held-out evaluator (None when `heldout.env_kwargs` is not set)."""
+        if self.config.heldout.env_kwargs is None:
+            return None
+        return heldout.HeldoutEvaluator(self.config, self.run_dir, self.sampling, self.limits)
+
+    async def _evaluate_heldout(self, evaluator: heldout.HeldoutEvaluator) -> dict[str, float]:
+        """Evaluate the learner's current version on the held-out tasks; its metrics."""
+        version = self.learner.version
+        if not await asyncio.to_thread(self.engine.wait_for_version, version):
+            raise RuntimeError(f"the engine did not load version {version} for held-out episodes")
+        t0 = time.perf_counter()
+        result = await evaluator.evaluate(self.policy, step=self.step, version=version)
+        self.console.print(
+            f"held-out after step {self.step}: success {result.success:.1%} "
+            f"[{result.ci_low:.1%}, {result.ci_high:.1%}] over {result.episodes} episodes"
+        )
+        return {
+            "heldout/success": result.success,
+            "heldout/ci_low": result.ci_low,
+            "heldout/ci_high": result.ci_high,
+            "heldout/reward_mean": result.reward_mean,
+            "time/heldout_s": time.perf_counter() - t0,
+        }
 
     async def _publish(self) -> None:
         """Hand the learner's current weights to the engine."""
@@ -477,12 +513,19 @@ class TrainingLoop:
         """Add the backend's own metrics of the step just trained, drop those it lacks."""
 
     def _summary(self, result: TrainResult) -> dict[str, Any]:
-        """What `summary.json` holds."""
-        return {
+        """What `summary.json` holds (with held-out success before and after training, from
+        `heldout.jsonl`, when the run evaluates on held-out tasks)."""
+        summary: dict[str, Any] = {
             "steps": result.steps,
             "version": result.version,
             "resumed_from": result.resumed_from,
         }
+        evaluations = heldout.read_results(self.run_dir)
+        if evaluations:
+            summary["heldout_success_start"] = evaluations[0].success
+            summary["heldout_success_end"] = evaluations[-1].success
+            summary["heldout_episodes"] = evaluations[-1].episodes
+        return summary
 
     async def _finish(self, outcome: RunOutcome) -> None:
         """Called once when `train` ends, after the engine and outputs are closed."""
@@ -524,6 +567,9 @@ def open_run_outputs(
     (run_dir / "config.yaml").write_text(config.to_yaml())
     if resumed_from is not None:
         truncate_metrics(run_dir / "metrics.jsonl", resumed_from)
+        heldout.truncate_results(run_dir, resumed_from)
+    else:
+        heldout.clear(run_dir)  # a fresh run in a used directory
     sinks = build_sinks(config.logging, run_dir, config.model_dump(mode="json"), console)
     writer = (
         TrajectoryWriter(run_dir / "trajectories.jsonl") if config.logging.trajectories else None

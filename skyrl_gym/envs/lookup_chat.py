@@ -51,6 +51,29 @@ ITEMS = (
     "tea",
     "tomato",
 )
+HELDOUT_ITEMS = (
+    "carrot",
+    "cocoa",
+    "flour",
+    "garlic",
+    "grapes",
+    "lemon",
+    "oats",
+    "onion",
+    "peach",
+    "pear",
+    "pepper",
+    "potato",
+    "salmon",
+    "tuna",
+    "walnut",
+    "yogurt",
+)
+"""Items of the `heldout` split: none is in `ITEMS` or the worked example, so a run that
+trains on the `train` split never sees them (nor their prices)."""
+SPLITS = ("train", "heldout")
+HELDOUT_SEED_OFFSET = 1_000_003
+"""Added to the seed of the `heldout` split's prices (the `train` split's stay as they were)."""
 EXAMPLE: Messages = [
     {"role": "user", "content": "What is the price of salt?"},
     {"role": "assistant", "content": "lookup(salt)"},
@@ -80,13 +103,19 @@ FORMAT = PatternFormat(
 """The env's two calls; the earliest in a reply wins."""
 
 
-def make_tasks(n: int = len(ITEMS), seed: int = 0) -> list[dict[str, Any]]:
-    """`n` task rows `{task_id, item, price}`: items in turn, prices uniform in 10..99."""
-    rng = random.Random(seed)
+def make_tasks(n: int = len(ITEMS), seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """`n` task rows `{task_id, item, price, stock}` of `split` (`train`: `ITEMS`,
+    `heldout`: `HELDOUT_ITEMS`): items in turn, prices uniform in 10..99."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+    heldout = split == "heldout"
+    items = HELDOUT_ITEMS if heldout else ITEMS
+    rng = random.Random(seed + HELDOUT_SEED_OFFSET if heldout else seed)
+    prefix = "lookup-chat-heldout" if heldout else "lookup-chat"
     return [
         {
-            "task_id": f"lookup-chat-{i}",
-            "item": ITEMS[i % len(ITEMS)],
+            "task_id": f"{prefix}-{i}",
+            "item": items[i % len(items)],
             "price": rng.randint(10, 99),
             "stock": rng.randint(2, 30),
         }
@@ -107,8 +136,10 @@ class LookupChatEnv(TaskEnv):
         num_tasks: int = len(ITEMS),
         tool_reward: float = 0.1,
         seed: int = 0,
+        split: str = "train",
     ):
-        super().__init__(list(tasks) if tasks is not None else make_tasks(num_tasks, seed))
+        """`tasks`, or `num_tasks` rows of `split` made from `seed` (`make_tasks`)."""
+        super().__init__(list(tasks) if tasks is not None else make_tasks(num_tasks, seed, split))
         if not 0.0 <= tool_reward < 1.0:
             raise ValueError("tool_reward must be in [0, 1)")
         self.tool_reward = tool_reward

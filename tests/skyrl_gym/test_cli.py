@@ -100,6 +100,13 @@ def test_demo_writes_results(tmp_path):
     assert list(demo_dir.glob("reward_curve.*"))
     report = (demo_dir / "report.md").read_text()
     assert "](trajectories.html)" in report and (demo_dir / "trajectories.html").exists()
+    # The headline is held-out success, before and after training, with its interval.
+    for end in ("start", "end"):
+        assert 0.0 <= results[f"heldout_success_{end}"] <= 1.0
+        low, high = results[f"heldout_ci_{end}"]
+        assert low <= results[f"heldout_success_{end}"] <= high
+    assert results["heldout_episodes"] == 64
+    assert "**Held-out success" in report
 
 
 def test_demo_rejects_unknown_models():

@@ -1,0 +1,226 @@
+"""Held-out evaluation: how often the policy succeeds on tasks the run never trains on.
+
+A run's training reward says the trainer learns; only tasks outside the training set say the
+policy generalises. `HeldoutEvaluator` plays `heldout.episodes` episodes on the env built with
+`heldout.env_kwargs` (over `env.kwargs`: e.g. a held-out split) and reports the success rate
+with a 95% Wilson interval, overall and per task family.
+
+Every evaluation plays the same episodes with the same sampling seeds (episode ids do not
+include the step), so two evaluations of one run differ only by the weights: common random
+numbers, which make a before/after difference less noisy than two independent samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import skyrl_gym
+from skyrl_sdk.agents.policy import Policy, SamplingParams
+from skyrl_sdk.agents.rollout import RolloutLimits, rollout
+from skyrl_sdk.agents.trajectory import Trajectory, TrajectoryWriter
+from skyrl_sdk.trainer.config import TrainConfig
+
+RESULTS_FILE = "heldout.jsonl"
+"""One JSON row per evaluation (a `HeldoutResult`), in the run directory."""
+TRAJECTORIES_FILE = "heldout_trajectories.jsonl"
+"""Every held-out episode (for `skyrl view`), in the run directory."""
+Z_95 = 1.959963984540054
+"""The standard normal quantile of a two-sided 95% interval."""
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (sound near 0 and 1, unlike the
+    normal approximation); (0, 1) when `n` is 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact ends, no rounding
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
+
+
+@dataclass(frozen=True)
+class FamilyResult:
+    """Held-out success of the tasks of one family."""
+
+    episodes: int
+    """Episodes played on this family's tasks."""
+    successes: int
+    """Of which the env judged successful."""
+    success: float
+    """`successes / episodes`."""
+
+
+@dataclass(frozen=True)
+class HeldoutResult:
+    """One held-out evaluation."""
+
+    step: int
+    """Optimizer steps taken before it (0: the untrained policy)."""
+    version: int
+    """Policy version every held-out token was sampled with."""
+    episodes: int
+    """Episodes played."""
+    successes: int
+    """Episodes the env judged successful."""
+    success: float
+    """`successes / episodes`."""
+    ci_low: float
+    """Lower end of the 95% Wilson interval of `success`."""
+    ci_high: float
+    """Upper end of the 95% Wilson interval of `success`."""
+    reward_mean: float
+    """Mean episode reward."""
+    errors: int
+    """Episodes that ended on an env or policy error (counted as failures)."""
+    temperature: float
+    """Sampling temperature of the episodes."""
+    families: dict[str, FamilyResult]
+    """Per task family (the task row's `family`; the env id when rows have none)."""
+
+
+def summarize(
+    trajectories: Sequence[Trajectory],
+    families: Sequence[str],
+    *,
+    step: int,
+    version: int,
+    temperature: float,
+) -> HeldoutResult:
+    """A `HeldoutResult` of finished episodes (`families[i]` is episode i's family)."""
+    n = len(trajectories)
+    wins = sum(t.success for t in trajectories)
+    low, high = wilson_interval(wins, n)
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for t, family in zip(trajectories, families, strict=True):
+        counts[family][0] += 1
+        counts[family][1] += int(t.success)
+    return HeldoutResult(
+        step=step,
+        version=version,
+        episodes=n,
+        successes=wins,
+        success=wins / n if n else 0.0,
+        ci_low=low,
+        ci_high=high,
+        reward_mean=sum(t.reward for t in trajectories) / n if n else 0.0,
+        errors=sum(t.stop_reason.is_error for t in trajectories),
+        temperature=temperature,
+        families={
+            name: FamilyResult(played, won, won / played)
+            for name, (played, won) in sorted(counts.items())
+        },
+    )
+
+
+class HeldoutEvaluator:
+    """Plays a run's held-out episodes and records the results (see the module docstring)."""
+
+    def __init__(
+        self, config: TrainConfig, run_dir: Path, sampling: SamplingParams, limits: RolloutLimits
+    ):
+        """Held-out evaluation of the run `config` describes (`config.heldout.env_kwargs`
+        must be set); `sampling` and `limits` are the training episodes'."""
+        settings = config.heldout
+        if settings.env_kwargs is None:
+            raise ValueError("heldout.env_kwargs is not set: there is no held-out split")
+        self.settings = settings
+        self.env_id = config.env.id
+        self.env_kwargs = {**config.env.kwargs, **settings.env_kwargs}
+        self.max_turns = config.env.max_turns
+        temperature = (
+            settings.temperature if settings.temperature is not None else sampling.temperature
+        )
+        self.sampling = replace(sampling, temperature=temperature)
+        self.limits = limits
+        self.run_dir = run_dir
+        probe = self.make_env()
+        try:
+            self.tasks: list[dict[str, Any]] = list(getattr(probe.unwrapped, "tasks", ()))
+        finally:
+            probe.close()
+        if not self.tasks:
+            raise ValueError(
+                f"env {self.env_id!r} with heldout.env_kwargs={settings.env_kwargs} has no tasks"
+            )
+
+    def make_env(self) -> Any:
+        """A fresh env serving the held-out tasks."""
+        return skyrl_gym.make(self.env_id, max_turns=self.max_turns, **self.env_kwargs)
+
+    def due(self, step: int, *, last: bool) -> bool:
+        """Whether to evaluate after `step` steps (`last`: the run's final step)."""
+        every = self.settings.every_steps
+        return step == 0 or last or bool(every and step % every == 0)
+
+    async def evaluate(self, policy: Policy, *, step: int, version: int) -> HeldoutResult:
+        """Play the held-out episodes with `policy` (serving `version`), append the result
+        to `heldout.jsonl` and the episodes to `heldout_trajectories.jsonl`."""
+        chosen = [self.tasks[i % len(self.tasks)] for i in range(self.settings.episodes)]
+
+        async def play(i: int, task: dict[str, Any]) -> Trajectory:
+            env = self.make_env()
+            try:
+                return await rollout(
+                    env,
+                    policy,
+                    task,
+                    limits=self.limits,
+                    sampling=self.sampling,
+                    episode_id=f"heldout/{task.get('task_id', i)}#{i}",
+                    env_id=self.env_id,
+                )
+            finally:
+                await asyncio.to_thread(env.close)
+
+        trajectories = await asyncio.gather(*(play(i, t) for i, t in enumerate(chosen)))
+        families = [str(t.get("family") or self.env_id) for t in chosen]
+        result = summarize(
+            trajectories,
+            families,
+            step=step,
+            version=version,
+            temperature=self.sampling.temperature,
+        )
+        with TrajectoryWriter(self.run_dir / TRAJECTORIES_FILE) as writer:
+            for trajectory in trajectories:
+                writer.write(trajectory)
+        with (self.run_dir / RESULTS_FILE).open("a") as f:
+            f.write(json.dumps(asdict(result)) + "\n")
+        return result
+
+
+def read_results(run_dir: Path) -> list[HeldoutResult]:
+    """The held-out evaluations a run recorded, in order (empty when it had none)."""
+    path = run_dir / RESULTS_FILE
+    if not path.exists():
+        return []
+    results = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        row["families"] = {k: FamilyResult(**v) for k, v in row["families"].items()}
+        results.append(HeldoutResult(**row))
+    return results
+
+
+def truncate_results(run_dir: Path, step: int) -> None:
+    """Drop evaluations after `step` (a resumed run redoes them)."""
+    path = run_dir / RESULTS_FILE
+    if path.exists():
+        kept = [r for r in path.read_text().splitlines() if json.loads(r)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in kept))
+
+
+def clear(run_dir: Path) -> None:
+    """Remove a previous run's held-out files (a fresh run in a used directory)."""
+    for name in (RESULTS_FILE, TRAJECTORIES_FILE):
+        (run_dir / name).unlink(missing_ok=True)
