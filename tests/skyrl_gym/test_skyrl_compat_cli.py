@@ -28,8 +28,9 @@ PEER_MISSING = (
     '.venv/bin/python -c "from skyrl_sdk.benchmarks.peer_venv import peer_python; '
     "peer_python('skyrl-gym')\" (needs PyPI)"
 )
-MAX_TURNS = 3
+MAX_TURNS = 2  # below the fixture's own default (3): the limit must reach extras["max_turns"]
 EXPECTED_RETURNS = {"0": 1.0, "1": 1.0, "2": 0.0, "3": 0.25, "4": 1.0}
+EXPECTED_TURNS = {"0": 1, "1": 2, "2": 2, "3": 2, "4": 2}  # the 3-reply scripts end at 2
 
 
 @pytest.fixture
@@ -131,6 +132,7 @@ def test_eval_with_skyrl_rows_gives_the_envs_rewards(user_dir: Path, fmt: str) -
     trajectories = run_eval(user_dir, rows, f"out-{fmt}")
     assert {t["task_id"]: t["reward"] for t in trajectories} == EXPECTED_RETURNS
     assert all(t["env_id"] == "multiply" and t["stop_reason"] == "done" for t in trajectories)
+    assert {t["task_id"]: len(t["turns"]) for t in trajectories} == EXPECTED_TURNS
     results = json.loads((user_dir / f"out-{fmt}" / "results.json").read_text())
     assert results["summary"]["mean_reward"] == pytest.approx(sum(EXPECTED_RETURNS.values()) / 5)
 
