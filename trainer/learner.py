@@ -45,7 +45,8 @@ class LearnerStats:
     kl_ref: float
     """Mean KL estimate to the initial policy (0 when `kl_coef` is 0)."""
     kl_sampler: float
-    """Mean k3 KL between the learner's and the sampler's token logprobs (drift + staleness)."""
+    """KL(sampler || learner) per generated token (k3 from the sampled tokens): how far the
+    trained weights have moved from those that sampled the batch (0 when on-policy)."""
     entropy: float
     """Mean per-token entropy of the policy."""
     clip_fraction: float
@@ -242,7 +243,9 @@ class Learner:
             )
             self._backward(loss * share)
             with torch.no_grad():
-                kl_sampler = losses.kl_penalty(detached, sampler, losses.KLEstimator.K3)
+                # KL(sampler || learner) from the sampler's own tokens: k3 with r = p_learner /
+                # p_sampler (the estimator's "policy" is the distribution sampled from).
+                kl_sampler = losses.kl_penalty(sampler, detached, losses.KLEstimator.K3)
                 acc.add(
                     tokens=n_tok,
                     seqs=len(idx),

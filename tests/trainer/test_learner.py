@@ -1,5 +1,7 @@
 """The learner on real tiny models: gradient direction, staleness stats, LoRA weight sync."""
 
+import math
+
 import pytest
 import torch
 
@@ -158,3 +160,19 @@ def test_tinker_lora_spec_builds_the_trainers_lora_settings():
     lora_keys = [k for k in first if "lora_A" in k]
     assert lora_keys and all("mlp" not in k and "lm_head" not in k for k in first if "lora_" in k)
     assert all(torch.equal(first[k], second[k]) for k in lora_keys)
+
+
+def test_kl_sampler_estimates_kl_from_the_samplers_tokens():
+    """Tokens the sampler found likelier than the learner now does (a stale batch after
+    updates) give k3 = r - log r - 1 with r = p_learner / p_sampler: linear in the log-gap,
+    never exp(gap) (which once logged ~7.9 for a healthy SmolLM2 run at staleness 1)."""
+    learner = Learner(_model(), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig()))
+    sample = _sample((9,))
+    own = _logprob(learner.model, sample)
+    on_policy = learner.train_step([_sample((9,), logprob=own)], [0.0])
+    assert on_policy.kl_sampler == pytest.approx(0.0, abs=1e-5)
+    gap = 10.0  # the sampler gave the token logprob own + 10
+    stale = learner.train_step(
+        [_sample((9,), logprob=_logprob(learner.model, sample) + gap)], [0.0]
+    )
+    assert stale.kl_sampler == pytest.approx(math.exp(-gap) + gap - 1.0, rel=1e-3)
