@@ -137,7 +137,8 @@ class MiniBatchResult:
     endpoint_loss: float | None
     """The endpoint's own `loss:sum` (equal to `loss` when the datums are right)."""
     kl_sampler: float
-    """Summed k3 KL between the endpoint's and the sampler's logprobs on generated tokens."""
+    """Summed k3 estimate of KL(sampler || endpoint) over generated tokens (as the local
+    learner's `kl_sampler`)."""
     clip: float
     """Generated tokens whose PPO ratio was clipped (count)."""
     ratio: float
@@ -468,7 +469,7 @@ def _reduce_locally(
     else:
         loss, pstats = losses.importance_sampling_loss(learner, sampler, adv, mask, **kwargs)
     tokens = int(mask.sum())
-    kl = losses.kl_penalty(learner, sampler, losses.KLEstimator.K3)
+    kl = losses.kl_penalty(sampler, learner, losses.KLEstimator.K3)  # KL(sampler || endpoint)
     return MiniBatchResult(
         loss=float(loss),
         endpoint_loss=endpoint_metrics.get("loss:sum"),
