@@ -1,0 +1,489 @@
+"""`skyrl serve` against the official `openai` SDK, over real HTTP on 127.0.0.1.
+
+Scripted policies (tiny byte-level tokenizer, Qwen/Hermes tools template) make the replies
+known in advance; the tiny local model checks sampling (seeds, streaming, batching).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+
+import openai
+import pytest
+
+from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.agents.serving import ServeConfig, start_server
+from skyrl_sdk.agents.trajectory import SegmentStart, read_trajectories
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calc",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
+        },
+    }
+]
+CALL = '<tool_call>\n{"name": "calc", "arguments": {"expr": "6*7"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_dir):
+    from skyrl_sdk.agents.tiny import tiny_renderer
+
+    return tiny_renderer(tiny_dir)
+
+
+def non_canonical(renderer, text: str) -> list[int]:
+    """`text` tokenized one character at a time: same text, not the tokenizer's own ids."""
+    ids = [i for ch in text for i in renderer.encode(ch)]
+    assert ids != list(renderer.encode(text)) and renderer.decode(ids) == text
+    return ids
+
+
+def serve(policy, renderer, tmp_path=None, **kwargs):
+    config = ServeConfig(
+        model_name="tiny", capture_dir=tmp_path, api_key=kwargs.pop("api_key", None), **kwargs
+    )
+    return start_server(policy, config, renderer=renderer)
+
+
+def client(url: str, key: str = "none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=60)
+
+
+def as_message(message) -> dict:
+    """What an OpenAI client sends back: the assistant message as it received it."""
+    return message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"})
+
+
+def streamed(stream) -> tuple[str, list[dict], str | None, list]:
+    """Content, accumulated tool calls, finish reason and chunks of a chat stream."""
+    chunks = list(stream)
+    text, calls, finish = "", {}, None
+    for chunk in chunks:
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            for call in choice.delta.tool_calls or []:
+                slot = calls.setdefault(call.index, {"id": None, "name": "", "arguments": ""})
+                slot["id"] = call.id or slot["id"]
+                slot["name"] += call.function.name or ""
+                slot["arguments"] += call.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return text, [calls[k] for k in sorted(calls)], finish, chunks
+
+
+# -- tool calls and capture ---------------------------------------------------------------
+
+
+def test_tool_session_is_one_segment_of_the_scripted_ids(renderer, tmp_path) -> None:
+    """A 4-turn tool-using session, streamed and not, sent back the way OpenAI clients do,
+    is captured as one segment carrying exactly the scripted ids (non-canonical ones too)."""
+    odd = non_canonical(renderer, CALL)
+    script = ["Let me compute.\n" + CALL, odd, "The answer is 42.", "Bye."]
+    policy = ScriptedPolicy(script, renderer=renderer)
+    with serve(policy, renderer, tmp_path, api_key="main") as server:
+        key = server.issue_session_key("episode-1")
+        api = client(server.session_url("episode-1"), key)
+        messages: list[dict] = [{"role": "user", "content": "What is 6*7? Check twice."}]
+
+        first = api.chat.completions.create(model="tiny", messages=messages, tools=TOOLS)
+        choice = first.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.content == "Let me compute."
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "calc"
+        assert json.loads(call.function.arguments) == {"expr": "6*7"}
+        messages += [as_message(choice.message)]
+        messages += [{"role": "tool", "tool_call_id": call.id, "content": "42"}]
+
+        text, calls, finish, _ = streamed(
+            api.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, stream=True)
+        )
+        assert finish == "tool_calls" and text == ""
+        assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+            ("calc", {"expr": "6*7"})
+        ]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in calls
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": calls[0]["id"], "content": "42"})
+        third = api.chat.completions.create(model="tiny", messages=messages, tools=TOOLS)
+        assert third.choices[0].message.content == "The answer is 42."
+        assert third.choices[0].finish_reason == "stop"
+        messages += [as_message(third.choices[0].message), {"role": "user", "content": "ok"}]
+        last = api.chat.completions.create(
+            model="tiny", messages=messages, tools=TOOLS, extra_body={"return_token_ids": True}
+        )
+        live = server.session_trajectory("episode-1")
+
+    eot = renderer.end_of_turn_id
+    assert live is not None and len(live.segments) == 1
+    assert [t.token_ids for t in live.turns] == [
+        (*renderer.encode(script[0]), eot),
+        (*odd, eot),
+        (*renderer.encode(script[2]), eot),
+        (*renderer.encode(script[3]), eot),
+    ]
+    # The last prompt is the segment so far: the policy saw its own ids, not re-tokenized text.
+    seg = live.segment_ids(0)
+    prompt = last.model_extra["prompt_token_ids"]
+    assert seg[: len(prompt)] == prompt and seg[len(prompt) :] == list(live.turns[-1].token_ids)
+    assert [t.tool_calls[0].name if t.tool_calls else None for t in live.turns] == [
+        "calc",
+        "calc",
+        None,
+        None,
+    ]
+    assert live.turns[0].observation[0]["role"] == "tool"
+    assert live.trainable
+    (on_disk,) = read_trajectories(tmp_path / "episode-1.jsonl")
+    assert on_disk == live
+
+
+def test_capture_is_on_disk_after_each_turn(renderer, tmp_path) -> None:
+    policy = ScriptedPolicy(["one", "two"], renderer=renderer)
+    with serve(policy, renderer, tmp_path) as server:
+        api = client(server.base_url)
+        messages = [{"role": "user", "content": "hi"}]
+        reply = api.chat.completions.create(model="tiny", messages=messages, user="alice")
+        (first,) = read_trajectories(tmp_path / "alice.jsonl")
+        assert [t.action for t in first.turns] == ["one"]
+        messages += [as_message(reply.choices[0].message), {"role": "user", "content": "more"}]
+        api.chat.completions.create(model="tiny", messages=messages, user="alice")
+        (second,) = read_trajectories(tmp_path / "alice.jsonl")
+        assert [t.action for t in second.turns] == ["one", "two"]
+        assert len(second.segments) == 1
+
+
+def test_an_edited_history_starts_a_recorded_new_segment(renderer) -> None:
+    policy = ScriptedPolicy(["first reply", "second reply"], renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server.session_url("s"))
+        messages = [{"role": "user", "content": "hi"}]
+        api.chat.completions.create(model="tiny", messages=messages)
+        edited = [
+            *messages,
+            {"role": "assistant", "content": "a reply the model never wrote"},
+            {"role": "user", "content": "go on"},
+        ]
+        api.chat.completions.create(model="tiny", messages=edited)
+        trajectory = server.session_trajectory("s")
+    assert trajectory is not None
+    assert [s.start for s in trajectory.segments] == [
+        SegmentStart.EPISODE,
+        SegmentStart.HISTORY_EDITED,
+    ]
+    assert [t.segment for t in trajectory.turns] == [0, 1]
+    assert trajectory.segments[1].prompt_messages[1]["content"] == "a reply the model never wrote"
+
+
+def test_a_malformed_tool_call_is_content_and_a_parse_error(renderer) -> None:
+    broken = '<tool_call>\n{"name": "calc", "arguments": {"expr": </tool_call>'
+    policy = ScriptedPolicy([broken, broken], renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server.session_url("s"))
+        messages = [{"role": "user", "content": "hi"}]
+        reply = api.chat.completions.create(model="tiny", messages=messages, tools=TOOLS)
+        text, calls, finish, _ = streamed(
+            api.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, stream=True)
+        )
+        trajectory = server.session_trajectory("s")
+    assert reply.choices[0].message.content == broken
+    assert reply.choices[0].message.tool_calls is None
+    assert reply.choices[0].finish_reason == "stop"
+    assert (text, calls, finish) == (broken, [], "stop")
+    assert trajectory is not None
+    assert all(t.parse_error is not None for t in trajectory.turns)
+    assert "not valid JSON" in trajectory.turns[0].parse_error.message
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '[TOOL_CALLS] [{"name": "calc", "arguments": {"expr": "1+1"}}]',
+        '{"name": "calc", "parameters": {"expr": "1+1"}}',
+        '<|python_tag|>{"name": "calc", "parameters": {"expr": "1+1"}}',
+    ],
+    ids=["mistral", "llama3-json", "llama3-python-tag"],
+)
+def test_other_tool_formats_are_parsed(renderer, reply) -> None:
+    policy = ScriptedPolicy([reply], renderer=renderer)
+    with serve(policy, renderer) as server:
+        out = client(server.base_url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}], tools=TOOLS
+        )
+    (call,) = out.choices[0].message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("calc", {"expr": "1+1"})
+    assert out.choices[0].finish_reason == "tool_calls"
+
+
+def test_tools_off_with_tool_choice_none(renderer) -> None:
+    policy = ScriptedPolicy([CALL], renderer=renderer)
+    with serve(policy, renderer) as server:
+        out = client(server.base_url).chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "x"}],
+            tools=TOOLS,
+            tool_choice="none",
+        )
+    assert out.choices[0].message.content == CALL and out.choices[0].message.tool_calls is None
+
+
+def test_scripts_keyed_by_session_replay_per_session(renderer) -> None:
+    policy = ScriptedPolicy({"a": ["a1", "a2"], "b": ["b1"]}, renderer=renderer)
+    with serve(policy, renderer) as server:
+        ask = {"model": "tiny", "messages": [{"role": "user", "content": "x"}]}
+
+        def say(session: str) -> str:
+            out = client(server.session_url(session)).chat.completions.create(**ask)
+            return out.choices[0].message.content
+
+        assert [say("a"), say("b"), say("a")] == ["a1", "b1", "a2"]
+        with pytest.raises(openai.InternalServerError, match="no actions for task 'c'"):
+            say("c")
+
+
+# -- keys -----------------------------------------------------------------------------------
+
+
+def test_a_session_key_opens_only_its_session(renderer) -> None:
+    policy = ScriptedPolicy(["ok"] * 4, renderer=renderer)
+    with serve(policy, renderer, api_key="main-secret") as server:
+        key = server.issue_session_key("mine")
+        ask = {"model": "tiny", "messages": [{"role": "user", "content": "x"}]}
+        assert client(server.session_url("mine"), key).chat.completions.create(**ask)
+        for url in (server.session_url("other"), server.base_url):
+            with pytest.raises(openai.AuthenticationError, match="invalid API key"):
+                client(url, key).chat.completions.create(**ask)
+        assert client(server.session_url("other"), "main-secret").chat.completions.create(**ask)
+        server.revoke_session_key("mine")
+        with pytest.raises(openai.AuthenticationError):
+            client(server.session_url("mine"), key).chat.completions.create(**ask)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "param", "needle"),
+    [
+        ({"messages": []}, "messages", "at least 1"),
+        ({"max_tokens": -1}, "max_tokens", "greater than or equal to 1"),
+        ({"max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
+        ({"max_completion_tokens": 0}, "max_completion_tokens", "greater than or equal to 1"),
+        ({"temperature": -1}, "temperature", "greater than or equal to 0"),
+        ({"n": 0}, "n", "greater than or equal to 1"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "at most 4"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role", "one of"),
+        ({"top_logprobs": 3}, "top_logprobs", "needs logprobs"),
+        ({"tool_choice": "sometimes"}, "tool_choice", "must be"),
+    ],
+)
+def test_bad_requests_are_400_naming_the_field(renderer, change, param, needle) -> None:
+    policy = ScriptedPolicy(["never"], renderer=renderer)
+    with serve(policy, renderer) as server:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], **change}
+        with pytest.raises(openai.BadRequestError) as caught:
+            client(server.base_url).chat.completions.create(**body)
+    error = caught.value
+    assert error.status_code == 400
+    assert error.body["param"] == param and error.body["type"] == "invalid_request_error"
+    assert needle in error.message
+    assert policy.calls == 0
+
+
+def test_model_is_required_and_must_exist(renderer) -> None:
+    policy = ScriptedPolicy(["never"], renderer=renderer)
+    with serve(policy, renderer) as server:
+        import httpx
+
+        response = httpx.post(
+            f"{server.base_url}/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}]},
+        )
+        assert response.status_code == 400
+        assert response.json()["error"]["param"] == "model"
+        api = client(server.base_url)
+        with pytest.raises(openai.NotFoundError, match="'gpt-9' does not exist") as caught:
+            api.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
+        assert caught.value.body["code"] == "model_not_found"
+        with pytest.raises(openai.NotFoundError):
+            api.models.retrieve("gpt-9")
+        model = api.models.retrieve("tiny")
+        assert model.id == "tiny" and model.created > 0
+        assert [m.id for m in api.models.list()] == ["tiny"]
+        missing = httpx.get(f"{server.base_url}/nothing-here")
+        assert missing.status_code == 404 and "error" in missing.json()
+        bad_json = httpx.post(f"{server.base_url}/chat/completions", content=b"{nope")
+        assert (
+            bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["error"]["message"]
+        )
+
+
+# -- streaming and cancellation -----------------------------------------------------------
+
+
+def test_streamed_usage_chunk_and_stop_strings(renderer) -> None:
+    policy = ScriptedPolicy(["alpha beta STOP gamma"] * 2, renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server.base_url)
+        ask = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stop": "STOP"}
+        plain = api.chat.completions.create(**ask)
+        text, _, finish, chunks = streamed(
+            api.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True})
+        )
+    assert plain.choices[0].message.content == text == "alpha beta "
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == plain.usage.total_tokens
+
+
+def test_a_disconnect_cancels_the_generation(renderer) -> None:
+    long_reply = "word " * 2000
+    policy = ScriptedPolicy([long_reply], renderer=renderer, token_delay_s=0.002)
+    with serve(policy, renderer) as server:
+        api = client(server.base_url)
+        stream = api.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "x"}],
+            max_tokens=10**9,
+            stream=True,
+        )
+        for k, _ in enumerate(stream):
+            if k == 3:
+                break
+        stream.close()
+        deadline = time.monotonic() + 10
+        while policy.active_streams and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert policy.active_streams == 0
+        sent = policy.streamed_tokens
+        time.sleep(0.2)
+        assert policy.streamed_tokens == sent < len(renderer.encode(long_reply))
+        assert server.session_trajectory("default") is None  # an abandoned turn is not captured
+
+
+# -- the tiny model: seeds, streaming, batching, limits -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_dir, renderer):
+    from skyrl_sdk.agents.local_engine import LocalEngine
+
+    engine = LocalEngine.from_pretrained(tiny_dir, name="tiny", max_batch_size=8)
+    with serve(engine, renderer) as server:
+        yield server, engine
+
+
+def test_seed_gives_the_same_tokens_streamed_or_not_alone_or_batched(tiny_server) -> None:
+    server, _ = tiny_server
+    api = client(server.base_url)
+    ask = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "count the apples"}],
+        "max_tokens": 24,
+        "temperature": 1.0,
+        "seed": 1234,
+        "extra_body": {"return_token_ids": True},
+    }
+    alone = api.chat.completions.create(**ask)
+    text, _, _, chunks = streamed(api.chat.completions.create(**ask, stream=True))
+    assert text == alone.choices[0].message.content
+    assert (
+        chunks[-1].choices[0].model_extra["token_ids"] == alone.choices[0].model_extra["token_ids"]
+    )
+
+    others = [{**ask, "seed": s, "max_tokens": 30} for s in (1, 2, 3)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(api.chat.completions.create, **o) for o in others]
+        batched = pool.submit(api.chat.completions.create, **ask)
+        [f.result() for f in futures]
+    assert (
+        batched.result().choices[0].model_extra["token_ids"]
+        == alone.choices[0].model_extra["token_ids"]
+    )
+    # n choices: seed, seed + 1, ...: choice 0 equals the single request.
+    both = api.chat.completions.create(**ask, n=2)
+    assert both.choices[0].message.content == alone.choices[0].message.content
+
+
+def test_completions_stream_equals_plain_and_logprobs(tiny_server) -> None:
+    server, _ = tiny_server
+    api = client(server.base_url)
+    ask = {"model": "tiny", "prompt": "The farmer has", "max_tokens": 16, "seed": 7}
+    plain = api.completions.create(**ask, logprobs=2, extra_body={"return_token_ids": True})
+    pieces = list(api.completions.create(**ask, stream=True))
+    assert "".join(p.choices[0].text for p in pieces if p.choices) == plain.choices[0].text
+    choice = plain.choices[0]
+    assert len(choice.logprobs.token_logprobs) == len(choice.model_extra["token_ids"])
+    assert all(len(alts) == 2 for alts in choice.logprobs.top_logprobs)
+
+    chat = api.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=8,
+        seed=3,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    entries = chat.choices[0].logprobs.content
+    assert len(entries) == chat.usage.completion_tokens
+    assert all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in entries)
+
+
+def test_max_tokens_is_bounded_by_the_context(tiny_server) -> None:
+    server, engine = tiny_server
+    api = client(server.base_url)
+    with pytest.raises(openai.BadRequestError, match="maximum context length") as caught:
+        api.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=10**9
+        )
+    assert caught.value.body["code"] == "context_length_exceeded"
+    assert caught.value.body["param"] == "max_tokens"
+    huge = "apples " * (engine.max_context_tokens * 3)
+    with pytest.raises(openai.BadRequestError, match="context"):
+        api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": huge}])
+
+
+def _wait_for(condition, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_disconnect_frees_the_engine(tiny_server) -> None:
+    """Greedy on the tiny model never stops before the context is full (~2000 tokens,
+    a minute or more): a client that leaves must not leave that running, streamed or not."""
+    import httpx
+
+    server, engine = tiny_server
+    ask = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": 0}
+    before = engine.stats().cancelled
+    stream = client(server.base_url).chat.completions.create(**ask, stream=True)
+    for k, _ in enumerate(stream):
+        if k == 2:
+            break
+    stream.close()
+    assert _wait_for(lambda: engine.stats().cancelled == before + 1)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base_url}/chat/completions", json=ask, timeout=1.0)
+    assert _wait_for(lambda: engine.stats().cancelled == before + 2)
+    generated = engine.stats().generated_tokens
+    time.sleep(0.3)
+    assert engine.stats().generated_tokens == generated  # idle again
