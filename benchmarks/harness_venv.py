@@ -16,6 +16,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,11 @@ def build(name: str, *, quiet: bool = True) -> Path:
         [str(home / "bin" / "python"), "-c", harness.probe],
     ]
     for cmd in steps:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        # Outside the checkout: `python -c` puts the cwd on sys.path, and our top-level
+        # `agents/` folder would shadow openai-agents' `agents` package.
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=1800, cwd=tempfile.gettempdir()
+        )
         if proc.returncode != 0:
             raise HarnessUnavailable(
                 f"building {home} failed at `{' '.join(cmd[:4])} ...`:\n{proc.stderr[-2000:]}"
