@@ -84,7 +84,7 @@ def load_policy(
 
         path = Path(spec.removeprefix("scripted:"))
         if not path.is_file():
-            raise PolicySpecError(f"{spec!r}: no such file")
+            raise PolicySpecError(f"no such file: {path}")
         renderer = _renderer(tokenizer)
         return LoadedPolicy(ScriptedPolicy.from_file(path, renderer), renderer, "scripted")
     from skyrl_sdk.agents.local_engine import LocalEngine
@@ -99,8 +99,6 @@ def load_policy(
         return LoadedPolicy(engine, tiny_renderer(directory), "tiny")
     path = Path(spec.removeprefix("local:"))
     if not path.is_dir():
-        raise PolicySpecError(
-            f"policy spec {spec!r}: not 'tiny', a model directory, scripted:FILE or a URL"
-        )
+        raise PolicySpecError("not 'tiny', a model directory, scripted:FILE or a URL")
     engine = LocalEngine.from_pretrained(path, device=device, max_batch_size=max_batch_size)
     return LoadedPolicy(engine, engine.renderer, path.name)
