@@ -10,7 +10,10 @@ template; after that, the sequence only ever grows by appending:
 The delta is found by rendering a small probe conversation - the episode's opening messages,
 an assistant placeholder, then the observation - and cutting the text after the placeholder.
 Its size does not depend on how many turns came before, so appending stays O(observation)
-per turn, and the trainer's ids equal the sampler's ids by construction.
+per turn, and the trainer's ids equal the sampler's ids by construction. Neither the delta
+nor the prompt is rendered with Jinja or tokenized whole in the common case: templates are
+cached per conversation shape and ids per piece between special tokens, each checked
+against the real render and tokenizer (`skyrl_sdk.agents.incremental`).
 
 Why not re-render the whole conversation each turn: BPE is not a bijection (the same text has
 many tokenizations; a model may sample a non-canonical one) and templates rewrite assistant
@@ -25,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from skyrl_sdk.agents.incremental import SegmentEncoder, TemplateCache, shape_of
 from skyrl_sdk.tools.messages import Message
 
 if TYPE_CHECKING:
@@ -54,7 +58,10 @@ class RenderedPrompt:
 class ChatRenderer:
     """Renders conversations for one tokenizer and chat template, append-only.
 
-    Stateless apart from the tokenizer, so one renderer serves all concurrent episodes.
+    Stateless apart from the tokenizer and its caches (thread-safe), so one renderer serves
+    all concurrent episodes. `verify_incremental=True` also renders every prompt and delta
+    with Jinja and tokenizes it whole, raising `TemplateError` on any difference from the
+    cached path (for tests and for checking a new model's template).
     """
 
     def __init__(
@@ -63,9 +70,16 @@ class ChatRenderer:
         chat_template: str | None = None,
         *,
         extra_stop_token_ids: Sequence[int] = (),
+        verify_incremental: bool = False,
     ):
         self.tokenizer = tokenizer
         self._backend = getattr(tokenizer, "backend_tokenizer", None) if tokenizer.is_fast else None
+        self.verify_incremental = verify_incremental
+        """Check every cached render and piecewise tokenization against the full one."""
+        self.segments = SegmentEncoder(self._encode_whole, tokenizer.get_added_vocab())
+        """Piecewise tokenization with a cache (see `skyrl_sdk.agents.incremental`)."""
+        self.templates = TemplateCache()
+        """Rendered templates per conversation shape (see `skyrl_sdk.agents.incremental`)."""
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
         if not self.chat_template:
             raise TemplateError(
@@ -90,6 +104,14 @@ class ChatRenderer:
 
     def encode(self, text: str) -> tuple[int, ...]:
         """Tokenize template text; special tokens are in the text, so none are added."""
+        ids = self.segments.encode(text)
+        if self.verify_incremental and ids != self._encode_whole(text):
+            raise TemplateError(
+                f"piecewise tokenization differs from the tokenizer on {text!r:.200}"
+            )
+        return ids
+
+    def _encode_whole(self, text: str) -> tuple[int, ...]:
         if self._backend is not None:
             # The Rust tokenizer directly: same ids, without transformers' per-call overhead
             # (most of the agent loop's own cost per turn).
@@ -98,19 +120,27 @@ class ChatRenderer:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of ids, special tokens kept (the viewer and stop-string checks need them)."""
+        if self._backend is not None and not self.tokenizer.clean_up_tokenization_spaces:
+            # The Rust tokenizer directly: transformers' decode adds only that clean-up.
+            return self._backend.decode(list(token_ids), skip_special_tokens=False)
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
     def prompt(self, messages: Sequence[Message]) -> RenderedPrompt:
         """Render and tokenize an episode's opening messages plus the generation prompt."""
-        text = self.render(messages, add_generation_prompt=True)
+        text = self.templates.render(("prompt", shape_of(messages)), messages, self._render_prompt)
+        if self.verify_incremental and text != self._render_prompt(messages):
+            raise TemplateError("the cached template renders the prompt differently from Jinja")
         return RenderedPrompt(tuple(messages), text, self.encode(text))
+
+    def _render_prompt(self, messages: Sequence[Message]) -> str:
+        return self.render(messages, add_generation_prompt=True)
 
     def content_text(self, token_ids: Sequence[int]) -> str:
         """The assistant message content for sampled ids: their text without a final stop
         token (the template writes its own end-of-turn marker)."""
         if token_ids and token_ids[-1] in self._stop_texts:
             token_ids = token_ids[:-1]
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+        return self.decode(token_ids)
 
     def turn_delta(
         self,
@@ -125,16 +155,19 @@ class ChatRenderer:
         """
         anchor = prompt.messages
         assistant: Message = {"role": "assistant", "content": _PLACEHOLDER}
-        after = self.render([*anchor, assistant, *observation], add_generation_prompt=True)
-        head = prompt.text + _PLACEHOLDER
-        if not after.startswith(head):
-            # The template renders earlier messages differently once more follow (e.g. it
-            # moves the system prompt next to the last user message): not append-only.
-            raise TemplateError(
-                "the chat template is not append-only: rendering an observation after an "
-                "assistant turn changes the text before it"
-            )
-        delta = after[len(head) :]
+        messages = [*anchor, assistant, *observation]
+        key = ("delta", shape_of(anchor), shape_of(observation))
+        n = len(anchor)
+
+        def region(ms: Sequence[Message]) -> str:
+            return self._delta_text(self._render_prompt(ms[:n]), ms)
+
+        def real() -> str:
+            return self._delta_text(prompt.text, messages)
+
+        delta = self.templates.render(key, messages, region, fixed=frozenset({n}), real=real)
+        if self.verify_incremental and delta != real():
+            raise TemplateError("the cached template renders the delta differently from Jinja")
         # The model may already have produced the template's end-of-turn token; do not add it
         # twice (the sampled one stays, with loss mask 1).
         if generated:
@@ -142,6 +175,20 @@ class ChatRenderer:
             if stop_text and delta.startswith(stop_text):
                 delta = delta[len(stop_text) :]
         return self.encode(delta)
+
+    def _delta_text(self, prompt_text: str, messages: Sequence[Message]) -> str:
+        """The text after the assistant placeholder when `messages` (the prompt's messages,
+        the placeholder, the observation) are rendered with a generation prompt."""
+        after = self.render(messages, add_generation_prompt=True)
+        head = prompt_text + _PLACEHOLDER
+        if not after.startswith(head):
+            # The template renders earlier messages differently once more follow (e.g. it
+            # moves the system prompt next to the last user message): not append-only.
+            raise TemplateError(
+                "the chat template is not append-only: rendering an observation after an "
+                "assistant turn changes the text before it"
+            )
+        return after[len(head) :]
 
     # -- set-up ---------------------------------------------------------------------------
 

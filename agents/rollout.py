@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import math
 import numbers
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skyrl_gym.step_info import StepInfo, StepInfoError
@@ -144,18 +145,22 @@ async def rollout(
     """
     limits = limits or RolloutLimits(max_turns=max_turns, max_tokens=max_tokens, timeout=timeout)
     renderer = policy.renderer
-    sampling = sampling or SamplingParams()
-    sampling = SamplingParams(**{**sampling.__dict__, "max_tokens": limits.max_tokens})
-    if renderer is not None:
-        sampling = sampling.with_stop_tokens(renderer.stop_token_ids)
+    stop_ids = renderer.stop_token_ids if renderer is not None else ()
+    try:
+        sampling = _episode_sampling(sampling or _DEFAULT_SAMPLING, limits.max_tokens, stop_ids)
+    except TypeError:  # unhashable fields (a list of stop strings): build it uncached
+        sampling = _episode_sampling.__wrapped__(sampling, limits.max_tokens, stop_ids)
     task_id = str(task.get("task_id", ""))
     episode_id = episode_id or task_id
     state = _Episode(renderer)
     started_at, t0 = time.time(), time.perf_counter()
     stop, error = StopReason.MAX_TURNS, None
     try:
-        async with asyncio.timeout(limits.timeout):
+        if limits.timeout is None:
             await _play(env, policy, task, state, limits, sampling, episode_id)
+        else:
+            async with asyncio.timeout(limits.timeout):
+                await _play(env, policy, task, state, limits, sampling, episode_id)
     except _EpisodeEnd as end:
         stop, error = end.reason, end.message
     except TimeoutError:
@@ -176,6 +181,18 @@ async def rollout(
         duration_s=time.perf_counter() - t0,
         error=error,
     )
+
+
+_DEFAULT_SAMPLING = SamplingParams()
+
+
+@functools.lru_cache(maxsize=64)
+def _episode_sampling(
+    sampling: SamplingParams, max_tokens: int, stop_token_ids: tuple[int, ...]
+) -> SamplingParams:
+    """The episode's sampling: `max_tokens` from the limits, the renderer's stop tokens
+    added (cached: the same few combinations recur for every episode of a run)."""
+    return replace(sampling, max_tokens=max_tokens).with_stop_tokens(stop_token_ids)
 
 
 async def _play(
@@ -299,7 +316,9 @@ def _read_step(
         bad := next((i for i, m in enumerate(observation) if not is_message(m)), None)
     ) is not None:
         problem = f"observation message {bad} is not a chat message: {observation[bad]!r:.120}"
-    elif not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+    elif (type(reward) is not float and not isinstance(reward, numbers.Real)) or not math.isfinite(
+        reward  # type: ignore[arg-type]
+    ):
         problem = f"reward must be a finite number, got {type(reward).__name__} {reward!r:.40}"
     else:
         try:

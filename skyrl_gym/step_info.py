@@ -113,15 +113,24 @@ class StepInfo:
 
         Keys outside the protocol are ignored. Never raises anything but `StepInfoError`.
         """
-        if not isinstance(info, Mapping):
+        if type(info) is not dict and not isinstance(info, Mapping):  # exact type: fast path
             raise StepInfoError("", f"info must be a dict, got {type(info).__name__}")
-        calls = _read_calls(info.get(InfoKey.TOOL_CALLS.value))
-        parse_error = _read_parse_error(info.get(InfoKey.PARSE_ERROR.value))
-        truncated_by = _read_truncated_by(info.get(InfoKey.TRUNCATED_BY.value))
-        episode = info.get(InfoKey.EPISODE.value)
+        get = info.get
+        calls = get("tool_calls")
+        if (
+            (calls is None or (type(calls) is list and not calls))
+            and get("parse_error") is None
+            and get("truncated_by") is None
+            and get("episode") is None
+        ):
+            return _NOTHING  # the common step: nothing to report
+        calls = _read_calls(info.get("tool_calls"))
+        parse_error = _read_parse_error(info.get("parse_error"))
+        truncated_by = _read_truncated_by(info.get("truncated_by"))
+        episode = info.get("episode")
         correct = None
         if episode is not None:
-            if not isinstance(episode, Mapping):
+            if type(episode) is not dict and not isinstance(episode, Mapping):
                 raise StepInfoError(
                     InfoKey.EPISODE.value,
                     f"must be an object of metrics, got {type(episode).__name__} {episode!r:.80}",
@@ -135,9 +144,12 @@ class StepInfo:
         return cls(calls, parse_error, truncated_by, correct, episode)
 
 
+_NOTHING = StepInfo()
+
+
 def _read_calls(value: object) -> tuple[ToolCall, ...]:
-    key = InfoKey.TOOL_CALLS.value
-    if value is None:
+    key = "tool_calls"
+    if value is None or (type(value) is list and not value):
         return ()
     if not isinstance(value, list | tuple):
         raise StepInfoError(key, f"must be a list of calls, got {type(value).__name__}")

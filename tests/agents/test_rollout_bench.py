@@ -14,6 +14,8 @@ KEYS = {
     "append_ms_per_turn_8",
     "append_ms_per_turn_128",
     "append_growth_128_vs_8",
+    "bare_episodes_per_s",
+    "vs_bare",
 }
 
 
@@ -31,3 +33,7 @@ def test_bench_rollout_json_line() -> None:
     assert result["episodes_per_s"] > 0 and result["env_steps_per_s"] >= result["episodes_per_s"]
     # Append-only bookkeeping does not grow with the history (generous bound: noisy machines).
     assert result["append_growth_128_vs_8"] < 2.0
+    assert result["bare_episodes_per_s"] > 0
+    assert result["vs_bare"] == pytest.approx(
+        result["episodes_per_s"] / result["bare_episodes_per_s"], rel=0.01
+    )
