@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import functools
 import math
 import numbers
 import time
@@ -145,11 +144,11 @@ async def rollout(
     """
     limits = limits or RolloutLimits(max_turns=max_turns, max_tokens=max_tokens, timeout=timeout)
     renderer = policy.renderer
-    stop_ids = renderer.stop_token_ids if renderer is not None else ()
-    try:
-        sampling = _episode_sampling(sampling or _DEFAULT_SAMPLING, limits.max_tokens, stop_ids)
-    except TypeError:  # unhashable fields (a list of stop strings): build it uncached
-        sampling = _episode_sampling.__wrapped__(sampling, limits.max_tokens, stop_ids)
+    sampling = _episode_sampling(
+        sampling or _DEFAULT_SAMPLING,
+        limits.max_tokens,
+        renderer.stop_token_ids if renderer is not None else (),
+    )
     task_id = str(task.get("task_id", ""))
     episode_id = episode_id or task_id
     state = _Episode(renderer)
@@ -186,13 +185,23 @@ async def rollout(
 _DEFAULT_SAMPLING = SamplingParams()
 
 
-@functools.lru_cache(maxsize=64)
+_SAMPLINGS: dict[tuple[int, int, int], tuple[SamplingParams, tuple[int, ...], SamplingParams]] = {}
+
+
 def _episode_sampling(
     sampling: SamplingParams, max_tokens: int, stop_token_ids: tuple[int, ...]
 ) -> SamplingParams:
     """The episode's sampling: `max_tokens` from the limits, the renderer's stop tokens
-    added (cached: the same few combinations recur for every episode of a run)."""
-    return replace(sampling, max_tokens=max_tokens).with_stop_tokens(stop_token_ids)
+    added. Cached by identity (the same few objects recur for every episode of a run)."""
+    key = (id(sampling), max_tokens, id(stop_token_ids))
+    cached = _SAMPLINGS.get(key)
+    if cached is not None and cached[0] is sampling and cached[1] is stop_token_ids:
+        return cached[2]
+    result = replace(sampling, max_tokens=max_tokens).with_stop_tokens(stop_token_ids)
+    if len(_SAMPLINGS) >= 64:
+        _SAMPLINGS.clear()
+    _SAMPLINGS[key] = (sampling, stop_token_ids, result)  # holds both: ids are not reused
+    return result
 
 
 async def _play(
@@ -301,6 +310,18 @@ def _read_step(
     """The step's typed info and end flags, after checking the rest of the 5-tuple;
     `_EpisodeEnd` with `ENV_ERROR` and a message naming what is wrong when the env broke
     the protocol."""
+    if (
+        type(terminated) is bool
+        and type(truncated) is bool
+        and type(reward) is float
+        and math.isfinite(reward)
+        and type(observation) is list
+        and all(map(is_message, observation))
+    ):  # the common, well-typed step
+        try:
+            return StepInfo.read(info), terminated, truncated
+        except StepInfoError as e:
+            raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: malformed result: {e}") from None
     problem = None
     flags = []
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
