@@ -442,6 +442,23 @@ class CommandAgentRunner:
     def served_model(self) -> str:
         return self.model_name or self.policy.name
 
+    @classmethod
+    def for_training(
+        cls, settings: Any, policy: Policy, run_dir: Path
+    ) -> CommandAgentRunner | None:
+        """The runner a training config's `agent` section asks for (None: our agent loop).
+        Captured sessions go to `<run_dir>/capture`, agent logs to `<run_dir>/agent_logs`."""
+        agent = parse_agent(
+            settings.spec,
+            venv=settings.venv,
+            binds=tuple(settings.binds),
+            timeout_s=settings.timeout_s,
+            memory_bytes=settings.memory_mb << 20 if settings.memory_mb else None,
+        )
+        if agent is None:
+            return None
+        return cls(agent, policy, capture_dir=run_dir / "capture", log_dir=run_dir / "agent_logs")
+
     def server(self) -> SessionServer:
         """The model server, started on first use."""
         with self._lock:

@@ -107,6 +107,15 @@ def train_command(
             f"distributed.strategy={cfg.distributed.strategy.value} needs --ray "
             "(the learner ranks are Ray actors)"
         )
+    if cfg.agent.spec.strip() != "loop":
+        from skyrl_sdk.agents.command_agent import CommandAgentError, parse_agent
+
+        if ray:
+            die("agent.spec 'command:CMD' runs in one process: drop --ray")
+        try:  # the venv and binds, checked before any model loads
+            parse_agent(cfg.agent.spec, venv=cfg.agent.venv, binds=cfg.agent.binds)
+        except CommandAgentError as e:
+            die(f"agent: {e}")
     if ray and cfg.rollout.engine is not EngineKind.LOCAL:
         die(
             f"rollout.engine={cfg.rollout.engine.value} is not available with --ray "

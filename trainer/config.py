@@ -304,6 +304,35 @@ class DistributedConfig(_Section):
     """Env actors that run every episode's reset/step in Ray mode (0: envs on the driver)."""
 
 
+class AgentConfig(_Section):
+    """Who plays the episodes: our agent loop, or an external agent program."""
+
+    spec: str = "loop"
+    """`loop` (our agent loop) or `command:CMD`, as `skyrl eval --agent`: CMD runs inside each
+    episode's sandbox against the policy served over OpenAI's API (OPENAI_BASE_URL,
+    OPENAI_API_KEY), the env's grader gives the reward, and the tokens captured by the server
+    are what is trained. The harness's own sampling settings (temperature, max_tokens) are
+    the ones used: keep its temperature at `rollout.temperature` for on-policy training.
+    Needs a sandboxed tool env (e.g. `terminal`) and backend `local` without `--ray`."""
+    venv: str | None = None
+    """command agents: the harness's virtualenv, bound read-only inside the sandbox."""
+    binds: tuple[str, ...] = ()
+    """command agents: more host directories bound read-only (the harness's scripts)."""
+    timeout_s: float = Field(600.0, gt=0)
+    """command agents: wall-clock limit of CMD per episode (then `timeout`, still graded)."""
+    memory_mb: int | None = Field(None, ge=16)
+    """command agents: memory cap of the agent's sandbox (None: the env's own)."""
+
+    @model_validator(mode="after")
+    def _spec(self) -> AgentConfig:
+        if self.spec.strip() != "loop":
+            if not self.spec.startswith("command:") or not self.spec[len("command:") :].strip():
+                raise ValueError(f"agent.spec must be 'loop' or 'command:CMD', got {self.spec!r}")
+        elif self.venv or self.binds:
+            raise ValueError("agent.venv and agent.binds only apply to agent.spec 'command:CMD'")
+        return self
+
+
 class Backend(enum.Enum):
     """Where the policy samples and trains."""
 
@@ -372,6 +401,8 @@ class TrainConfig(_Section):
     """Evaluation on held-out tasks during the run (off unless `heldout.env_kwargs` is set)."""
     distributed: DistributedConfig = DistributedConfig()
     """Learner ranks and env actors in Ray mode."""
+    agent: AgentConfig = AgentConfig()
+    """Who plays the episodes (our agent loop, or `command:CMD`)."""
 
     @model_validator(mode="after")
     def _tinker_backend(self) -> TrainConfig:
@@ -383,6 +414,12 @@ class TrainConfig(_Section):
                 raise ValueError(
                     "trainer.max_staleness must be 0 with backend 'tinker' (synchronous on-policy)"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _command_agent(self) -> TrainConfig:
+        if self.agent.spec.strip() != "loop" and self.backend is not Backend.LOCAL:
+            raise ValueError("agent.spec 'command:CMD' needs backend 'local'")
         return self
 
     @model_validator(mode="after")

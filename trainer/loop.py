@@ -54,6 +54,7 @@ from rich.console import Console
 import skyrl_gym
 import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
 from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.command_agent import CommandAgentRunner
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
 from skyrl_sdk.agents.rollout import RolloutLimits, rollout
 from skyrl_sdk.agents.trajectory import StopReason, TrainingSample, Trajectory, TrajectoryWriter
@@ -230,6 +231,10 @@ class TrainingLoop:
     """Where metrics go (`_open_outputs`)."""
     writer: TrajectoryWriter | None
     """Where trajectories go (None: `logging.trajectories` is off)."""
+    command_agent: CommandAgentRunner | None = None
+    """Plays every episode instead of `rollout` when `agent.spec` is `command:CMD` (set by
+    `train`: an external program in the episode's sandbox, against `policy` served over
+    OpenAI's API; its captured tokens are the trajectory)."""
 
     def __init__(
         self, config: TrainConfig, *, resume: bool = False, console: Console | None = None
@@ -267,6 +272,9 @@ class TrainingLoop:
         """Train to `trainer.steps`; see the module docstring for one step."""
         cfg = self.config.trainer
         self._start_generation()
+        self.command_agent = CommandAgentRunner.for_training(
+            self.config.agent, self.policy, self.run_dir
+        )
         history: list[dict[str, Any]] = []
         workers: list[asyncio.Task[None]] = []
         outcome = RunOutcome.ERRORED
@@ -340,6 +348,8 @@ class TrainingLoop:
             for w in workers:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            if self.command_agent is not None:
+                self.command_agent.close()
             await self.engine.aclose()
             self.sinks.close()
             if self.writer is not None:
@@ -450,16 +460,22 @@ class TrainingLoop:
     async def play_episode(self, index: int, k: int, task: dict[str, Any]) -> Trajectory:
         """Episode `k` of group `index` on a fresh env, recorded to the run's trajectory file."""
         env = self.make_env()
+        episode_id = f"g{index}/{task.get('task_id', '')}#{k}"
         try:
-            trajectory = await rollout(
-                env,
-                self.policy,
-                task,
-                limits=self.limits,
-                sampling=self.sampling,
-                episode_id=f"g{index}/{task.get('task_id', '')}#{k}",
-                env_id=self.config.env.id,
-            )
+            if self.command_agent is not None:
+                trajectory = await self.command_agent.run(
+                    env, task, episode_id=episode_id, env_id=self.config.env.id
+                )
+            else:
+                trajectory = await rollout(
+                    env,
+                    self.policy,
+                    task,
+                    limits=self.limits,
+                    sampling=self.sampling,
+                    episode_id=episode_id,
+                    env_id=self.config.env.id,
+                )
         finally:
             env.close()
         if self.writer is not None:

@@ -308,3 +308,31 @@ def test_harbor_run_with_a_command_agent(harness_dir, tmp_path) -> None:
     assert job["agent"] == "command" and job["mean_reward"] == 1.0, job
     (t,) = read_trajectories(tmp_path / "job" / "trajectories.jsonl")
     assert t.reward == 1.0 and len(t.turns) == 2 and t.trainable
+
+
+def test_train_on_command_agent_episodes(harness_dir, tmp_path) -> None:
+    """`skyrl train` with `agent.spec=command:CMD`: each episode's harness talks to the policy
+    being trained (served in process), the captured tokens are trained on, and the run ends
+    with its steps done; the episodes are in trajectories.jsonl with exact ids."""
+    command = f"AGENT_MAX_TOKENS=12 AGENT_MAX_TURNS=2 python3 {harness_dir}/http_agent.py"
+    out = skyrl(
+        tmp_path,
+        *("train", "-", "env.id=terminal", "model.source=tiny", "out_dir=run"),
+        *("trainer.steps=2", "trainer.groups_per_step=1", "rollout.group_size=2"),
+        *("logging.console=false", f"agent.spec=command:{command}"),
+        f"agent.binds=[{harness_dir}]",
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "trained 2 steps" in out.stdout
+    trajectories = read_trajectories(tmp_path / "run" / "trajectories.jsonl")
+    assert len(trajectories) == 4
+    for t in trajectories:
+        assert t.env_id == "terminal" and t.policy.endswith("via command:" + command)
+        assert t.stop_reason in (StopReason.DONE, StopReason.AGENT_ERROR), t.error
+        assert t.turns and t.trainable and len(t.segments) >= 1
+    metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2] and all(m["tokens/trained"] > 0 for m in metrics)
+
+    bad = skyrl(tmp_path, "train", "-", "env.id=terminal", "agent.spec=command:x", "--ray")
+    assert bad.returncode == 2 and "drop --ray" in bad.stdout
