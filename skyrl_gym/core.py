@@ -147,8 +147,16 @@ class TextEnv(gym.Env[Messages, str], metaclass=abc.ABCMeta):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     inline_async: ClassVar[bool] = False
-    """True when `reset`/`step` are fast and never block, so `areset`/`astep` call them
-    directly on the event loop instead of paying a worker-thread hop per call."""
+    """Declare the sync `reset`/`step` cheap: True runs them directly on the event loop,
+    False (the default) in a worker thread.
+
+    Set it on envs whose steps are pure CPU work that finishes in well under a millisecond
+    and never waits (string parsing, a bounded calculator, an in-memory index): a thread
+    hop costs tens of microseconds per call, often more than such a step itself. Leave it
+    False when a step may block or take long (subprocesses, sandboxes, databases, HTTP,
+    anything with a timeout): inline, it would stall every other episode on the loop.
+    Envs that need async I/O override `areset`/`astep` instead. It may also be set per
+    instance, when only some configurations are cheap (`SearchEnv` with a local index)."""
 
     @abc.abstractmethod
     def reset(

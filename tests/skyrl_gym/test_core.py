@@ -85,3 +85,26 @@ def test_text_env_cannot_be_instantiated_without_step():
 
     with pytest.raises(TypeError, match="abstract"):
         NoStep()
+
+
+def test_inline_async_runs_cheap_steps_on_the_event_loop_thread():
+    import threading
+
+    from tests.skyrl_gym.envs import CountdownEnv
+
+    class Recording(CountdownEnv):
+        def step(self, action):
+            self.thread = threading.get_ident()
+            return super().step(action)
+
+    class Cheap(Recording):
+        inline_async = True
+
+    async def play(env):
+        await env.areset(seed=0)
+        await env.astep("x")
+        return env.thread
+
+    loop_thread = threading.get_ident()
+    assert asyncio.run(play(Cheap())) == loop_thread
+    assert asyncio.run(play(Recording())) != loop_thread  # a worker thread by default
