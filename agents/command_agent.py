@@ -35,15 +35,17 @@ that is missing, not executable, crashes (non-zero exit, killed) or never calls 
 `StopReason.AGENT_ERROR` with a one-line message (its output's tail is in the agent log).
 The workspace is graded in every case, as Harbor does.
 
-Which envs can host one: sandboxed tool envs whose per-episode sandbox is built from their
-`sandbox_template` (`terminal` and other `SandboxToolEnv`s) in `skyrl eval` and `skyrl
-train`; Harbor tasks through `skyrl harbor run --agent command:CMD`.
+Which envs can host one: Harbor envs (`harbor`, `terminal-gen`: their runtime is a
+`CommandRuntime`) and sandboxed tool envs whose per-episode sandbox is built from their
+`sandbox_template` (`terminal`), in `skyrl eval` and `skyrl train`; Harbor task folders
+through `skyrl harbor run --agent command:CMD`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import re
@@ -51,7 +53,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -389,24 +391,50 @@ def server_port(server: SessionServer) -> int:
 # -- episodes in sandboxed tool envs (eval, train) -------------------------------------------
 
 
-def _template_env(env: Any) -> Any:
-    """The env's inner `SandboxToolEnv` whose episodes use its `sandbox_template`, else a
-    `CommandAgentError` saying which envs can host a command agent."""
+def _host_env(env: Any) -> Any:
+    """The env's inner env when it can host a command agent: a `HarborEnv` (its runtime is
+    built by `make_runtime`) or a `SandboxToolEnv` whose episodes start from its
+    `sandbox_template`; else a `CommandAgentError` saying which envs can."""
+    from skyrl_gym.envs.harbor.env import HarborEnv
     from skyrl_gym.sandbox_env import SandboxToolEnv
 
     inner = getattr(env, "unwrapped", env)
+    if isinstance(inner, HarborEnv):
+        return inner
     if isinstance(inner, SandboxToolEnv) and type(inner)._reset is SandboxToolEnv._reset:
         return inner
-    name = type(inner).__name__
-    hint = (
-        "; for Harbor tasks use `skyrl harbor run --agent command:CMD`"
-        if name == "HarborEnv"
-        else ""
-    )
     raise CommandAgentError(
-        f"env {name} cannot host a command agent: it needs a sandboxed tool env whose "
-        f"episodes start from its sandbox_template (e.g. terminal){hint}"
+        f"env {type(inner).__name__} cannot host a command agent: it needs a sandboxed tool "
+        "env (a Harbor env, or one whose episodes start from its sandbox_template, e.g. "
+        "terminal)"
     )
+
+
+@contextlib.contextmanager
+def agent_phase(inner: Any, agent: CommandAgent, port: int) -> Iterator[None]:
+    """While resetting `inner` (from `_host_env`), its agent sandbox gets the forwarded
+    `port`, the harness's binds and the agent's caps; afterwards its grading sandboxes start
+    from the env's own settings again (no port, no harness)."""
+    from skyrl_gym.envs.harbor.env import HarborEnv
+
+    if isinstance(inner, HarborEnv):
+        from skyrl_sdk.agents.command_runtime import CommandRuntime
+
+        inner.make_runtime = functools.partial(
+            CommandRuntime,
+            agent_ports=(port,),
+            agent_binds=agent.sandbox_binds(),
+            agent_output_limit_bytes=agent.output_limit_bytes,
+            agent_memory_bytes=agent.memory_bytes,
+        )
+        yield  # the runtime itself drops the port and binds for its verifier phase
+        return
+    template = inner.sandbox_template
+    inner.sandbox_template = agent_sandbox_spec(template, agent, port)
+    try:
+        yield
+    finally:
+        inner.sandbox_template = template
 
 
 @dataclass
@@ -503,20 +531,16 @@ class CommandAgentRunner:
         started_at, t0 = time.time(), time.perf_counter()
         base = EpisodeRecord(episode_id, task_id, env_id, self.name, started_at, t0)
         try:
-            inner = _template_env(env)
+            inner = _host_env(env)
             server = await asyncio.to_thread(self.server)
             port = server_port(server)
         except Exception as e:
             return base.failed(StopReason.ENV_ERROR, f"{type(e).__name__}: {e}")
-        template = inner.sandbox_template
-        inner.sandbox_template = agent_sandbox_spec(template, self.agent, port)
         try:
-            messages, _ = await env.areset(options={"task": task})
+            with agent_phase(inner, self.agent, port):
+                messages, _ = await env.areset(options={"task": task})
         except Exception as e:
             return base.failed(StopReason.ENV_ERROR, f"reset: {type(e).__name__}: {e}")
-        finally:
-            # Grading sandboxes start from the template again: no port, no harness binds.
-            inner.sandbox_template = template
         sandbox = inner.sandbox
         instruction = instruction_of(messages)
         key = server.issue_session_key(session_id)

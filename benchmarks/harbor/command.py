@@ -1,7 +1,8 @@
 """`skyrl harbor run --agent command:CMD`: an external agent program as a Harbor trial's agent.
 
 The trial's environment starts with the model server's port forwarded into it and the
-harness's directories bound read-only (`CommandRuntime`; the verifier phase gets neither).
+harness's directories bound read-only (`agents.command_runtime.CommandRuntime`; the verifier
+phase gets neither).
 CMD runs there with the session URL, a session-only key and the task's instruction
 (`skyrl_sdk.agents.command_agent`); when it exits the key is revoked, the task's own verifier
 grades as for any agent, and the captured tokens are the trial's trajectory.
@@ -10,10 +11,9 @@ grades as for any agent, and the captured tokens are the trial's trajectory.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from skyrl_gym.envs.harbor.runtime import HarborRuntime
 from skyrl_sdk.agents.command_agent import (
     AgentRun,
     CommandAgentRunner,
@@ -23,38 +23,9 @@ from skyrl_sdk.agents.command_agent import (
     run_in_sandbox,
     server_port,
 )
+from skyrl_sdk.agents.command_runtime import CommandRuntime
 from skyrl_sdk.agents.trajectory import StopReason, Trajectory
 from skyrl_sdk.benchmarks.harbor.agents import AgentFailure, AgentOutcome
-from skyrl_sdk.sandboxes import SandboxSpec
-
-
-@dataclass
-class CommandRuntime(HarborRuntime):
-    """A Harbor runtime whose agent phase's sandbox forwards `agent_ports` and binds
-    `agent_binds` read-only; the verifier phase's sandbox is the task's own."""
-
-    agent_ports: tuple[int, ...] = ()
-    """Host loopback ports reachable inside during the agent phase (the model server)."""
-    agent_binds: tuple[str, ...] = ()
-    """Host directories bound read-only during the agent phase (the harness's venv)."""
-    agent_output_limit_bytes: int | None = None
-    """Bytes kept per stream of the agent's command (None: the runtime's default)."""
-    _agent_over: bool = field(default=False, init=False, repr=False)
-
-    def _spec(self, env: Any) -> SandboxSpec:
-        spec = super()._spec(env)
-        if self._agent_over:
-            return spec
-        return replace(
-            spec,
-            forward_ports=tuple(dict.fromkeys((*spec.forward_ports, *self.agent_ports))),
-            ro_binds=tuple(dict.fromkeys((*spec.ro_binds, *self.agent_binds))),
-            output_limit_bytes=self.agent_output_limit_bytes or spec.output_limit_bytes,
-        )
-
-    async def end_agent_phase(self) -> None:
-        self._agent_over = True
-        await super().end_agent_phase()
 
 
 def command_runtime(runner: CommandAgentRunner, task: Any, **kwargs: Any) -> CommandRuntime:
@@ -65,6 +36,7 @@ def command_runtime(runner: CommandAgentRunner, task: Any, **kwargs: Any) -> Com
         agent_ports=(port,),
         agent_binds=runner.agent.sandbox_binds(),
         agent_output_limit_bytes=runner.agent.output_limit_bytes,
+        agent_memory_bytes=runner.agent.memory_bytes,
         **kwargs,
     )
 

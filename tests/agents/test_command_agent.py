@@ -314,6 +314,19 @@ def test_run_command_episodes_keeps_going(stand_in, harness_dir, tmp_path) -> No
     assert len(read_trajectories(tmp_path / "t.jsonl")) == 3
 
 
+def test_grading_sandbox_has_no_route_to_the_server(stand_in, harness_dir, tmp_path) -> None:
+    """The env's grader runs without the forwarded port: a check that connects to the model
+    server's port passes only when that fails (and the agent's own sandbox did reach it)."""
+    port = int(stand_in.base_url.rsplit(":", 1)[1].split("/")[0])
+    probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)"
+    task = dict(HELLO, check=f'! python3 -c "{probe}"')
+    runner = _runner(stand_in, tmp_path, f"python3 {harness_dir}/call_model.py")
+    runner.agent = CommandAgent(runner.agent.command, binds=(str(harness_dir),))
+    t = _play(runner, task)
+    assert t.stop_reason is StopReason.DONE, t.error
+    assert sum(stand_in.calls.values()) == 1 and t.reward == 1.0
+
+
 def test_env_without_template_sandbox_is_an_env_error(stand_in, tmp_path) -> None:
     import skyrl_gym
 

@@ -289,6 +289,27 @@ def test_eval_cli_with_a_command_agent_then_view(harness_dir, tmp_path) -> None:
     assert "agent command not found" in bad.stdout
 
 
+def test_eval_harbor_env_with_a_command_agent(harness_dir, tmp_path) -> None:
+    """`skyrl eval harbor --agent command:CMD`: the Harbor env's runtime forwards the server's
+    port for the agent phase only; the task's verifier gives the reward."""
+    from skyrl_gym.envs.harbor.env import BUNDLED_TASKS
+
+    rows = [{"task_id": "find-file", "path": str(BUNDLED_TASKS / "find-file")}]
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    command = "grep -rl '^ACCESS-CODE:' /app/docs | head -n 1 > /app/answer.txt"
+    (tmp_path / "script.json").write_text(json.dumps([call("shell", command=command), "Done."]))
+    out = skyrl(
+        tmp_path,
+        *("eval", "harbor", "--tasks", "tasks.jsonl", "-p", "scripted:script.json"),
+        *("--agent", f"command:python3 {harness_dir}/http_agent.py"),
+        *("--agent-bind", str(harness_dir), "-o", "run"),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    (t,) = read_trajectories(tmp_path / "run" / "trajectories.jsonl")
+    assert t.stop_reason is StopReason.DONE and t.reward == 1.0, t.error
+    assert len(t.turns) == 2 and t.trainable
+
+
 def test_harbor_run_with_a_command_agent(harness_dir, tmp_path) -> None:
     """`skyrl harbor run --agent command:CMD`: the agent solves a bundled Harbor task in its
     environment through the forwarded server; the task's verifier gives 1.0; the captured

@@ -16,7 +16,7 @@ By default the env plays the bundled example tasks.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -72,6 +72,9 @@ class HarborEnv(SandboxToolEnv):
         self.timeout_s = timeout_s
         self.runtime: HarborRuntime | None = None
         """The current episode's environment (kept after the episode until the next reset)."""
+        self.make_runtime: Callable[..., HarborRuntime] = HarborRuntime
+        """Builds each episode's runtime from (task, backend=, rootfs=, network=): a command
+        agent puts one here whose agent phase forwards the model server's port."""
         self.start_error: str | None = None
         """Why the current episode's environment failed to start, if it did."""
         self.verifier_result: VerifierResult | None = None
@@ -98,7 +101,7 @@ class HarborEnv(SandboxToolEnv):
         row = self.choose_task(options)
         await self._close_sandbox()
         self.task, self.start_error, self.verifier_result = row, None, None
-        runtime = HarborRuntime(
+        runtime = self.make_runtime(
             load_task(row["path"]),
             backend=Backend(self.backend),
             rootfs=self.rootfs,
