@@ -75,6 +75,12 @@ def eval_command(
         metavar="DIR",
         help="command agents: a host directory bound read-only at its path (repeatable).",
     ),
+    agent_memory_mb: int | None = typer.Option(
+        None,
+        "--agent-memory-mb",
+        min=16,
+        help="command agents: memory cap of the agent's sandbox (default: the env's own).",
+    ),
 ) -> None:
     """Evaluate a policy on an env: progress, summary table, results.json, trajectories.jsonl.
 
@@ -101,6 +107,7 @@ def eval_command(
             venv=str(agent_venv) if agent_venv else None,
             binds=[str(b) for b in agent_binds],
             timeout_s=timeout,
+            memory_bytes=agent_memory_mb << 20 if agent_memory_mb else None,
         )
     except CommandAgentError as e:
         _die(str(e))

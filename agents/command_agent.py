@@ -219,7 +219,11 @@ def parse_agent(
     (they would be silently unused).
     """
     if spec is None or spec.strip() == LOOP:
-        extras = {"--agent-venv": venv, "--agent-bind": list(binds) or None}
+        extras = {
+            "--agent-venv": venv,
+            "--agent-bind": list(binds) or None,
+            "--agent-memory-mb": memory_bytes,
+        }
         given = [name for name, value in extras.items() if value]
         if given:
             raise CommandAgentError(f"{', '.join(given)} only apply to --agent 'command:CMD'")
@@ -302,7 +306,9 @@ class AgentRun:
         if r.exit_code != 0:
             return StopReason.AGENT_ERROR, f"the agent command exited with {r.exit_code}{tail}"
         if self.model_calls == 0:
-            return StopReason.AGENT_ERROR, "the agent command never called the model"
+            return StopReason.AGENT_ERROR, (
+                "the agent command never called the model (no request of its session was answered)"
+            )
         return StopReason.DONE, None
 
 

@@ -46,6 +46,12 @@ def run_command(
         metavar="DIR",
         help="command agent: a host directory bound read-only at its path (repeatable).",
     ),
+    agent_memory_mb: int | None = typer.Option(
+        None,
+        "--agent-memory-mb",
+        min=16,
+        help="command agent: memory cap of the agent phase's sandbox (default: the task's).",
+    ),
     backend: str = typer.Option("bwrap", "--backend", help="bwrap or docker."),
     concurrency: int = typer.Option(4, "--n-concurrent", "-n", help="Trials running at once."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (job.json, trial folders)."),
@@ -69,10 +75,13 @@ def run_command(
                 agent,
                 venv=str(agent_venv) if agent_venv else None,
                 binds=[str(b) for b in agent_binds],
+                memory_bytes=agent_memory_mb << 20 if agent_memory_mb else None,
             )
             agent = "command"
-        elif agent_venv or agent_binds:
-            raise ValueError("--agent-venv and --agent-bind only apply to --agent 'command:CMD'")
+        elif agent_venv or agent_binds or agent_memory_mb:
+            raise ValueError(
+                "--agent-venv, --agent-bind and --agent-memory-mb only apply to --agent 'command:CMD'"
+            )
         config = JobConfig(
             path=path,
             out=out,
