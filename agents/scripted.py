@@ -156,8 +156,7 @@ class ScriptedPolicy:
         self.active_streams += 1
         try:
             for k, token in enumerate(completion.token_ids):
-                if self.token_delay_s:
-                    await asyncio.sleep(self.token_delay_s)
+                await asyncio.sleep(self.token_delay_s)  # 0: still a turn for others
                 lp = None if completion.logprobs is None else (completion.logprobs[k],)
                 self.streamed_tokens += 1
                 yield TokenChunk((token,), lp)

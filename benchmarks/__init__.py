@@ -14,4 +14,5 @@ BENCHMARKS: dict[str, str] = {
     "tinker": "skyrl_sdk.benchmarks.tinker_bench:run",
     "async": "skyrl_sdk.benchmarks.async_bench:run",
     "trainer": "skyrl_sdk.benchmarks.trainer_bench:run",
+    "serve": "skyrl_sdk.benchmarks.serve_bench:run",
 }

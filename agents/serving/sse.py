@@ -47,6 +47,9 @@ class EventStreamResponse(Response):
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             async for chunk in self.events:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                # Let the loop run between chunks: a policy that yields tokens without
+                # awaiting must not starve the disconnect watcher (or other requests).
+                await asyncio.sleep(0)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         async def watch() -> None:

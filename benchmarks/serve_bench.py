@@ -1,0 +1,194 @@
+"""`skyrl bench serve`: what `skyrl serve` adds on top of calling the same policy in-process.
+
+Two policies, each called both ways in the same run, requests interleaved so machine noise
+hits both alike:
+
+- the tiny local model (`LocalEngine`, greedy, a fixed number of tokens): time to first token
+  (streamed; in-process: the first `TokenChunk` of `generate_stream`) and tokens/s
+  (non-streamed; in-process: `generate`);
+- a scripted policy (no model cost at all), so the difference is the server's own cost per
+  request: HTTP, JSON, chat-template rendering, reply parsing, capture bookkeeping.
+
+The overhead per request is the median server time minus the median in-process time; the
+target is under 5 ms. The client is plain `httpx` with keep-alive (what the `openai` SDK
+uses), in its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+from skyrl_sdk.benchmarks.report import BenchReport
+
+TARGET_MS = 5.0
+"""The overhead the server may add per request."""
+REPEATS = 20
+"""Requests per measurement (medians are reported)."""
+TOKENS = 16
+"""Tokens per tiny-model reply."""
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "How many apples are left if the farmer shares them equally?"},
+]
+
+
+def _median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000.0
+
+
+async def _inprocess(policy: Any, prompt: list[int], sampling: Any) -> tuple[float, float]:
+    """(seconds to the first token streamed, seconds to a whole completion) in-process."""
+    from skyrl_sdk.agents.policy import GenerationContext
+
+    context = GenerationContext("bench", "bench", 0)
+    started = time.perf_counter()
+    first = None
+    async for _ in policy.generate_stream(prompt, sampling, context=context):
+        if first is None:
+            first = time.perf_counter() - started
+    assert first is not None
+    started = time.perf_counter()
+    await policy.generate(prompt, sampling, context=context)
+    return first, time.perf_counter() - started
+
+
+CLIENT = r"""
+import json, sys, time, httpx
+url, n = sys.argv[1], int(sys.argv[2])
+body = json.loads(sys.stdin.read())
+first, total = [], []
+with httpx.Client(timeout=600) as http:
+    for k in range(n):
+        ask = dict(body, user=f"bench-{k}")
+        started, seen = time.perf_counter(), None
+        with http.stream("POST", url, json=dict(ask, stream=True)) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if seen is None and line.startswith("data: "):
+                    seen = time.perf_counter() - started
+        first.append(seen)
+        started = time.perf_counter()
+        http.post(url, json=ask).raise_for_status()
+        total.append(time.perf_counter() - started)
+print(json.dumps({"first": first, "total": total}))
+"""
+"""The HTTP client, run as its own process (as a harness is): a client thread in the server's
+process would contend with it for the GIL and bill that to the server."""
+WARMUP = 2
+"""Requests discarded at the start of each block."""
+ROUNDS = 2
+"""Blocks per side, alternating in-process and server, so drifting load hits both."""
+
+
+def _through_server(url: str, body: dict[str, Any], n: int) -> tuple[list[float], list[float]]:
+    """(seconds to the first streamed event, seconds per non-streamed answer) per request."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", CLIENT, url, str(n)],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
+    )
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    return data["first"], data["total"]
+
+
+def _measure(policy: Any, renderer: Any, sampling: Any, body: dict[str, Any]) -> dict[str, float]:
+    from skyrl_sdk.agents.serving import ServeConfig, start_server
+
+    prompt = list(renderer.encode(renderer.render(MESSAGES, add_generation_prompt=True)))
+    loop = asyncio.new_event_loop()
+    first_in: list[float] = []
+    total_in: list[float] = []
+    first_srv: list[float] = []
+    total_srv: list[float] = []
+    per_block = REPEATS // ROUNDS
+    try:
+        with start_server(policy, ServeConfig(model_name="bench"), renderer=renderer) as server:
+            url = f"{server.base_url}/chat/completions"
+            for _ in range(ROUNDS):
+                for k in range(per_block + WARMUP):
+                    a, b = loop.run_until_complete(_inprocess(policy, prompt, sampling))
+                    if k >= WARMUP:
+                        first_in.append(a)
+                        total_in.append(b)
+                first, total = _through_server(url, body, per_block + WARMUP)
+                first_srv += first[WARMUP:]
+                total_srv += total[WARMUP:]
+    finally:
+        loop.close()
+    return {
+        "ttft_in": _median_ms(first_in),
+        "ttft_srv": _median_ms(first_srv),
+        "total_in": _median_ms(total_in),
+        "total_srv": _median_ms(total_srv),
+    }
+
+
+def run() -> BenchReport:
+    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.policy import SamplingParams
+    from skyrl_sdk.agents.scripted import ScriptedPolicy
+    from skyrl_sdk.agents.tiny import tiny_model_dir, tiny_renderer
+
+    directory = tiny_model_dir()
+    renderer = tiny_renderer(directory)
+    body = {"model": "bench", "messages": MESSAGES, "max_tokens": TOKENS, "temperature": 0}
+    sampling = SamplingParams(
+        max_tokens=TOKENS, temperature=0.0, stop_token_ids=renderer.stop_token_ids
+    )
+    engine = LocalEngine.from_pretrained(directory, name="tiny")
+    try:
+        tiny = _measure(engine, renderer, sampling, body)
+    finally:
+        asyncio.run(engine.aclose())
+    reply = "There are 12 apples left. " * 4
+    scripted = ScriptedPolicy(lambda context: reply, renderer=renderer)
+    free = _measure(scripted, renderer, sampling, body)
+
+    tokens_in = TOKENS / (tiny["total_in"] / 1000.0)
+    tokens_srv = TOKENS / (tiny["total_srv"] / 1000.0)
+    overhead_tiny = tiny["total_srv"] - tiny["total_in"]
+    overhead = free["total_srv"] - free["total_in"]
+    ttft_overhead = free["ttft_srv"] - free["ttft_in"]
+    result = {
+        "ttft_ms_server": round(tiny["ttft_srv"], 2),
+        "ttft_ms_inprocess": round(tiny["ttft_in"], 2),
+        "tokens_per_s_server": round(tokens_srv, 1),
+        "tokens_per_s_inprocess": round(tokens_in, 1),
+        "overhead_ms_per_request_tiny": round(overhead_tiny, 2),
+        "overhead_ms_per_request": round(overhead, 2),
+        "overhead_ms_first_token": round(ttft_overhead, 2),
+        "target_ms": TARGET_MS,
+        "meets_target": overhead < TARGET_MS and ttft_overhead < TARGET_MS,
+        "repeats": REPEATS,
+    }
+    rows = [
+        ("tiny: time to first token", f"{tiny['ttft_srv']:.1f} ms", f"{tiny['ttft_in']:.1f} ms"),
+        (f"tiny: tokens/s ({TOKENS} tokens)", f"{tokens_srv:.0f}", f"{tokens_in:.0f}"),
+        ("tiny: request", f"{tiny['total_srv']:.1f} ms", f"{tiny['total_in']:.1f} ms"),
+        ("scripted: first token", f"{free['ttft_srv']:.2f} ms", f"{free['ttft_in']:.2f} ms"),
+        ("scripted: request", f"{free['total_srv']:.2f} ms", f"{free['total_in']:.2f} ms"),
+        (
+            "server overhead per request",
+            f"{overhead:.2f} ms",
+            f"target < {TARGET_MS:.0f} ms",
+        ),
+    ]
+    notes = [
+        "ours: through `skyrl serve` (127.0.0.1, chat completions, an httpx client in its "
+        "own process with keep-alive); "
+        "baseline: the same policy object called in-process with the same prompt ids.",
+        f"medians of {REPEATS} requests each way, in {ROUNDS} alternating blocks after "
+        f"{WARMUP} warm-up requests each; the overhead is "
+        "measured with a scripted policy (no model cost), the tiny rows show it next to a model.",
+    ]
+    return BenchReport("serve", rows, result, notes)
