@@ -16,6 +16,7 @@ path that resolves outside it.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -46,8 +47,14 @@ def create_app(config: ServerConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         svc.store.bind(asyncio.get_running_loop())
-        yield
-        svc.close()
+        interval = sys.getswitchinterval()
+        if config.gil_switch_interval_s is not None:
+            sys.setswitchinterval(config.gil_switch_interval_s)
+        try:
+            yield
+        finally:
+            sys.setswitchinterval(interval)
+            svc.close()
 
     app = FastAPI(title="skyrl tinker server", lifespan=lifespan)
     app.state.service = svc

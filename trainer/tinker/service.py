@@ -95,6 +95,12 @@ class ServerConfig:
     several passes whose gradients add up, so memory is bounded whatever the request."""
     max_sample_batch: int = 64
     """Most sequences sampled in one batch (queued requests on the same weights join it)."""
+    gil_switch_interval_s: float | None = 0.0005
+    """`sys.setswitchinterval` while the server runs (None: leave it). The torch worker holds
+    the GIL through the Python parts of every forward pass; at Python's default 5 ms, each
+    hand-over to the event loop (to answer the submit, to read the poll, to send the result)
+    waited up to 5 ms, most of the per-call overhead. Set for the whole process while the
+    server runs, restored after."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,122 @@
+"""What makes the server fast, tested as behaviour (the timings live in `skyrl bench tinker`):
+concurrent clients' samples share one forward pass, a large forward_backward runs in
+micro-batches with the gradients of one pass, EOS ends a sample unless `stop=[]`, and the
+per-call fixes (GIL hand-over, no fsync per commit) are in place while the server runs."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from tests.tinker.conftest import API_KEY, TinkerServer
+
+tinker = pytest.importorskip("tinker")
+from tinker import types  # noqa: E402
+
+from skyrl_sdk.trainer.tinker import lora  # noqa: E402
+from skyrl_sdk.trainer.tinker.backend import BaseModels, Sampler, TrainedModel  # noqa: E402
+from skyrl_sdk.trainer.tinker.cli import TINY_NAME, default_models  # noqa: E402
+from skyrl_sdk.trainer.tinker.store import FutureState  # noqa: E402
+from skyrl_sdk.trainer.tinker.wire import Datum, SamplingParamsIn  # noqa: E402
+
+
+def _samplers(server: TinkerServer, n: int) -> list:
+    out = []
+    for _ in range(n):
+        service = tinker.ServiceClient(base_url=server.base_url, api_key=API_KEY)
+        client = service.create_sampling_client(base_model=server.base_model)
+        out.append(client.result() if hasattr(client, "result") else client)
+    return out
+
+
+def test_concurrent_clients_on_one_base_model_share_one_forward_pass(
+    tinker_server: TinkerServer,
+) -> None:
+    svc = tinker_server.service
+    clients = _samplers(tinker_server, 4)
+    base = svc.base_samplers[tinker_server.base_model]
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12], [13], [14, 15, 16, 17]]  # padded together
+    params = [types.SamplingParams(max_tokens=5 + i, stop=[], seed=i) for i in range(4)]
+    alone = [
+        c.sample(types.ModelInput.from_ints(p), 2, sp).result()
+        for c, p, sp in zip(clients, prompts, params, strict=True)
+    ]
+    pending_before = len(svc.store.ids("sample", FutureState.PENDING))
+    gate = threading.Event()
+    svc.worker.submit(gate.wait)  # hold the worker so that all four arrive together
+    try:
+        futures = [
+            c.sample(types.ModelInput.from_ints(p), 2, sp)
+            for c, p, sp in zip(clients, prompts, params, strict=True)
+        ]
+        deadline = time.monotonic() + 30
+        while len(svc.store.ids("sample", FutureState.PENDING)) < pending_before + 4:
+            assert time.monotonic() < deadline, "the samples never reached the server"
+            time.sleep(0.01)
+        batches_before = base.batches
+    finally:
+        gate.set()
+    together = [f.result() for f in futures]
+    assert base.batches - batches_before == 1  # one prefill pass for the four clients
+    for a, b, sp in zip(alone, together, params, strict=True):
+        for x, y in zip(a.sequences, b.sequences, strict=True):
+            assert x.tokens == y.tokens and len(x.tokens) == sp.max_tokens
+            np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
+
+
+def _model(budget: int) -> TrainedModel:
+    specs = default_models()
+    settings = lora.from_request({"rank": 4, "seed": 0})
+    return TrainedModel("m", specs[0], BaseModels(specs), lora=settings, micro_batch_tokens=budget)
+
+
+def test_large_forward_backward_runs_in_micro_batches_with_the_same_gradients() -> None:
+    rng = np.random.default_rng(0)
+    data = []
+    for n in (3, 40, 17, 64, 9, 33, 50, 5):
+        tokens = rng.integers(5, 900, n + 1)
+        inputs = {"target_tokens": tokens[1:], "weights": rng.random(n).astype(np.float32)}
+        data.append(Datum(tokens[:-1].tolist(), inputs))
+    whole, parts = _model(10**9), _model(100)
+    a = whole.forward_backward(data, "cross_entropy", {}, forward_only=False)
+    b = parts.forward_backward(data, "cross_entropy", {}, forward_only=False)
+    assert whole.passes == 1 and parts.passes >= 4  # no pass over 100 padded tokens but one
+    assert b["metrics"]["loss:sum"] == pytest.approx(a["metrics"]["loss:sum"], rel=1e-5)
+    for x, y in zip(a["loss_fn_outputs"], b["loss_fn_outputs"], strict=True):  # datum order
+        np.testing.assert_allclose(x["logprobs"], y["logprobs"], atol=1e-5)
+    grads = {n: p.grad for n, p in whole.model.named_parameters() if p.requires_grad}
+    for name, p in parts.model.named_parameters():
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, grads[name], rtol=1e-4, atol=1e-6)
+
+
+def test_eos_ends_a_sample_unless_stop_is_empty() -> None:
+    specs = default_models()
+    model, tokenizer = BaseModels(specs).load(TINY_NAME)
+    greedy = SamplingParamsIn(max_tokens=6, stop=[], temperature=0.0)
+    first = Sampler(model, tokenizer, specs[0]).sample([5, 6, 7], 1, greedy, prompt_logprobs=False)
+    eos_id = first["sequences"][0]["tokens"][0]
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos_id)  # greedy emits EOS first
+    assert tokenizer.eos_token_id == eos_id
+    sampler = Sampler(model, tokenizer, specs[0])
+    for stop, length in ((["never-seen"], 1), ("never-seen", 1), (None, 1), ([], 6), ([99], 1)):
+        params = SamplingParamsIn(max_tokens=6, stop=stop, temperature=0.0)
+        (seq,) = sampler.sample([5, 6, 7], 1, params, prompt_logprobs=False)["sequences"]
+        assert len(seq["tokens"]) == length, f"stop={stop!r}"
+        assert seq["stop_reason"] == ("stop" if length == 1 else "length")
+
+
+def test_per_call_fixes_are_on_while_the_server_runs(tinker_server: TinkerServer) -> None:
+    svc = tinker_server.service
+    # The event loop gets the GIL back from the torch worker within 0.5 ms, not Python's 5 ms.
+    assert sys.getswitchinterval() == pytest.approx(svc.config.gil_switch_interval_s)
+    # Futures and runs are written without an fsync per commit (synchronous=NORMAL is 1).
+    assert svc.store._db.execute("PRAGMA synchronous").fetchone()[0] == 1
+    assert svc.registry._db.execute("PRAGMA synchronous").fetchone()[0] == 1
