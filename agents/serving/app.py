@@ -351,7 +351,7 @@ async def chat_events(
 
     async def one(index: int, stream: _Primed) -> AsyncIterator[bytes]:
         yield chunk(index, {"role": "assistant", "content": ""})
-        deltas = TextDeltas(server.renderer, plan.stops, hold_all=plan.tool_format is not None)
+        deltas = TextDeltas(server.renderer, plan.stops, tools=plan.tool_format is not None)
         completion = None
         async for item in stream:
             if isinstance(item, TokenChunk):
@@ -495,7 +495,7 @@ async def completion_events(
         return event(payload)
 
     async def one(index: int, stream: _Primed) -> AsyncIterator[bytes]:
-        deltas = TextDeltas(server.renderer, plan.stops, hold_all=False)
+        deltas = TextDeltas(server.renderer, plan.stops, tools=False)
         completion = None
         async for item in stream:
             if isinstance(item, TokenChunk):

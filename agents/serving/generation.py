@@ -23,7 +23,7 @@ from skyrl_sdk.agents.policy import (
     SamplingParams,
     TokenChunk,
 )
-from skyrl_sdk.agents.serving.tool_output import ToolOutput, ToolOutputFormat, parse
+from skyrl_sdk.agents.serving.tool_output import MARKERS, ToolOutput, ToolOutputFormat, parse
 
 if TYPE_CHECKING:
     from skyrl_sdk.agents.chat import ChatRenderer
@@ -133,16 +133,19 @@ def reply(
 class TextDeltas:
     """Incremental text of a streamed completion.
 
-    Text is sent only when it cannot change: a trailing incomplete UTF-8 character, and the
+    Text is sent only when it cannot change: a trailing incomplete UTF-8 character and the
     last `len(longest stop) - 1` characters (they might begin a stop string, which is not
-    returned) are held back. With tools offered nothing is sent before the end, since the
-    reply's content depends on whether it turns out to be a call.
+    returned) are held back. With tools offered (`tools=True`), text is also held from where
+    a tool call might begin (a call marker, or a part of one at the end), trailing whitespace
+    is held (a reply that turns out to call a tool has its content stripped), and a reply
+    that starts with whitespace or `{` (Llama 3's JSON call) is held whole; what follows a
+    call is sent at the end. So the streamed content always equals `Reply.content`.
     """
 
-    def __init__(self, renderer: ChatRenderer | None, stops: Sequence[str], hold_all: bool):
+    def __init__(self, renderer: ChatRenderer | None, stops: Sequence[str], tools: bool):
         self.renderer = renderer
         self.stops = tuple(stops)
-        self.hold_all = hold_all or renderer is None
+        self.tools = tools
         self.hold = max((len(s) for s in stops), default=1) - 1
         self.ids: list[int] = []
         self.sent = ""
@@ -150,7 +153,7 @@ class TextDeltas:
     def push(self, token_ids: Sequence[int]) -> str:
         """Take new ids; the text that may be sent now ('' if none)."""
         self.ids.extend(token_ids)
-        if self.hold_all or self.renderer is None:
+        if self.renderer is None:
             return ""
         text = self.renderer.content_text(self.ids)
         cut = cut_at_stop(text, self.stops)
@@ -160,6 +163,8 @@ class TextDeltas:
                 text = text[: max(0, len(text) - self.hold)]
         else:
             text = cut
+        if self.tools:
+            text = safe_before_calls(text)
         if len(text) > len(self.sent) and text.startswith(self.sent):
             delta, self.sent = text[len(self.sent) :], text
             return delta
@@ -171,3 +176,19 @@ class TextDeltas:
             delta, self.sent = content[len(self.sent) :], content
             return delta
         return ""  # cannot happen with a prefix-stable decoder; never resend text
+
+
+def safe_before_calls(text: str) -> str:
+    """The part of `text` that is content whether or not a tool call follows."""
+    if not text or text[0].isspace() or text[0] == "{":
+        return ""
+    cut = len(text)
+    for marker in MARKERS:
+        at = text.find(marker)
+        if 0 <= at < cut:
+            cut = at
+        for k in range(min(len(marker) - 1, len(text)), 0, -1):  # a marker's beginning
+            if text.endswith(marker[:k]):
+                cut = min(cut, len(text) - k)
+                break
+    return text[:cut].rstrip()

@@ -40,6 +40,8 @@ class ToolOutputFormat(enum.Enum):
 
 MISTRAL_MARK = "[TOOL_CALLS]"
 PYTHON_TAG = "<|python_tag|>"
+MARKERS = (HermesFormat.OPEN, MISTRAL_MARK, PYTHON_TAG)
+"""Text that begins a tool call somewhere in a reply."""
 
 
 @dataclass(frozen=True)

@@ -487,3 +487,25 @@ def test_a_disconnect_frees_the_engine(tiny_server) -> None:
     generated = engine.stats().generated_tokens
     time.sleep(0.3)
     assert engine.stats().generated_tokens == generated  # idle again
+
+
+def test_content_before_a_tool_call_streams_as_it_is_sampled(renderer) -> None:
+    reply = "Let me compute that for you.\n" + CALL
+    policy = ScriptedPolicy([reply, reply, " " + reply], renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server.base_url)
+        ask = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS}
+        plain = api.chat.completions.create(**ask, user="a")
+        text, calls, finish, chunks = streamed(
+            api.chat.completions.create(**ask, user="b", stream=True)
+        )
+        leading, _, _, _ = streamed(api.chat.completions.create(**ask, user="b", stream=True))
+    assert plain.choices[0].message.content == text == "Let me compute that for you."
+    assert finish == "tool_calls" and [c["name"] for c in calls] == ["calc"]
+    kinds = [
+        "call" if c.choices[0].delta.tool_calls else "text"
+        for c in chunks
+        if c.choices and (c.choices[0].delta.content or c.choices[0].delta.tool_calls)
+    ]
+    assert kinds.count("text") > 3 and kinds[-1] == "call"  # text in pieces, then the call
+    assert leading == "Let me compute that for you."  # stripped, as the plain answer is
