@@ -120,6 +120,11 @@ def check_exact(trajectory: Trajectory, renderer, actions: Sequence) -> None:
     (sample,) = trajectory.training_samples()
     assert sum(sample.loss_mask) == sum(len(t.token_ids) for t in trajectory.turns)
     assert renderer.decode(list(sample.input_ids)).count("hello world") >= 1
+    # Viewable: the HTML report shows every turn's action.
+    from skyrl_sdk.agents.viewer import render_html
+
+    page = render_html([trajectory], decode=renderer.decode, title="capture")
+    assert all(f"turn {t.index} · reward" in page for t in trajectory.turns)
 
 
 def test_http_agent_tool_session_is_one_exact_segment(renderer, harness_dir, tmp_path) -> None:
@@ -357,3 +362,27 @@ def test_train_on_command_agent_episodes(harness_dir, tmp_path) -> None:
 
     bad = skyrl(tmp_path, "train", "-", "env.id=terminal", "agent.spec=command:x", "--ray")
     assert bad.returncode == 2 and "drop --ray" in bad.stdout
+
+
+def test_train_with_the_openai_agents_harness(harness_dir, tmp_path) -> None:
+    """A short `skyrl train` whose episodes are played by openai-agents (streamed) against the
+    policy being trained: the run finishes and trains on the captured tokens."""
+    venv = side_venv("openai-agents")
+    command = f"AGENT_MAX_TOKENS=12 python {harness_dir}/openai_agents_driver.py"
+    out = skyrl(
+        tmp_path,
+        *("train", "-", "env.id=terminal", "model.source=tiny", "out_dir=run"),
+        *("trainer.steps=1", "trainer.groups_per_step=1", "rollout.group_size=2"),
+        *("logging.console=false", f"agent.spec=command:{command}", f"agent.venv={venv}"),
+        *(f"agent.binds=[{harness_dir}]", "agent.memory_mb=1024"),
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    trajectories = read_trajectories(tmp_path / "run" / "trajectories.jsonl")
+    assert len(trajectories) == 2 and all(t.turns and t.trainable for t in trajectories), [
+        (t.stop_reason, t.error) for t in trajectories
+    ]
+    (metrics,) = [
+        json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert metrics["tokens/trained"] > 0
