@@ -51,6 +51,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -126,6 +127,12 @@ class CommandAgent:
                     f"agent venv {self.venv!r} is not a virtualenv (no pyvenv.cfg); create it "
                     "with `python -m venv DIR` and install the harness there"
                 )
+            if os.path.realpath(venv) == os.path.realpath(sys.prefix):
+                raise CommandAgentError(
+                    f"agent venv {self.venv!r} is the SDK's own virtualenv: its packages and "
+                    "the checkout it points to would be readable by the agent; give the "
+                    "harness a venv of its own"
+                )
             object.__setattr__(self, "venv", venv)
         binds = (self.binds,) if isinstance(self.binds, str) else tuple(self.binds)
         resolved = []
@@ -139,6 +146,15 @@ class CommandAgent:
             problem = _unreachable(path)
             if problem:
                 raise CommandAgentError(problem)
+        prefix = _base_prefix(self.venv) if self.venv else None
+        if prefix is not None and not _under_system(prefix):
+            problem = _unreachable(prefix) if os.path.isdir(prefix) else f"{prefix} is missing"
+            if problem:
+                raise CommandAgentError(
+                    f"agent venv {self.venv!r} runs the interpreter under {prefix}, which the "
+                    f"sandbox cannot use ({problem}); make the venv from /usr/bin/python3 "
+                    "(`python -m skyrl_sdk.benchmarks.harness_venv` does)"
+                )
         if (
             isinstance(self.timeout_s, bool)
             or not isinstance(self.timeout_s, int | float)

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -360,6 +361,8 @@ def test_spec_parsing_and_validation(tmp_path) -> None:
         private.mkdir(mode=0o700)
         with pytest.raises(CommandAgentError, match="not readable by the sandbox's user"):
             CommandAgent("x", binds=(str(private),))
+    with pytest.raises(CommandAgentError, match="the SDK's own virtualenv"):
+        CommandAgent("x", venv=sys.prefix)
     with pytest.raises(CommandAgentError, match="timeout"):
         CommandAgent("x", timeout_s=float("nan"))
 
@@ -368,9 +371,19 @@ def test_agent_spec_binds_venv_and_its_base_interpreter(harness_dir) -> None:
     tmp_path = harness_dir
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("home = /opt/py/3.11/bin\nversion = 3.11\n")
+    base = tmp_path / "py" / "3.11"
+    (base / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {base}/bin\nversion = 3.11\n")
     agent = CommandAgent("x", venv=str(venv), binds=(str(tmp_path),))
-    assert agent.sandbox_binds() == (str(venv), "/opt/py/3.11", str(tmp_path))
+    assert agent.sandbox_binds() == (str(venv), str(base), str(tmp_path))
+    (venv / "pyvenv.cfg").write_text("home = /nonexistent/py/bin\n")
+    with pytest.raises(CommandAgentError, match="sandbox cannot use"):
+        CommandAgent("x", venv=str(venv))
+    if os.geteuid() == 0 and not Path("/root").stat().st_mode & 0o001:
+        (venv / "pyvenv.cfg").write_text(f"home = {Path(sys.base_prefix)}/bin\n")
+        if str(Path(sys.base_prefix).resolve()).startswith("/root/"):
+            with pytest.raises(CommandAgentError, match="make the venv from /usr/bin/python3"):
+                CommandAgent("x", venv=str(venv))
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     assert CommandAgent("x", venv=str(venv)).sandbox_binds() == (str(venv),)
     spec = agent_sandbox_spec(SandboxSpec(forward_ports=(9,)), agent, 8123)
