@@ -131,15 +131,16 @@ def reply(
 
 
 class TextDeltas:
-    """Incremental text of a streamed completion.
+    """Incremental text of a streamed completion, in time linear in its length.
 
     Text is sent only when it cannot change: a trailing incomplete UTF-8 character and the
     last `len(longest stop) - 1` characters (they might begin a stop string, which is not
-    returned) are held back. With tools offered (`tools=True`), text is also held from where
-    a tool call might begin (a call marker, or a part of one at the end), trailing whitespace
-    is held (a reply that turns out to call a tool has its content stripped), and a reply
-    that starts with whitespace or `{` (Llama 3's JSON call) is held whole; what follows a
-    call is sent at the end. So the streamed content always equals `Reply.content`.
+    returned) are held back, and nothing after a stop string is sent. With tools offered
+    (`tools=True`), text is also held from where a tool call might begin (a call marker, or
+    a part of one at the end), trailing whitespace is held (a reply that turns out to call a
+    tool has its content stripped), and a reply that starts with whitespace or `{` (Llama 3's
+    JSON call) is held whole; the rest is sent at the end. So the streamed content always
+    adds up to `Reply.content`.
     """
 
     def __init__(self, renderer: ChatRenderer | None, stops: Sequence[str], tools: bool):
@@ -147,48 +148,95 @@ class TextDeltas:
         self.stops = tuple(stops)
         self.tools = tools
         self.hold = max((len(s) for s in stops), default=1) - 1
+        self.longest_marker = max(len(m) for m in MARKERS)
         self.ids: list[int] = []
-        self.sent = ""
+        self.sent: list[str] = []
+        """What was sent, in pieces."""
+        self.pending = ""
+        """Decoded text not sent yet."""
+        self.closed = False
+        """Nothing more will be sent before `finish` (a stop string or a tool call began)."""
+        self.started = False
+        """Whether the reply's first character is known."""
+        self.window = 0
+        """Where the last decode began: one chunk of context before `read`, so a tokenizer
+        whose pieces depend on what precedes them (SentencePiece's leading space) decodes
+        the new ids as it would in place."""
+        self.read = 0
+        """How many ids are decoded into `sent` + `pending`."""
 
     def push(self, token_ids: Sequence[int]) -> str:
         """Take new ids; the text that may be sent now ('' if none)."""
         self.ids.extend(token_ids)
-        if self.renderer is None:
+        if self.renderer is None or self.closed:
             return ""
-        text = self.renderer.content_text(self.ids)
-        cut = cut_at_stop(text, self.stops)
-        if cut == text:
-            text = text.rstrip("\ufffd")
-            if self.hold:
-                text = text[: max(0, len(text) - self.hold)]
-        else:
-            text = cut
+        new = self._decode_new()
+        if not new:
+            return ""
+        if not self.started:
+            self.started = True
+            if self.tools and (new[0].isspace() or new[0] == "{"):
+                self.closed = True  # content depends on what the whole reply turns out to be
+                return ""
+        self.pending += new
+        # A stop string or a marker can only newly appear across what earlier pushes scanned
+        # (all of the old pending text for stops; all but its held-back end for markers).
+        scan = max(0, len(self.pending) - len(new) - self.hold - self.longest_marker)
+        ready = self.pending
+        stop = _first(self.pending, self.stops, scan)
+        if stop is not None:
+            ready, self.closed = self.pending[:stop], True
+        elif self.hold:
+            ready = ready[: max(0, len(ready) - self.hold)]
         if self.tools:
-            text = safe_before_calls(text)
-        if len(text) > len(self.sent) and text.startswith(self.sent):
-            delta, self.sent = text[len(self.sent) :], text
-            return delta
-        return ""
+            marker = _first(ready, MARKERS, scan)
+            if marker is not None:
+                ready, self.closed = ready[:marker], True
+            ready = _before_partial_marker(ready).rstrip()
+        if not ready:
+            return ""
+        self.pending = self.pending[len(ready) :]
+        self.sent.append(ready)
+        return ready
+
+    def _decode_new(self) -> str:
+        """The text of the ids not decoded yet ('' while a character is incomplete)."""
+        assert self.renderer is not None
+        ids = self.ids
+        if ids and ids[-1] in self.renderer.stop_token_ids:
+            ids = ids[:-1]  # the end-of-turn token is not text (as in `content_text`)
+        if len(ids) == self.read:
+            return ""
+        window = self.renderer.decode(ids[self.window :])
+        if window.endswith("\ufffd"):
+            return ""  # wait for the character's other bytes
+        before = self.renderer.decode(ids[self.window : self.read])
+        self.window, self.read = self.read, len(ids)
+        if not window.startswith(before):
+            self.closed = True  # the new ids changed how earlier ones read: send at the end
+            return ""
+        return window[len(before) :]
 
     def finish(self, content: str) -> str:
         """The rest of the final `content` (what was not sent yet)."""
-        if content.startswith(self.sent):
-            delta, self.sent = content[len(self.sent) :], content
-            return delta
+        sent = "".join(self.sent)
+        if content.startswith(sent):
+            self.sent = [content]
+            return content[len(sent) :]
         return ""  # cannot happen with a prefix-stable decoder; never resend text
 
 
-def safe_before_calls(text: str) -> str:
-    """The part of `text` that is content whether or not a tool call follows."""
-    if not text or text[0].isspace() or text[0] == "{":
-        return ""
-    cut = len(text)
+def _first(text: str, needles: Sequence[str], start: int) -> int | None:
+    """Where the first of `needles` occurs in `text` at or after `start` (None: nowhere)."""
+    found = [at for n in needles if (at := text.find(n, start)) >= 0]
+    return min(found) if found else None
+
+
+def _before_partial_marker(text: str) -> str:
+    """`text` without an ending that could be the beginning of a call marker."""
     for marker in MARKERS:
-        at = text.find(marker)
-        if 0 <= at < cut:
-            cut = at
-        for k in range(min(len(marker) - 1, len(text)), 0, -1):  # a marker's beginning
+        for k in range(min(len(marker) - 1, len(text)), 0, -1):
             if text.endswith(marker[:k]):
-                cut = min(cut, len(text) - k)
+                text = text[: len(text) - k]
                 break
-    return text[:cut].rstrip()
+    return text

@@ -53,3 +53,25 @@ def test_deltas_add_up_to_the_reply(renderer, text, tools) -> None:
             at += step
         streamed += deltas.finish(final.content or "")
         assert streamed == (final.content or "")
+
+
+FRAGMENTS = ["word ", " ", "\n", "<", "<tool", "_call>", CALL, "[TOOL_CALLS]", "{", "}", "ST", "OP"]
+FRAGMENTS += ["<|python_tag|>", '{"name": "calc", "parameters": {}}', "é", "数", "Let me see. "]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_replies_stream_to_the_same_content(renderer, seed) -> None:
+    rng = random.Random(seed)
+    text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 30)))
+    ids = [*renderer.encode(text), renderer.end_of_turn_id]
+    completion = Completion(tuple(ids), None, renderer.content_text(ids), FinishReason.STOP)
+    for tools in (False, True):
+        final = reply(completion, ("STOP",), ToolOutputFormat.AUTO if tools else None)
+        deltas = TextDeltas(renderer, ("STOP",), tools=tools)
+        streamed, at = "", 0
+        while at < len(ids):
+            step = rng.randint(1, 4)
+            streamed += deltas.push(ids[at : at + step])
+            at += step
+        streamed += deltas.finish(final.content or "")
+        assert streamed == (final.content or ""), (text, tools)
