@@ -289,6 +289,25 @@ def start_model_server(policy: Policy, capture_dir: Path | None, model_name: str
     return start_server(policy, config)
 
 
+def release_session(server: SessionServer, session_id: str) -> None:
+    """Forget a finished episode's session in the server's memory (its capture file stays).
+
+    A training run plays many thousands of episodes through one server, which otherwise keeps
+    every session's token history and refuses new sessions past its limit. `agents.serving`
+    has no public call for this yet: a server's `end_session(id)` is used when it has one,
+    else the session is dropped from `RunningServer.store` directly.
+    """
+    end = getattr(server, "end_session", None)
+    if callable(end):
+        end(session_id)
+        return
+    store = getattr(server, "store", None)
+    sessions, lock = getattr(store, "_sessions", None), getattr(store, "_lock", None)
+    if isinstance(sessions, dict) and lock is not None:
+        with lock:
+            sessions.pop(session_id, None)
+
+
 # -- one run of CMD -------------------------------------------------------------------------
 
 
@@ -586,6 +605,7 @@ class CommandAgentRunner:
         finally:
             server.revoke_session_key(session_id)
         captured = server.session_trajectory(session_id)
+        release_session(server, session_id)
         run = AgentRun(result, len(captured.turns) if captured is not None else 0)
         stop, message = run.stop
         if start_error is not None:

@@ -20,6 +20,7 @@ from skyrl_sdk.agents.command_agent import (
     EpisodeRecord,
     agent_environment,
     new_session_id,
+    release_session,
     run_in_sandbox,
     server_port,
 )
@@ -76,6 +77,7 @@ async def run_command(
     finally:
         server.revoke_session_key(session_id)
     captured = server.session_trajectory(session_id)
+    release_session(server, session_id)
     run = AgentRun(result, len(captured.turns) if captured is not None else 0)
     stop, message = run.stop
     runner.write_log(session_id, task_name, result, stop, message)

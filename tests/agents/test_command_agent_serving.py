@@ -98,7 +98,8 @@ def play(
 ) -> tuple[Trajectory, CommandAgentRunner]:
     import skyrl_gym
 
-    runner = CommandAgentRunner(agent, policy, log_dir=log_dir)
+    capture = log_dir / "capture" if log_dir is not None else None
+    runner = CommandAgentRunner(agent, policy, log_dir=log_dir, capture_dir=capture)
     env = skyrl_gym.make("terminal", tasks=[task])
     try:
         trajectory = arun(runner.run(env, task, episode_id=task["task_id"], env_id="terminal"), 400)
@@ -143,6 +144,12 @@ def test_http_agent_tool_session_is_one_exact_segment(renderer, harness_dir, tmp
         assert t.reward == 1.0 and t.success and t.turns[-1].reward == 1.0
         check_exact(t, renderer, actions)
         assert [c.name for c in t.turns[0].tool_calls] == ["shell"]
+        # The finished session is dropped from the server's memory; its capture file stays.
+        log = next(tmp_path.glob("*.log")).read_text()
+        session = next(x for x in log.splitlines() if x.startswith("session: ")).split()[1]
+        assert runner.server().session_trajectory(session) is None
+        (captured,) = read_trajectories(tmp_path / "capture" / f"{session}.jsonl")
+        assert [x.token_ids for x in captured.turns] == [x.token_ids for x in t.turns]
     finally:
         runner.close()
 
@@ -209,7 +216,7 @@ def test_openai_agents_streamed_tool_session(renderer, harness_dir, tmp_path) ->
     )
     t, runner = play(policy, agent, log_dir=tmp_path)
     runner.close()
-    log = next(tmp_path.iterdir()).read_text()
+    log = next(tmp_path.glob("*.log")).read_text()
     assert t.stop_reason is StopReason.DONE, (t.error, log[-3000:])
     assert "final='I wrote hello world to hello.txt.'" in log
     assert t.reward == 1.0
@@ -239,7 +246,7 @@ def test_mini_swe_agent_tool_session(renderer, harness_dir, tmp_path) -> None:
     )
     t, runner = play(policy, agent, log_dir=tmp_path)
     runner.close()
-    log = next(tmp_path.iterdir()).read_text()
+    log = next(tmp_path.glob("*.log")).read_text()
     assert t.stop_reason is StopReason.DONE, (t.error, log[-3000:])
     assert "exit_status Submitted" in log
     assert t.reward == 1.0
