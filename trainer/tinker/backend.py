@@ -109,7 +109,7 @@ def check_loss(loss_fn: str, config: Mapping[str, float | str]) -> dict[str, flo
     return full
 
 
-DEFAULT_MICRO_BATCH_TOKENS = 8192
+DEFAULT_MICRO_BATCH_TOKENS = 4096
 """Most padded tokens in one forward pass of a forward_backward (larger requests run as several
 passes, their gradients summed)."""
 
@@ -525,11 +525,12 @@ class Sampler:
                         top_p=call.params.top_p,
                         generator=g.generator,
                     )
-            chosen = logp.gather(-1, nxt[:, None])[:, 0]
+            chosen = logp.gather(-1, nxt[:, None])[:, 0].tolist()
+            picked = nxt.tolist()
             for g in groups:
                 for r in range(g.start, g.end):
                     if not finished[r]:
-                        self._append(r, int(nxt[r]), float(chosen[r]), g, tokens, logps, reasons)
+                        self._append(r, picked[r], chosen[r], g, tokens, logps, reasons)
                         finished[r] = reasons[r] is not None or len(tokens[r]) >= g.max_tokens
             if all(finished):
                 break

@@ -97,60 +97,78 @@ def load_models(path: Path) -> list:
     ]
 
 
+Port = Annotated[int, typer.Option(help="TCP port.")]
+Host = Annotated[
+    str, typer.Option(help="Interface to bind; any non-loopback address needs --api-key.")
+]
+Models = Annotated[Path | None, typer.Option(help="JSON/YAML list of {name, path} base models.")]
+StateDir = Annotated[
+    Path | None,
+    typer.Option(
+        help="Where the SQLite state (futures, sessions, runs, checkpoints) and the "
+        "checkpoint files are kept; reuse it to keep them across restarts "
+        "(default: a fresh temporary dir)."
+    ),
+]
+TorchThreads = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Threads torch may use (default: torch's own choice, one per core). On a "
+        "small shared machine, 1 is often far faster: with contention a tiny model can "
+        "take ~1 s per sample instead of ~20 ms.",
+    ),
+]
+Autosave = Annotated[
+    bool,
+    typer.Option(
+        help="On a clean shutdown, save each model changed since its last save_state, "
+        "so that its model id continues exactly after a restart.",
+    ),
+]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar=API_KEY_ENV,
+        show_default=False,
+        help="Require this key on every request but the health check: the tinker SDK "
+        "sends its api_key (TINKER_API_KEY, which must start with 'tml-') as X-API-Key; "
+        "'Authorization: Bearer KEY' works too. Others get 401. Required to bind a "
+        "non-loopback host.",
+    ),
+]
+MaxRequestBytes = Annotated[
+    int,
+    typer.Option(
+        "--max-request-bytes",
+        envvar="SKYRL_MAX_REQUEST_BYTES",
+        min=1,
+        help="Larger request bodies (also once zstd-decompressed) get 413 unread.",
+    ),
+]
+MicroBatchTokens = Annotated[
+    int,
+    typer.Option(
+        "--micro-batch-tokens",
+        min=1,
+        help="Most padded tokens in one forward pass: a larger forward_backward runs as "
+        "several passes (gradients summed), so memory stays bounded whatever the request.",
+    ),
+]
+
+
 @app.command()
 def serve(
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    host: Annotated[
-        str, typer.Option(help="Interface to bind; any non-loopback address needs --api-key.")
-    ] = "127.0.0.1",
-    models: Annotated[
-        Path | None, typer.Option(help="JSON/YAML list of {name, path} base models.")
-    ] = None,
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Where the SQLite state (futures, sessions, runs, checkpoints) and the "
-            "checkpoint files are kept; reuse it to keep them across restarts "
-            "(default: a fresh temporary dir)."
-        ),
-    ] = None,
-    torch_threads: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Threads torch may use (default: torch's own choice, one per core). On a "
-            "small shared machine, 1 is often far faster: with contention a tiny model can "
-            "take ~1 s per sample instead of ~20 ms.",
-        ),
-    ] = None,
-    autosave: Annotated[
-        bool,
-        typer.Option(
-            help="On a clean shutdown, save each model changed since its last save_state, "
-            "so that its model id continues exactly after a restart.",
-        ),
-    ] = True,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key",
-            envvar=API_KEY_ENV,
-            show_default=False,
-            help="Require this key on every request but the health check: the tinker SDK "
-            "sends its api_key (TINKER_API_KEY, which must start with 'tml-') as X-API-Key; "
-            "'Authorization: Bearer KEY' works too. Others get 401. Required to bind a "
-            "non-loopback host.",
-        ),
-    ] = None,
-    max_request_bytes: Annotated[
-        int,
-        typer.Option(
-            "--max-request-bytes",
-            envvar="SKYRL_MAX_REQUEST_BYTES",
-            min=1,
-            help="Larger request bodies (also once zstd-decompressed) get 413 unread.",
-        ),
-    ] = DEFAULT_MAX_REQUEST_BYTES,
+    port: Port = 8000,
+    host: Host = "127.0.0.1",
+    models: Models = None,
+    state_dir: StateDir = None,
+    torch_threads: TorchThreads = None,
+    autosave: Autosave = True,
+    api_key: ApiKey = None,
+    max_request_bytes: MaxRequestBytes = DEFAULT_MAX_REQUEST_BYTES,
+    micro_batch_tokens: MicroBatchTokens = 4096,  # backend.DEFAULT_MICRO_BATCH_TOKENS (torch-free here)
 ) -> None:
     """Serve the Tinker API; point the SDK at it with `TINKER_BASE_URL=http://HOST:PORT`."""
     from skyrl_sdk.http_guard import InsecureBindError, check_bind
@@ -181,6 +199,7 @@ def serve(
         autosave_on_shutdown=autosave,
         api_key=api_key or None,
         max_request_bytes=max_request_bytes,
+        micro_batch_tokens=micro_batch_tokens,
     )
     if state_dir is not None:
         config.state_dir = state_dir
