@@ -26,21 +26,31 @@ import os
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from skyrl_sdk.agents.policy import Completion
-from skyrl_sdk.agents.serving.prompts import SampledReply
-from skyrl_sdk.agents.serving.protocol import ApiError
-from skyrl_sdk.agents.trajectory import Segment, SegmentStart, StopReason, Trajectory, Turn
+from skyrl_sdk.agents.serving.prompts import SampledReply, reply_key
+from skyrl_sdk.agents.serving.tool_output import parse
+from skyrl_sdk.agents.trajectory import (
+    Segment,
+    SegmentStart,
+    StopReason,
+    Trajectory,
+    Turn,
+    read_trajectories,
+)
 from skyrl_sdk.tools.calls import ParseError, ToolCall
 
 DEFAULT_SESSION = "default"
 """The session of requests that name none."""
 MAX_SESSIONS = 10_000
-"""Sessions held at once (each keeps its token history); more get 503."""
+"""Sessions held in memory at once (each keeps its token history). Beyond it the least
+recently used one is dropped from memory; with a capture directory it is read back from its
+file if it comes back, so nothing captured is lost."""
 ENV_ID = "serve"
 """The `env_id` of captured trajectories."""
 
@@ -121,21 +131,66 @@ class SessionStore:
     """Every session's replies and captured turns (thread-safe: the server's event loop
     writes, `RunningServer.session_trajectory` reads from other threads)."""
 
-    def __init__(self, policy_name: str, capture_dir: Path | None = None):
+    def __init__(
+        self,
+        policy_name: str,
+        capture_dir: Path | None = None,
+        *,
+        max_sessions: int = MAX_SESSIONS,
+    ):
         self.policy_name = policy_name
         self.capture_dir = Path(capture_dir) if capture_dir is not None else None
         if self.capture_dir is not None:
             self.capture_dir.mkdir(parents=True, exist_ok=True)
-        self._sessions: dict[str, _Session] = {}
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._lock = threading.Lock()
 
     def _get(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
-        if session is None:
-            if len(self._sessions) >= MAX_SESSIONS:
-                raise ApiError(503, f"this server holds {MAX_SESSIONS} sessions already")
-            session = self._sessions[session_id] = _Session(session_id, self.policy_name)
+        if session is not None:
+            self._sessions.move_to_end(session_id)
+            return session
+        while len(self._sessions) >= self.max_sessions:
+            self._sessions.popitem(last=False)
+        session = self._restore(session_id) or _Session(session_id, self.policy_name)
+        self._sessions[session_id] = session
         return session
+
+    def _restore(self, session_id: str) -> _Session | None:
+        """A session dropped from memory, read back from its capture file."""
+        if self.capture_dir is None:
+            return None
+        path = self.capture_dir / file_name(session_id)
+        if not path.is_file():
+            return None
+        try:
+            (trajectory,) = read_trajectories(path)
+        except (ValueError, KeyError, TypeError, OSError):
+            return None  # not ours to read: the next write replaces it
+        session = _Session(session_id, trajectory.policy, started_at=trajectory.started_at)
+        session.turns = list(trajectory.turns)
+        session.segments = list(trajectory.segments)
+        session.calls = len(trajectory.turns)
+        last = trajectory.turns[-1] if trajectory.turns else None
+        if last is not None:
+            session.tail = (*trajectory.segment_ids(last.segment),)
+        for turn in trajectory.turns:
+            if turn.parse_error is None:
+                content = parse(turn.action).content if turn.tool_calls else turn.action
+                calls = [
+                    {"function": {"name": c.name, "arguments": c.arguments}}
+                    for c in turn.tool_calls
+                ]
+                session.replies[reply_key(content, calls)] = SampledReply(turn.token_ids)
+            else:
+                session.replies[reply_key(turn.action)] = SampledReply(turn.token_ids)
+        return session
+
+    def drop(self, session_id: str) -> None:
+        """Forget a session (its file stays): a finished episode's memory back."""
+        with self._lock:
+            self._sessions.pop(session_id, None)
 
     def replies(self, session_id: str) -> Mapping[str, SampledReply]:
         """The replies answered in a session, by reply key (a copy)."""

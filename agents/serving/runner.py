@@ -70,6 +70,12 @@ class RunningServer:
         """The session's captured turns so far (None when it has none)."""
         return self.store.trajectory(session_id)
 
+    def end_session(self, session_id: str) -> None:
+        """Free the session's memory (its key is revoked; its capture file stays). A later
+        request to it continues from the file when there is one, else starts afresh."""
+        self._keys.revoke(session_id)
+        self.store.drop(session_id)
+
     def stop(self) -> None:
         """Stop serving and wait for the thread (idempotent)."""
         self._server.should_exit = True

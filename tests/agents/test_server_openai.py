@@ -509,3 +509,28 @@ def test_content_before_a_tool_call_streams_as_it_is_sampled(renderer) -> None:
     ]
     assert kinds.count("text") > 3 and kinds[-1] == "call"  # text in pieces, then the call
     assert leading == "Let me compute that for you."  # stripped, as the plain answer is
+
+
+def test_a_session_dropped_from_memory_continues_from_its_file(renderer, tmp_path) -> None:
+    """Memory is bounded (least recently used sessions are dropped, `end_session` drops one),
+    and a dropped session that comes back continues its captured trajectory exactly."""
+    policy = ScriptedPolicy(["first", CALL, "third"], renderer=renderer)
+    with serve(policy, renderer, tmp_path) as server:
+        server.store.max_sessions = 1
+        api = client(server.session_url("long"))
+        messages: list[dict] = [{"role": "user", "content": "hi"}]
+        out = api.chat.completions.create(model="tiny", messages=messages, tools=TOOLS)
+        messages += [as_message(out.choices[0].message), {"role": "user", "content": "go"}]
+        out = api.chat.completions.create(model="tiny", messages=messages, tools=TOOLS)
+        (call,) = out.choices[0].message.tool_calls
+        messages += [as_message(out.choices[0].message)]
+        messages += [{"role": "tool", "tool_call_id": call.id, "content": "42"}]
+        client(server.session_url("other")).models.list()  # no turn: not a session yet
+        api2 = client(server.base_url)
+        api2.chat.completions.create(model="tiny", messages=messages[:1], user="evicts-long")
+        server.end_session("evicts-long")
+        api.chat.completions.create(model="tiny", messages=messages, tools=TOOLS)
+        trajectory = server.session_trajectory("long")
+    assert trajectory is not None
+    assert [t.action for t in trajectory.turns] == ["first", CALL, "third"]
+    assert len(trajectory.segments) == 1
