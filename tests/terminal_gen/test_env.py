@@ -59,6 +59,21 @@ def test_reward_comes_from_the_verifier_on_the_final_state(family):
         env.close()
 
 
+def test_brief_prompt_is_the_whole_system_message():
+    from skyrl_gym.envs.terminal_gen.env import BRIEF_PROMPT
+
+    env = skyrl_gym.make("terminal-gen", families="echo-word", per_family=1, brief=True)
+    try:
+        messages, _ = env.reset(seed=0)
+        assert messages[0] == {"role": "system", "content": BRIEF_PROMPT}
+        spec = make_spec("echo-word", env.unwrapped.task["seed"])
+        assert messages[1]["content"] == spec.instruction
+        _, reward, *_ = env.step(f"<bash>{spec.solution.strip()}</bash><answer>done</answer>")
+        assert reward == 1.0
+    finally:
+        env.close()
+
+
 def test_turn_limit_truncates_and_bad_replies_get_a_hint():
     env = skyrl_gym.make("terminal-gen", families="echo-word", per_family=1)
     try:

@@ -27,18 +27,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from skyrl_gym.core import ResetNeeded, StepReturn
+from skyrl_gym.core import Messages, ResetNeeded, StepReturn
 from skyrl_gym.envs.harbor.env import HarborEnv
 from skyrl_gym.envs.terminal_gen.families import make_spec
 from skyrl_gym.envs.terminal_gen.generate import SPLITS, resolve_families, write_task
 from skyrl_gym.envs.terminal_gen.verifier import trusted_reward
 from skyrl_gym.tasks import TaskRow
+from skyrl_gym.tool_env import Tooling
 from skyrl_sdk.sandboxes import Backend, Sandbox
 from skyrl_sdk.tools import Tool
 from skyrl_sdk.tools.bash import bash_tool
 
 DEFAULT_PER_FAMILY = 32
 """Tasks per family when `per_family` is not given."""
+BRIEF_PROMPT = "Run <bash>command</bash> in /app, then <answer>done</answer>."
+"""The whole system message with `brief=True` (for tiny models with short contexts)."""
 
 
 def task_rows(
@@ -96,15 +99,28 @@ class TerminalGenEnv(HarborEnv):
         backend: str | Backend = Backend.BWRAP,
         tool_format: str = "xml",
         timeout_s: float = 10.0,
+        brief: bool = False,
     ):
         rows = list(tasks) if tasks is not None else task_rows(split, families, per_family, offset)
         super().__init__(rows, backend=backend, tool_format=tool_format, timeout_s=timeout_s)
+        self.brief = brief
+        """Use `BRIEF_PROMPT` as the whole system message (no tool list)."""
         self._scratch = Path(tempfile.mkdtemp(prefix="skyrl-terminal-gen-"))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._scratch, True)
 
     def make_tools(self, sandbox: Sandbox) -> list[Tool]:
         shell = self.runtime.shell if self.runtime is not None else "bash"
         return [bash_tool(sandbox, timeout_s=self.timeout_s, shell=shell)]
+
+    async def _reset(
+        self, seed: int | None, options: dict[str, Any] | None
+    ) -> tuple[Messages, dict[str, Any]]:
+        messages, info = await super()._reset(seed, options)
+        if self.brief and self.tooling is not None:
+            system = {"role": "system", "content": BRIEF_PROMPT}
+            self.tooling = Tooling(self.toolset, self.tool_format, system)
+            messages = self.start(self.task)
+        return messages, info
 
     def choose_task(self, options: dict[str, Any] | None) -> dict[str, Any]:
         row = super().choose_task(options)
