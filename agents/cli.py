@@ -89,7 +89,12 @@ def eval_command(
     import skyrl_gym
     from skyrl_gym.registry import EntryPointError, UnknownEnvError, resolve
     from skyrl_gym.tasks import TaskError, load_tasks
-    from skyrl_sdk.agents.command_agent import CommandAgentError, CommandAgentRunner, parse_agent
+    from skyrl_sdk.agents.command_agent import (
+        CommandAgentError,
+        CommandAgentRunner,
+        host_env,
+        parse_agent,
+    )
     from skyrl_sdk.agents.evaluate import (
         DEFAULT_MAX_TURNS,
         EvalError,
@@ -129,6 +134,12 @@ def eval_command(
         def make_env():
             return skyrl_gym.make(spec, **make_kwargs)
 
+        if command_agent is not None:  # refuse an env that cannot host it, before any episode
+            probe = make_env()
+            try:
+                host_env(probe)
+            finally:
+                probe.close()
         if tasks is not None:
             rows = load_tasks(tasks)
         else:
@@ -137,7 +148,7 @@ def eval_command(
             probe.close()
         rows = rows[:num] if num is not None else rows
         the_plan = plan(rows, out, resume=resume)
-    except (UnknownEnvError, EntryPointError, TaskError, EvalError) as e:
+    except (UnknownEnvError, EntryPointError, TaskError, EvalError, CommandAgentError) as e:
         _die(str(e))
     if command_agent is not None and tokenizer is None and policy.startswith("scripted:"):
         tokenizer = "tiny"  # the server needs token ids, as `skyrl serve --policy scripted:`

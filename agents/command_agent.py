@@ -432,7 +432,7 @@ def server_port(server: SessionServer) -> int:
 # -- episodes in sandboxed tool envs (eval, train) -------------------------------------------
 
 
-def _host_env(env: Any) -> Any:
+def host_env(env: Any) -> Any:
     """The env's inner env when it can host a command agent: a `HarborEnv` (its runtime is
     built by `make_runtime`) or a `SandboxToolEnv` whose episodes start from its
     `sandbox_template`; else a `CommandAgentError` saying which envs can."""
@@ -453,7 +453,7 @@ def _host_env(env: Any) -> Any:
 
 @contextlib.contextmanager
 def agent_phase(inner: Any, agent: CommandAgent, port: int) -> Iterator[None]:
-    """While resetting `inner` (from `_host_env`), its agent sandbox gets the forwarded
+    """While resetting `inner` (from `host_env`), its agent sandbox gets the forwarded
     `port`, the harness's binds and the agent's caps; afterwards its grading sandboxes start
     from the env's own settings again (no port, no harness)."""
     from skyrl_gym.envs.harbor.env import HarborEnv
@@ -572,7 +572,7 @@ class CommandAgentRunner:
         started_at, t0 = time.time(), time.perf_counter()
         base = EpisodeRecord(episode_id, task_id, env_id, self.name, started_at, t0)
         try:
-            inner = _host_env(env)
+            inner = host_env(env)
             server = await asyncio.to_thread(self.server)
             port = server_port(server)
         except Exception as e:

@@ -112,10 +112,20 @@ def train_command(
 
         if ray:
             die("agent.spec 'command:CMD' runs in one process: drop --ray")
-        try:  # the venv and binds, checked before any model loads
+        import skyrl_gym
+        from skyrl_sdk.agents.command_agent import host_env
+
+        # The venv, the binds and the env, checked before any model loads.
+        probe = None
+        try:
             parse_agent(cfg.agent.spec, venv=cfg.agent.venv, binds=cfg.agent.binds)
+            probe = skyrl_gym.make(cfg.env.id, max_turns=cfg.env.max_turns, **cfg.env.kwargs)
+            host_env(probe)
         except CommandAgentError as e:
             die(f"agent: {e}")
+        finally:
+            if probe is not None:
+                probe.close()
     if ray and cfg.rollout.engine is not EngineKind.LOCAL:
         die(
             f"rollout.engine={cfg.rollout.engine.value} is not available with --ray "

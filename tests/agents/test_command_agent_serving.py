@@ -299,6 +299,10 @@ def test_eval_cli_with_a_command_agent_then_view(harness_dir, tmp_path) -> None:
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "all 2 episodes failed (2 agent_error)" in bad.stdout
     assert "agent command not found" in bad.stdout
+    wrong_env = skyrl(
+        tmp_path, "eval", "math", "--agent", "command:true", "-p", "scripted:script.json"
+    )
+    assert wrong_env.returncode == 2 and "cannot host a command agent" in wrong_env.stdout
 
 
 def test_eval_harbor_env_with_a_command_agent(harness_dir, tmp_path) -> None:
@@ -369,6 +373,8 @@ def test_train_on_command_agent_episodes(harness_dir, tmp_path) -> None:
 
     bad = skyrl(tmp_path, "train", "-", "env.id=terminal", "agent.spec=command:x", "--ray")
     assert bad.returncode == 2 and "drop --ray" in bad.stdout
+    bad = skyrl(tmp_path, "train", "-", "env.id=lookup", "agent.spec=command:x")
+    assert bad.returncode == 2 and "cannot host a command agent" in bad.stdout
 
 
 def test_train_with_the_openai_agents_harness(harness_dir, tmp_path) -> None:
