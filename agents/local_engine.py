@@ -1,71 +1,155 @@
 """`LocalEngine`: a transformers causal LM as a `Policy`, on CPU or GPU.
 
-Requests from many concurrent episodes are batched: a worker thread takes every waiting
-request (up to `max_batch_size`), left-pads them into one batch, and decodes them together
-with a KV cache, one token per step, finishing each request as soon as it stops. The event
-loop never blocks on torch.
+One worker thread runs the model; the event loop never blocks on torch.
 
-`update_weights(state_dict, version)` may be called at any time from any thread; the worker
-loads the new weights between two decoding steps, so requests in flight continue with the
-new weights (their KV cache from the old weights is kept, as vLLM's "keep" pause does), and
-each token records the version that produced it.
+**Continuous batching** (the default, `scheduling="continuous"`). The worker keeps a running
+batch of requests and decodes one token for each of them per step. Between two steps it admits
+the requests that arrived meanwhile (up to `max_batch_size` in the batch): each is prefilled on
+its own, then its keys and values join the batch, so a request arriving during a long decode
+starts at the next step instead of waiting for the batch to end. A request leaves the batch the
+moment it finishes or its caller cancels it (a cancelled `generate`, a closed
+`generate_stream`), freeing its slot. Rows of different lengths are left-padded to the longest
+one; each row has its own position ids, so padding never changes what a row computes.
+`scheduling="static"` is the older batcher, kept as a baseline: a batch is formed from the
+requests waiting when it starts and runs until its last request finishes (finished rows stay
+in it), and newcomers wait for the next batch.
+
+**Prefix reuse** (`prefix_cache_bytes`, 1 GiB by default; 0 turns it off). A multi-turn
+episode's prompt grows by appending, and a GRPO group repeats one prompt. The keys and values
+of each prompt and of each finished sequence (prompt plus sampled ids) go into a
+`kv_cache.PrefixCache`; a new prompt takes those of its longest cached prefix and only the rest
+is computed. An identical prompt (a group's) needs no forward pass at all: the cached entry also
+keeps the logits of its last position. Entries are evicted least-recently-used beyond the
+budget. Reused keys and values equal recomputed ones up to float rounding (the tests hold
+logprobs to 1e-5).
+
+**Weights.** `update_weights(state_dict, version)` may be called at any time from any thread;
+the worker loads the new weights between two decoding steps, so requests in flight continue
+with the new weights (their keys and values from the old weights are kept, as vLLM's "keep"
+pause does), and each token records the version that produced it. Loading new weights empties
+the prefix cache, and a sequence whose keys and values mix versions is not stored, so a new
+request never reuses keys and values computed with old weights.
+
+**Seeds.** A request with `SamplingParams.seed` samples from its own `torch.Generator`, so it
+gets the same tokens alone, batched with others, streamed or not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import inspect
 import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.kv_cache import DEFAULT_PREFIX_CACHE_BYTES, KV, PrefixCache, PrefixCacheStats
 from skyrl_sdk.agents.policy import (
     Completion,
     FinishReason,
     GenerationContext,
     PolicyError,
     SamplingParams,
+    TokenChunk,
 )
 
 if TYPE_CHECKING:
     import torch
 
 
-@dataclass
+class Scheduling(enum.Enum):
+    """How `LocalEngine` forms batches."""
+
+    CONTINUOUS = "continuous"
+    """Requests join the running batch at the next step and leave it when they finish."""
+    STATIC = "static"
+    """A batch takes the requests waiting when it starts and runs until all of them finish
+    (the baseline of `skyrl bench engine`)."""
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """Counters of a `LocalEngine` since it started."""
+
+    steps: int
+    """Decoding steps (one forward pass of the running batch each)."""
+    prefills: int
+    """Prefill forward passes (one per admitted request whose prompt was not wholly cached)."""
+    prompt_tokens: int
+    """Prompt tokens of all admitted requests."""
+    prompt_tokens_computed: int
+    """Prompt tokens run through the model (the rest came from the prefix cache)."""
+    prompt_tokens_reused: int
+    """Prompt tokens whose keys and values came from the prefix cache."""
+    generated_tokens: int
+    """Tokens sampled."""
+    cancelled: int
+    """Requests that left because their caller cancelled them."""
+    prefix_cache: PrefixCacheStats
+    """The prefix cache's own counters."""
+
+
+@dataclass(eq=False)
 class _Request:
-    """One generate call waiting for (or in) a batch."""
+    """One generate call: waiting in the queue, then a row of the running batch."""
 
     prompt: list[int]
     sampling: SamplingParams
-    future: asyncio.Future[Completion]
     loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Completion] | None = None
+    """Where `generate` waits for the completion."""
+    chunks: asyncio.Queue[Any] | None = None
+    """Where `generate_stream` reads tokens, then the completion (or an exception)."""
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    top: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
     generator: Any = None
     finish: FinishReason | None = None
+    cancelled: bool = False
+    """Set by the caller's thread when it gives up; the worker drops the row at its next step."""
+    kv_version: int = 0
+    """Weights version when its keys and values started (admission)."""
 
-    def resolve(self, value: Completion | BaseException) -> None:
-        def set_it() -> None:
-            if self.future.done():
-                return  # the caller gave up (cancelled, timed out)
-            if isinstance(value, BaseException):
-                self.future.set_exception(value)
-            else:
-                self.future.set_result(value)
+    @property
+    def done(self) -> bool:
+        return self.finish is not None or self.cancelled
 
+    def _call(self, fn: Any, *args: Any) -> None:
         # RuntimeError: the caller's event loop is closed, so nobody is waiting.
         with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(set_it)
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def emit(self, token: int, logprob: float) -> None:
+        """Hand one sampled token to a streaming caller."""
+        if self.chunks is not None:
+            self._call(self.chunks.put_nowait, TokenChunk((token,), (logprob,)))
+
+    def resolve(self, value: Completion | BaseException) -> None:
+        if self.chunks is not None:
+            self._call(self.chunks.put_nowait, value)
+            return
+        future = self.future
+
+        def set_it() -> None:
+            if future is None or future.done():
+                return  # the caller gave up (cancelled, timed out)
+            if isinstance(value, BaseException):
+                future.set_exception(value)
+            else:
+                future.set_result(value)
+
+        self._call(set_it)
 
 
 class LocalEngine:
-    """A `Policy` over an in-process transformers model, with batched decoding."""
+    """A `StreamingPolicy` over an in-process transformers model: continuous batching and
+    prefix reuse (see the module docstring)."""
 
     def __init__(
         self,
@@ -76,20 +160,28 @@ class LocalEngine:
         max_batch_size: int = 16,
         name: str = "local",
         policy_version: int = 0,
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+        scheduling: Scheduling | str = Scheduling.CONTINUOUS,
     ):
-
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self._renderer = ChatRenderer(tokenizer, chat_template)
         self.max_batch_size = max_batch_size
         self.name = name
+        self.scheduling = Scheduling(scheduling)
+        """How batches are formed (continuous by default)."""
         self.policy_version = policy_version
         """Version of the weights now loaded (bumped by `update_weights`)."""
         self.device = next(model.parameters()).device
         self.max_context_tokens: int | None = getattr(model.config, "max_position_embeddings", None)
         """The model's context length (None if the config does not say)."""
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)
+        """Keys and values of earlier prompts and sequences (see `kv_cache`)."""
         self.steps = 0
-        """Decoding steps run so far (all batches)."""
+        """Decoding steps run so far."""
+        self._check_cache_layers(model)
         # transformers renamed `past_key_values` to `cache` (5.x); support both spellings.
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -101,6 +193,16 @@ class LocalEngine:
         self._update_lock = threading.Lock()
         self._update_applied = threading.Condition(self._update_lock)
         self._closed = False
+        self._counts = dict.fromkeys(
+            ("prefills", "prompt", "computed", "reused", "generated", "cancelled"), 0
+        )
+        # The running batch (worker thread only): rows, their keys and values left-padded to
+        # one width, the padding mask, each row's next position and next input token.
+        self._rows: list[_Request] = []
+        self._kv: KV | None = None
+        self._mask: torch.Tensor | None = None
+        self._pos: torch.Tensor | None = None
+        self._next: torch.Tensor | None = None
         self._worker = threading.Thread(target=self._run, name=f"{name}-decode", daemon=True)
         self._worker.start()
 
@@ -122,6 +224,25 @@ class LocalEngine:
     def renderer(self) -> ChatRenderer:
         return self._renderer
 
+    def stats(self) -> EngineStats:
+        """A snapshot of the engine's counters."""
+        c = self._counts
+        return EngineStats(
+            steps=self.steps,
+            prefills=c["prefills"],
+            prompt_tokens=c["prompt"],
+            prompt_tokens_computed=c["computed"],
+            prompt_tokens_reused=c["reused"],
+            generated_tokens=c["generated"],
+            cancelled=c["cancelled"],
+            prefix_cache=self.prefix_cache.stats(),
+        )
+
+    @property
+    def running(self) -> int:
+        """Requests in the running batch now (finished rows of a static batch included)."""
+        return len(self._rows)
+
     # -- Policy ---------------------------------------------------------------------------
 
     async def generate(
@@ -131,14 +252,47 @@ class LocalEngine:
         *,
         context: GenerationContext | None = None,
     ) -> Completion:
-        if self._closed:
-            raise PolicyError(f"{self.name} is closed")
-        if not prompt_token_ids:
-            raise PolicyError("the prompt is empty")
         loop = asyncio.get_running_loop()
-        request = _Request(list(prompt_token_ids), sampling, loop.create_future(), loop)
-        self._queue.put(request)
-        return await request.future
+        request = self._submit(prompt_token_ids, sampling, future=loop.create_future())
+        assert request.future is not None
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            request.cancelled = True  # the worker frees the slot at its next step
+            raise
+
+    async def generate_stream(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        context: GenerationContext | None = None,
+    ) -> AsyncIterator[TokenChunk | Completion]:
+        """Tokens as they are sampled (`TokenChunk`s, several tokens when the reader lags),
+        then the `Completion`. Closing the iterator early cancels the request."""
+        request = self._submit(prompt_token_ids, sampling, chunks=asyncio.Queue())
+        assert request.chunks is not None
+        try:
+            while True:
+                item = await request.chunks.get()
+                if isinstance(item, TokenChunk):
+                    ids, lps = list(item.token_ids), list(item.logprobs or ())
+                    while not request.chunks.empty():  # coalesce what is already waiting
+                        more = request.chunks.get_nowait()
+                        if not isinstance(more, TokenChunk):
+                            request.chunks.put_nowait(more)  # a lone terminal item: re-read
+                            break
+                        ids += more.token_ids
+                        lps += more.logprobs or ()
+                    yield TokenChunk(tuple(ids), tuple(lps))
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+                    return
+        finally:
+            if request.finish is None:
+                request.cancelled = True
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Queue new weights; they are loaded before the next decoding step (or right away
@@ -162,8 +316,37 @@ class LocalEngine:
         self._closed = True
         self._queue.put(None)
         await asyncio.to_thread(self._worker.join)
+        self._fail_queued()  # anything that slipped in while the worker was stopping
+
+    def _submit(self, prompt_token_ids: Sequence[int], sampling: SamplingParams, **sink: Any):
+        if self._closed:
+            raise PolicyError(f"{self.name} is closed")
+        if not prompt_token_ids:
+            raise PolicyError("the prompt is empty")
+        if sampling.max_tokens < 1:
+            raise PolicyError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
+        if sampling.top_logprobs < 0:
+            raise PolicyError(f"top_logprobs must be >= 0, got {sampling.top_logprobs}")
+        request = _Request(list(prompt_token_ids), sampling, asyncio.get_running_loop(), **sink)
+        self._queue.put(request)
+        return request
 
     # -- worker thread --------------------------------------------------------------------
+
+    def _check_cache_layers(self, model: Any) -> None:
+        """Rows are merged and sliced by hand: only plain full-attention caches qualify."""
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+
+        try:
+            layers = DynamicCache(config=model.config).layers
+        except Exception:  # a config DynamicCache cannot read: layers are made lazily
+            return
+        other = sorted({type(layer).__name__ for layer in layers} - {DynamicLayer.__name__})
+        if other:
+            raise ValueError(
+                f"LocalEngine needs full-attention KV caches; {type(model).__name__} uses "
+                f"{', '.join(other)} (sliding-window or linear-attention layers)"
+            )
 
     def _apply_update(self) -> None:
         with self._update_lock:
@@ -176,6 +359,7 @@ class LocalEngine:
             with torch.no_grad():
                 self.model.load_state_dict(state_dict, strict=True)
             self.policy_version = version
+            self.prefix_cache.clear()  # keys and values of the old weights: never reused
             self._update_applied.notify_all()
 
     def _run(self) -> None:
@@ -183,95 +367,237 @@ class LocalEngine:
 
         torch.set_grad_enabled(False)
         while True:
-            try:
-                first = self._queue.get(timeout=0.05)
-            except queue.Empty:
-                self._apply_update()
-                continue
-            if first is None:
-                return
             if self._closed:
-                first.resolve(PolicyError(f"{self.name} is closed"))
+                self._fail_rows(self._rows)
+                self._fail_queued()
+                return
+            self._apply_update()  # between two steps, never inside one
+            self._admit()
+            if not self._rows:
                 continue
-            batch = [first]
-            while len(batch) < self.max_batch_size:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._queue.put(None)  # finish this batch, then stop
-                    break
-                batch.append(more)
-            self._apply_update()
             try:
-                self._decode(batch)
-            except Exception as e:  # a failed batch fails its requests, not the engine
-                for r in batch:
-                    if r.finish is None:
-                        r.resolve(
-                            PolicyError(f"{self.name}: generation failed: {type(e).__name__}: {e}")
-                        )
+                self._step()
+            except Exception as e:  # a failed step fails its requests, not the engine
+                self._fail_rows(self._rows, e)
 
-    def _decode(self, batch: list[_Request]) -> None:
-        """Decode one batch to completion, one token per step for every live request."""
+    def _fail_rows(self, rows: list[_Request], error: Exception | None = None) -> None:
+        message = (
+            f"{self.name} is closed"
+            if error is None
+            else f"{self.name}: generation failed: {type(error).__name__}: {error}"
+        )
+        for r in rows:
+            if not r.done:
+                r.finish = FinishReason.ABORT
+                r.resolve(PolicyError(message))
+        if rows is self._rows:
+            self._rows, self._kv, self._mask, self._pos, self._next = [], None, None, None, None
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                r = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if r is not None and not r.done:
+                r.finish = FinishReason.ABORT
+                r.resolve(PolicyError(f"{self.name} is closed"))
+
+    def _admit(self) -> None:
+        """Prefill the requests that arrived (continuous: up to the free slots; static: only
+        when the batch is empty) and add them to the running batch."""
+        if self.scheduling is Scheduling.STATIC and self._rows:
+            return
+        joining: list[tuple[_Request, KV, int]] = []
+        while len(self._rows) + len(joining) < self.max_batch_size:
+            try:
+                if self._rows or joining:
+                    r = self._queue.get_nowait()
+                else:  # idle: wait a little, then go round (weight updates, close)
+                    r = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                break
+            if r is None or self._closed:
+                if r is not None:
+                    self._queue.put(r)  # failed with the rest when the loop sees `_closed`
+                break
+            if r.cancelled:
+                self._counts["cancelled"] += 1
+                continue
+            try:
+                kv, logits = self._prefill(r)
+                first = self._sample_into(r, logits)
+            except Exception as e:
+                r.finish = FinishReason.ABORT
+                r.resolve(PolicyError(f"{self.name}: generation failed: {type(e).__name__}: {e}"))
+                continue
+            if r.finish is None:
+                joining.append((r, kv, first))
+        if joining:
+            self._join(joining)
+
+    def _prefill(self, r: _Request) -> tuple[KV, torch.Tensor]:
+        """Keys and values of `r.prompt` (from the longest cached prefix, then a forward pass
+        over the rest) and the logits of its last position."""
         import torch
 
-        for r in batch:
-            if r.sampling.seed is not None:
-                r.generator = torch.Generator(device=self.device).manual_seed(r.sampling.seed)
-        width = max(len(r.prompt) for r in batch)
-        # Left padding keeps every request's next token in the last column.
-        input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, r in enumerate(batch):
-            input_ids[row, width - len(r.prompt) :] = torch.tensor(r.prompt)
-            mask[row, width - len(r.prompt) :] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        past = None
-        live = list(range(len(batch)))
-        budget = max(r.sampling.max_tokens for r in batch)
-        for _ in range(budget):
-            kwargs: dict[str, Any] = {self._cache_arg: past}
-            if self._keep_arg:
-                kwargs["logits_to_keep"] = 1  # only the last position is sampled from
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **kwargs,
-            )
-            past = out.cache if self._cache_arg == "cache" else out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            self.steps += 1
-            next_ids = torch.full((len(batch),), self._pad_id, dtype=torch.long)
-            for row in live:
-                r = batch[row]
-                token, logprob = _sample(logits[row], r.sampling, r.generator)
-                r.ids.append(token)
-                r.logprobs.append(logprob)
-                r.versions.append(self.policy_version)
-                next_ids[row] = token
-                r.finish = self._finish_reason(r)
-                if r.finish is not None:
-                    r.resolve(self._completion(r))
-            live = [row for row in live if batch[row].finish is None]
-            if not live:
-                return
-            if self._closed:
-                for row in live:
-                    batch[row].finish = FinishReason.ABORT
-                    batch[row].resolve(PolicyError(f"{self.name} is closed"))
-                return
-            # In-flight weight update: between two steps, never inside one.
-            self._apply_update()
-            input_ids = next_ids.view(-1, 1).to(self.device)
-            mask = torch.cat(
-                [mask, torch.ones((len(batch), 1), dtype=mask.dtype, device=self.device)], 1
-            )
-            positions = positions[:, -1:] + 1
+        if r.sampling.seed is not None:
+            r.generator = torch.Generator(device=self.device).manual_seed(r.sampling.seed)
+        r.kv_version = self.policy_version
+        n = len(r.prompt)
+        self._counts["prompt"] += n
+        ids = torch.tensor(r.prompt, dtype=torch.long)
+        match = self.prefix_cache.lookup(ids) if self.prefix_cache.enabled else None
+        whole = match is not None and match.length == n == match.entry.tokens.numel()
+        if whole and match.entry.next_logits is not None:  # the same prompt: no forward pass
+            self._counts["reused"] += n
+            return match.entry.kv, match.entry.next_logits
+        reuse = min(match.length, n - 1) if match is not None else 0
+        past = [(k[:, :, :reuse], v[:, :, :reuse]) for k, v in match.entry.kv] if reuse else None
+        cache = _cache(past)
+        out = self._forward(
+            cache,
+            input_ids=ids[reuse:].view(1, -1).to(self.device),
+            position_ids=torch.arange(reuse, n, device=self.device).view(1, -1),
+        )
+        kv = _kv_of(cache)
+        logits = out.logits[0, -1].float()
+        self._counts["prefills"] += 1
+        self._counts["computed"] += n - reuse
+        self._counts["reused"] += reuse
+        if self.prefix_cache.enabled:
+            # A group's other requests find the whole prompt here, logits included.
+            self.prefix_cache.insert(r.prompt, kv, logits)
+        return kv, logits
+
+    def _forward(self, cache: Any, **inputs: Any) -> Any:
+        """One forward pass that appends to `cache` (a `DynamicCache`, updated in place)."""
+        inputs[self._cache_arg] = cache
+        if self._keep_arg:
+            inputs["logits_to_keep"] = 1  # only the last position is sampled from
+        return self.model(use_cache=True, **inputs)
+
+    def _join(self, joining: list[tuple[_Request, KV, int]]) -> None:
+        """Add prefilled requests to the running batch: every row right-aligned to the new
+        width, padding on the left (masked out)."""
+        import torch
+
+        lengths = [len(r.prompt) for r, _, _ in joining]
+        old = 0 if self._mask is None else self._mask.shape[1]
+        width = max(old, *lengths)
+        layers = len(joining[0][1])
+        kv: KV = []
+        for layer in range(layers):
+            keys, values = [], []
+            if self._kv is not None:
+                k, v = self._kv[layer]
+                keys.append(_left_pad(k, width - old))
+                values.append(_left_pad(v, width - old))
+            for (_, row, _), n in zip(joining, lengths, strict=True):
+                k, v = row[layer]
+                keys.append(_left_pad(k, width - n))
+                values.append(_left_pad(v, width - n))
+            kv.append((torch.cat(keys, 0), torch.cat(values, 0)))
+        masks = [] if self._mask is None else [_left_pad(self._mask, width - old)]
+        for n in lengths:
+            row_mask = torch.zeros((1, width), dtype=torch.long, device=self.device)
+            row_mask[0, width - n :] = 1
+            masks.append(row_mask)
+        new_pos = torch.tensor(lengths, dtype=torch.long, device=self.device)
+        new_next = torch.tensor([t for _, _, t in joining], dtype=torch.long, device=self.device)
+        self._kv = kv
+        self._mask = torch.cat(masks, 0)
+        self._pos = new_pos if self._pos is None else torch.cat([self._pos, new_pos])
+        self._next = new_next if self._next is None else torch.cat([self._next, new_next])
+        self._rows += [r for r, _, _ in joining]
+
+    def _step(self) -> None:
+        """One decoding step: every row gets one token; finished and cancelled rows leave
+        (continuous) or stay until the whole batch is done (static)."""
+        import torch
+
+        assert self._mask is not None and self._pos is not None and self._next is not None
+        batch = len(self._rows)
+        mask = torch.cat([self._mask, self._mask.new_ones((batch, 1))], 1)
+        cache = _cache(self._kv)
+        out = self._forward(
+            cache,
+            input_ids=self._next.view(batch, 1),
+            attention_mask=mask,
+            position_ids=self._pos.view(batch, 1),
+        )
+        self._kv, self._mask = _kv_of(cache), mask
+        self._pos = self._pos + 1
+        self.steps += 1
+        logits = out.logits[:, -1, :].float()
+        next_ids = self._next.clone()
+        for row, r in enumerate(self._rows):
+            if r.done:
+                continue
+            next_ids[row] = self._sample_into(r, logits[row])
+            if r.finish is not None:
+                self._store(row, r)
+        self._next = next_ids
+        self._leave()
+
+    def _sample_into(self, r: _Request, logits: torch.Tensor) -> int:
+        """Sample `r`'s next token from `logits`, record it, hand it out, and resolve `r` if
+        it is finished."""
+        token, logprob, top = _sample_top(logits, r.sampling, r.generator)
+        r.ids.append(token)
+        r.logprobs.append(logprob)
+        r.versions.append(self.policy_version)
+        if r.sampling.top_logprobs:
+            r.top.append(top)
+        self._counts["generated"] += 1
+        r.emit(token, logprob)
+        r.finish = self._finish_reason(r)
+        if r.finish is not None:
+            r.resolve(self._completion(r))
+        return token
+
+    def _store(self, row: int, r: _Request) -> None:
+        """Keep a finished row's keys and values (its prompt and all but the last sampled
+        token) for the next turn, unless new weights were loaded since it started."""
+        if not self.prefix_cache.enabled or r.kv_version != self.policy_version:
+            return
+        assert self._kv is not None and self._pos is not None
+        n = int(self._pos[row])
+        kv = [
+            (k[row : row + 1, :, -n:].clone(), v[row : row + 1, :, -n:].clone())
+            for k, v in self._kv
+        ]
+        self.prefix_cache.insert([*r.prompt, *r.ids[:-1]], kv)
+
+    def _leave(self) -> None:
+        """Drop finished and cancelled rows (static: only once all are), then the padding
+        columns no row needs any more."""
+        import torch
+
+        for r in self._rows:
+            if r.cancelled and r.finish is None:
+                r.finish = FinishReason.ABORT
+                self._counts["cancelled"] += 1
+        keep = [i for i, r in enumerate(self._rows) if r.finish is None]
+        if len(keep) == len(self._rows):
+            return
+        if self.scheduling is Scheduling.STATIC and keep:
+            return
+        if not keep:
+            self._rows, self._kv, self._mask, self._pos, self._next = [], None, None, None, None
+            return
+        assert self._kv is not None and self._mask is not None
+        assert self._pos is not None and self._next is not None
+        index = torch.tensor(keep, device=self.device)
+        self._rows = [self._rows[i] for i in keep]
+        self._pos = self._pos.index_select(0, index)
+        self._next = self._next.index_select(0, index)
+        width = int(self._pos.max())  # rows are right-aligned: the longest sets the width
+        self._mask = self._mask.index_select(0, index)[:, -width:]
+        self._kv = [
+            (k.index_select(0, index)[:, :, -width:], v.index_select(0, index)[:, :, -width:])
+            for k, v in self._kv
+        ]
 
     def _finish_reason(self, r: _Request) -> FinishReason | None:
         if r.ids[-1] in r.sampling.stop_token_ids:
@@ -295,22 +621,68 @@ class LocalEngine:
             finish_reason=r.finish or FinishReason.ABORT,
             policy_version=versions[-1],
             token_policy_versions=versions if len(set(versions)) > 1 else (),
+            top_logprobs=tuple(r.top) if r.sampling.top_logprobs else None,
         )
 
 
-def _sample(logits: torch.Tensor, sampling: SamplingParams, generator: Any) -> tuple[int, float]:
-    """Sample one id with the shared sampler (`agents.sampling`); return it with its
-    log-probability under the sampling distribution (temperature applied; before top-k/top-p
-    truncation, as vLLM reports it)."""
+def _cache(kv: KV | None) -> Any:
+    """A transformers `DynamicCache` holding `kv` (its tensors, not copies)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    cache = DynamicCache()
+    for k, v in kv or ():
+        layer = DynamicLayer()
+        layer.lazy_initialization(k, v)
+        layer.keys, layer.values = k, v
+        cache.layers.append(layer)
+    return cache
+
+
+def _kv_of(cache: Any) -> KV:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _left_pad(x: torch.Tensor, columns: int) -> torch.Tensor:
+    """`x` with `columns` zero columns in front along its sequence axis (dim 2 for keys and
+    values, dim 1 for masks)."""
+    if columns <= 0:
+        return x
+    import torch
+
+    dim = 2 if x.dim() == 4 else 1
+    shape = list(x.shape)
+    shape[dim] = columns
+    return torch.cat([x.new_zeros(shape), x], dim)
+
+
+def _sample_top(
+    logits: torch.Tensor, sampling: SamplingParams, generator: Any
+) -> tuple[int, float, tuple[tuple[int, float], ...]]:
+    """`_sample`, plus the `sampling.top_logprobs` most likely alternatives under the same
+    distribution (most likely first)."""
     import torch
 
     from skyrl_sdk.agents import sampling as sampler
 
     if sampling.temperature <= 0:
         token = int(sampler.sample(logits, temperature=0.0))
-        return token, float(torch.log_softmax(logits, -1)[token])
-    scaled = logits / sampling.temperature
-    token = int(
-        sampler.draw(scaled, top_k=sampling.top_k, top_p=sampling.top_p, generator=generator)
-    )
-    return token, float(torch.log_softmax(scaled, -1)[token])
+        logp = torch.log_softmax(logits, -1)
+    else:
+        scaled = logits / sampling.temperature
+        token = int(
+            sampler.draw(scaled, top_k=sampling.top_k, top_p=sampling.top_p, generator=generator)
+        )
+        logp = torch.log_softmax(scaled, -1)
+    top: tuple[tuple[int, float], ...] = ()
+    if sampling.top_logprobs:
+        values, ids = torch.topk(logp, min(sampling.top_logprobs, logp.shape[-1]))
+        top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+    return token, float(logp[token]), top
+
+
+def _sample(logits: torch.Tensor, sampling: SamplingParams, generator: Any) -> tuple[int, float]:
+    """Sample one id with the shared sampler (`agents.sampling`); return it with its
+    log-probability under the sampling distribution (temperature applied; before top-k/top-p
+    truncation, as vLLM reports it)."""
+    token, logprob, _ = _sample_top(logits, sampling, generator)
+    return token, logprob
