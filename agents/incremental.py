@@ -20,11 +20,13 @@ run with it).
 `SegmentEncoder`: exact tokenization by pieces. Tokenizers split their input at added
 (special) tokens before anything else, so a text's ids are the ids of the special tokens
 and of the pieces between them. Pieces repeat (system prompts, tool instructions, role
-headers, the `\\n` after `<|im_end|>`), so their ids are kept in a bounded LRU cache and only
-new text is tokenized. At construction the splitting is checked against the tokenizer on
-probe texts (whitespace on either side of each special token, several in a row, ...); a
-tokenizer that strips around its special tokens or marks only the first piece with a prefix
-space fails the check, and then the whole text is tokenized every time.
+headers, the `\\n` after `<|im_end|>`), so their ids are kept in a bounded cache (oldest
+out first) and only new text is tokenized; whole texts are kept the same way, since they
+recur as well (the prompts of a GRPO group, a tool's error message). At construction the
+splitting is checked against the tokenizer on probe texts (whitespace on either side of
+each special token, several in a row, ...); a tokenizer that strips around its special
+tokens or marks only the first piece with a prefix space fails the check, and then the
+whole text is tokenized every time.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ Shape = tuple[tuple[str, tuple[str, ...]], ...]
 def shape_of(messages: Sequence[Message]) -> Shape:
     """The shape of a conversation: what a template's control flow may depend on besides
     the contents (roles, which fields are present, how many messages)."""
-    return tuple((m["role"], tuple(m)) for m in messages)
+    return tuple([(m["role"], tuple(m)) for m in messages])
 
 
 def _placeholder(message: int, field: int) -> str:
@@ -234,7 +236,13 @@ class SegmentEncoder:
         """The ids the tokenizer gives `text` (no special tokens added)."""
         if not self.enabled:
             return tuple(self._encode(text))
-        return self._by_pieces(text)
+        cached = self._cache.get(text)  # whole texts recur too (group prompts, tool errors)
+        if cached is not None:
+            return cached
+        ids = self._by_pieces(text)
+        if len(text) <= self.max_piece_chars:
+            self._remember(text, ids)
+        return ids
 
     def _by_pieces(self, text: str) -> tuple[int, ...]:
         assert self._split is not None
@@ -255,15 +263,18 @@ class SegmentEncoder:
             return cached
         ids = tuple(self._encode(piece))
         if len(piece) <= self.max_piece_chars:
-            with self._lock:
-                if piece not in self._cache:
-                    self._cache[piece] = ids
-                    self._chars += len(piece)
-                    while self._chars > self.max_chars:  # oldest first
-                        old = next(iter(self._cache))
-                        self._chars -= len(old)
-                        del self._cache[old]
+            self._remember(piece, ids)
         return ids
+
+    def _remember(self, text: str, ids: tuple[int, ...]) -> None:
+        with self._lock:
+            if text not in self._cache:
+                self._cache[text] = ids
+                self._chars += len(text)
+                while self._chars > self.max_chars:  # oldest first
+                    old = next(iter(self._cache))
+                    self._chars -= len(old)
+                    del self._cache[old]
 
     def _agrees(self) -> bool:
         """Whether piecewise encoding equals the tokenizer on texts that would expose a

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import math
 import numbers
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+import weakref
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, overload
 
 from skyrl_gym.step_info import StepInfo, StepInfoError
 from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
+from skyrl_sdk.agents.fast_frozen import fast_constructor
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
 from skyrl_sdk.agents.trajectory import (
     Segment,
@@ -40,6 +43,9 @@ from skyrl_sdk.agents.trajectory import (
     Trajectory,
     TrajectoryWriter,
     Turn,
+    new_segment,
+    new_trajectory,
+    new_turn,
 )
 from skyrl_sdk.tools.messages import Message, is_message
 
@@ -80,29 +86,71 @@ class _EpisodeEnd(Exception):
         self.message = message
 
 
-@dataclass
+class TokenView(Sequence[int]):
+    """The exact ids so far, as `rollout` hands them to `Policy.generate`: a read-only view
+    of the first `len(view)` ids of the episode's append-only id list, so a turn costs no
+    copy of the conversation. The list only ever grows (a compacted context starts a new
+    list), so the view never changes. Iterate it or call `list(view)` for a list."""
+
+    __slots__ = ("_ids", "_n")
+
+    def __init__(self, ids: list[int], n: int):
+        self._ids = ids
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(self._ids, self._n)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[int, ...]: ...
+    def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
+        if isinstance(index, slice):
+            return tuple(self._ids[: self._n][index])
+        n = self._n
+        if not -n <= index < n:
+            raise IndexError("token index out of range")
+        return self._ids[index + n if index < 0 else index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenView | tuple | list):
+            return len(other) == self._n and tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"TokenView({list(self)!r})"
+
+
 class _Episode:
     """Mutable state of one running episode; frozen into a `Trajectory` at the end."""
 
-    renderer: ChatRenderer | None
-    prompt: RenderedPrompt | None = None
-    ids: list[int] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
-    segments: list[Segment] = field(default_factory=list)
-    opening: tuple[Message, ...] = ()
-    history: list[Message] = field(default_factory=list)
-    success: bool | None = None
+    __slots__ = ("history", "ids", "opening", "prompt", "renderer", "segments", "success", "turns")
+
+    def __init__(self, renderer: ChatRenderer | None):
+        self.renderer = renderer
+        self.prompt: RenderedPrompt | None = None
+        self.ids: list[int] = []
+        """The exact ids so far; only ever appended to (`compact` starts a new list)."""
+        self.turns: list[Turn] = []
+        self.segments: list[Segment] = []
+        self.opening: tuple[Message, ...] = ()
+        self.history: list[Message] = []
+        self.success: bool | None = None
 
     def start(self, messages: Sequence[Message]) -> None:
         self.opening = tuple(messages)
         self.history = list(messages)
         if self.renderer is not None:
-            self.prompt = self.renderer.prompt(messages)
+            self.prompt = _prompt(self.renderer, messages)
             self.ids = list(self.prompt.token_ids)
-            self.segments.append(Segment(self.prompt.token_ids, self.opening, 0))
-
-    def fits(self, max_context: int | None, max_tokens: int) -> bool:
-        return max_context is None or len(self.ids) + max_tokens <= max_context
+            self.segments.append(new_segment(self.prompt.token_ids, self.opening, 0))
 
     def compact(self, max_context: int, max_tokens: int) -> bool:
         """Drop the oldest turns until the rest fits; start a new segment. False if even
@@ -152,34 +200,90 @@ async def rollout(
     task_id = str(task.get("task_id", ""))
     episode_id = episode_id or task_id
     state = _Episode(renderer)
-    started_at, t0 = time.time(), time.perf_counter()
-    stop, error = StopReason.MAX_TURNS, None
+    started_at, t0 = time.time(), _now()
     try:
         if limits.timeout is None:
-            await _play(env, policy, task, state, limits, sampling, episode_id)
+            stop = await _play(env, policy, task, state, limits, sampling, episode_id, task_id)
         else:
             async with asyncio.timeout(limits.timeout):
-                await _play(env, policy, task, state, limits, sampling, episode_id)
+                stop = await _play(env, policy, task, state, limits, sampling, episode_id, task_id)
+        error = None
     except _EpisodeEnd as end:
         stop, error = end.reason, end.message
     except TimeoutError:
         stop, error = StopReason.TIMEOUT, f"episode exceeded {limits.timeout} s"
-    reward = sum(t.reward for t in state.turns)
-    return Trajectory(
-        episode_id=episode_id,
-        task_id=task_id,
-        env_id=env_id,
-        policy=policy.name,
-        stop_reason=stop,
-        turns=tuple(state.turns),
-        segments=tuple(state.segments),
-        prompt_messages=state.opening,
-        reward=reward,
-        success=state.success if state.success is not None else reward > 0,
-        started_at=started_at,
-        duration_s=time.perf_counter() - t0,
-        error=error,
+    reward = 0.0
+    for turn in state.turns:
+        reward += turn.reward
+    return new_trajectory(
+        episode_id,
+        task_id,
+        env_id,
+        policy.name,
+        stop,
+        tuple(state.turns),
+        tuple(state.segments),
+        state.opening,
+        reward,
+        state.success if state.success is not None else reward > 0,
+        started_at,
+        _now() - t0,
+        error,
     )
+
+
+_now = time.perf_counter
+_new_context = fast_constructor(GenerationContext)
+
+
+class _PromptMemo:
+    """Recently rendered prompts of one renderer, by the opening messages' contents.
+
+    A GRPO group plays the same task several times, and evaluations repeat tasks, so the
+    same opening is rendered again and again; this keeps the `RenderedPrompt` (holding
+    copies of the messages, so an env that mutates what it returned changes nothing here).
+    Bounded by `max_ids` prompt ids in all (oldest first out). Not used when the renderer
+    verifies every render (`verify_incremental`)."""
+
+    __slots__ = ("_entries", "_ids", "max_ids")
+
+    def __init__(self, max_ids: int = 1_000_000):
+        self.max_ids = max_ids
+        self._entries: dict[tuple[Any, ...], RenderedPrompt] = {}
+        self._ids = 0
+
+    def get(self, renderer: ChatRenderer, messages: Sequence[Message]) -> RenderedPrompt:
+        try:
+            key = tuple([tuple(m.items()) for m in messages])
+            prompt = self._entries.get(key)
+        except (TypeError, AttributeError):  # unhashable contents (lists of parts, ...)
+            return renderer.prompt(messages)
+        if prompt is not None:
+            return prompt
+        prompt = renderer.prompt(messages)
+        n = len(prompt.token_ids)
+        if n <= self.max_ids // 16:
+            self._entries[key] = RenderedPrompt(
+                tuple([dict(m) for m in messages]), prompt.text, prompt.token_ids
+            )
+            self._ids += n
+            while self._ids > self.max_ids:
+                oldest = next(iter(self._entries))
+                self._ids -= len(self._entries.pop(oldest).token_ids)
+        return prompt
+
+
+_PROMPTS: weakref.WeakKeyDictionary[ChatRenderer, _PromptMemo] = weakref.WeakKeyDictionary()
+
+
+def _prompt(renderer: ChatRenderer, messages: Sequence[Message]) -> RenderedPrompt:
+    """`renderer.prompt(messages)`, remembered per renderer (see `_PromptMemo`)."""
+    if renderer.verify_incremental:
+        return renderer.prompt(messages)
+    memo = _PROMPTS.get(renderer)
+    if memo is None:
+        memo = _PROMPTS.setdefault(renderer, _PromptMemo())
+    return memo.get(renderer, messages)
 
 
 _DEFAULT_SAMPLING = SamplingParams()
@@ -212,8 +316,10 @@ async def _play(
     limits: RolloutLimits,
     sampling: SamplingParams,
     episode_id: str,
-) -> None:
-    """The loop body; ends by raising `_EpisodeEnd` (or returning after `max_turns`)."""
+    task_id: str,
+) -> StopReason:
+    """The loop body: returns how the episode ended, or raises `_EpisodeEnd` (failures,
+    limits)."""
     try:
         messages, _ = await env.areset(options={"task": task})
     except Exception as e:
@@ -222,75 +328,78 @@ async def _play(
         state.start(messages)
     except TemplateError as e:  # the renderer belongs to the policy's side
         raise _EpisodeEnd(StopReason.POLICY_ERROR, f"render: {e}") from e
+    renderer, turns, history = state.renderer, state.turns, state.history
+    max_turns, max_context, max_tokens = (
+        limits.max_turns,
+        limits.max_context_tokens,
+        limits.max_tokens,
+    )
     consecutive_parse_errors = 0
-    for index in range(limits.max_turns):
+    for index in range(max_turns):
         # 1. Make room for the turn, or stop.
-        if not state.fits(limits.max_context_tokens, limits.max_tokens):
-            assert limits.max_context_tokens is not None
-            if limits.context_policy is ContextPolicy.STOP or not state.compact(
-                limits.max_context_tokens, limits.max_tokens
-            ):
-                raise _EpisodeEnd(
-                    StopReason.CONTEXT_OVERFLOW,
-                    f"{len(state.ids)} prompt tokens + {limits.max_tokens} exceed the context "
-                    f"of {limits.max_context_tokens}",
-                )
-        # 2. Sample a turn from the exact ids so far.
-        context = GenerationContext(
-            episode_id, str(task.get("task_id", "")), index, tuple(state.history)
-        )
-        t_llm = time.perf_counter()
+        if (
+            max_context is not None
+            and len(state.ids) + max_tokens > max_context
+            and (
+                limits.context_policy is ContextPolicy.STOP
+                or not state.compact(max_context, max_tokens)
+            )
+        ):
+            raise _EpisodeEnd(
+                StopReason.CONTEXT_OVERFLOW,
+                f"{len(state.ids)} prompt tokens + {max_tokens} exceed the context "
+                f"of {max_context}",
+            )
+        # 2. Sample a turn from the exact ids so far (a view: nothing is copied).
+        ids = state.ids
+        context = _new_context(episode_id, task_id, index, tuple(history))
+        t_llm = _now()
         try:
-            completion = await policy.generate(tuple(state.ids), sampling, context=context)
+            completion = await policy.generate(TokenView(ids, len(ids)), sampling, context=context)
         except Exception as e:  # recorded in the trajectory, never silently dropped
             raise _EpisodeEnd(StopReason.POLICY_ERROR, f"{type(e).__name__}: {e}") from e
-        llm_s = time.perf_counter() - t_llm
+        t_env = _now()
         # 3. Let the env act on the text of those ids.
-        t_env = time.perf_counter()
         try:
             observation, reward, terminated, truncated, info = await env.astep(completion.text)
         except Exception as e:
             raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: {type(e).__name__}: {e}") from e
-        env_s = time.perf_counter() - t_env
+        env_s = _now() - t_env
         # 4. Read the step protocol; a malformed step ends the episode as an env error.
         step, terminated, truncated = _read_step(observation, reward, terminated, truncated, info)
         # 5. Append: sampled ids as they are, then the template's delta for the observation
         #    (only when another turn follows; the last turn ends at the sampled ids).
         delta: tuple[int, ...] = ()
-        if (
-            state.renderer is not None
-            and not (terminated or truncated)
-            and index + 1 < limits.max_turns
-        ):
+        if renderer is not None and not (terminated or truncated) and index + 1 < max_turns:
             try:
-                delta = state.renderer.turn_delta(state.prompt, completion.token_ids, observation)
+                delta = renderer.turn_delta(state.prompt, completion.token_ids, observation)  # type: ignore[arg-type]
             except Exception as e:  # TemplateError or a template that cannot render these
                 raise _EpisodeEnd(StopReason.POLICY_ERROR, f"render: {e}") from e
-        state.turns.append(
+        turns.append(
             _make_turn(
                 index,
                 len(state.segments) - 1,
                 completion,
                 observation,
                 delta,
-                float(reward),
+                float(reward),  # type: ignore[arg-type]
                 step,
-                llm_s,
+                t_env - t_llm,
                 env_s,
             )
         )
-        state.ids.extend(completion.token_ids)
-        state.ids.extend(delta)
-        state.history.append({"role": "assistant", "content": completion.text})
-        state.history.extend(observation)
+        ids.extend(completion.token_ids)
+        ids.extend(delta)
+        history.append({"role": "assistant", "content": completion.text})
+        history.extend(observation)
         if step.correct is not None:
             state.success = step.correct
         # 6. Decide whether the episode goes on.
         if terminated:
-            raise _EpisodeEnd(StopReason.DONE)
+            return StopReason.DONE
         if truncated:
-            raise _EpisodeEnd(StopReason.MAX_TURNS)
-        if state.turns[-1].parse_error is not None:
+            return StopReason.MAX_TURNS
+        if step.parse_error is not None:
             consecutive_parse_errors += 1
             if (
                 limits.max_parse_errors is not None
@@ -302,6 +411,7 @@ async def _play(
                 )
         else:
             consecutive_parse_errors = 0
+    return StopReason.MAX_TURNS
 
 
 def _read_step(
@@ -360,22 +470,22 @@ def _make_turn(
     llm_s: float,
     env_s: float,
 ) -> Turn:
-    return Turn(
-        index=index,
-        segment=segment,
-        action=completion.text,
-        token_ids=completion.token_ids,
-        logprobs=completion.logprobs,
-        policy_versions=completion.versions(),
-        finish_reason=completion.finish_reason,
-        observation=tuple(observation),
-        observation_ids=delta,
-        reward=float(reward),
-        tool_calls=step.tool_calls,
-        parse_error=step.parse_error,
-        llm_s=llm_s,
-        env_s=env_s,
-        text_only=completion.text_only,
+    return new_turn(
+        index,
+        segment,
+        completion.text,
+        completion.token_ids,
+        completion.logprobs,
+        completion.versions(),
+        completion.finish_reason,
+        tuple(observation),
+        delta,
+        reward,
+        step.tool_calls,
+        step.parse_error,
+        llm_s,
+        env_s,
+        completion.text_only,
     )
 
 
@@ -404,11 +514,13 @@ async def run_episodes(
     Results come back in input order.
     """
     limits = limits or RolloutLimits()
-    gate = asyncio.Semaphore(max(1, concurrency))
     results: list[Trajectory | None] = [None] * len(episodes)
+    queue = iter(enumerate(episodes))
 
-    async def one(i: int, episode_id: str, task: dict[str, Any]) -> None:
-        async with gate:
+    async def worker() -> None:
+        # A fixed pool of workers, each playing one episode after another: no task or
+        # semaphore per episode.
+        for i, (episode_id, task) in queue:
             try:
                 env = make_env()
             except Exception as e:
@@ -434,7 +546,8 @@ async def run_episodes(
             if on_done is not None:
                 on_done(trajectory)
 
-    await asyncio.gather(*(one(i, eid, task) for i, (eid, task) in enumerate(episodes)))
+    workers = min(max(1, concurrency), len(episodes))
+    await asyncio.gather(*(worker() for _ in range(workers)))
     return [r for r in results if r is not None]
 
 

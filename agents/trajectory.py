@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skyrl_sdk.agents.fast_frozen import fast_constructor
 from skyrl_sdk.agents.policy import FinishReason
 from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
 from skyrl_sdk.tools.messages import Message
@@ -70,7 +71,7 @@ class SegmentStart(enum.Enum):
     (it edited the history); the segment starts from that prompt exactly as it was sampled."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Turn:
     """One assistant turn and the env's answer to it."""
 
@@ -106,7 +107,7 @@ class Turn:
     """True when `token_ids` are a re-tokenization of text-only output (not trainable)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     """A stretch of turns that share one exact token prefix."""
 
@@ -120,7 +121,7 @@ class Segment:
     """Why this segment began."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TrainingSample:
     """One segment flattened for a trainer: aligned per-token arrays."""
 
@@ -134,7 +135,7 @@ class TrainingSample:
     """Version per sampled id, -1 elsewhere."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Trajectory:
     """One finished episode."""
 
@@ -293,6 +294,14 @@ class Trajectory:
             error=data.get("error"),
             schema=int(data.get("schema", SCHEMA_VERSION)),
         )
+
+
+new_turn = fast_constructor(Turn)
+"""`Turn(...)` for hot paths (the agent loop builds one per turn; see `fast_constructor`)."""
+new_segment = fast_constructor(Segment)
+"""`Segment(...)` for hot paths."""
+new_trajectory = fast_constructor(Trajectory)
+"""`Trajectory(...)` for hot paths (one per episode)."""
 
 
 def _turn_to_json(t: Turn) -> dict[str, Any]:
