@@ -1,0 +1,231 @@
+"""What the routes share: a validated request (`Plan`) and the server's state (`Server`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request  # route signatures are resolved at runtime
+
+from skyrl_sdk.agents.policy import (
+    Completion,
+    GenerationContext,
+    Policy,
+    SamplingParams,
+)
+from skyrl_sdk.agents.serving.auth import SESSION_SCOPE_KEY
+from skyrl_sdk.agents.serving.capture import DEFAULT_SESSION, Answer, SessionStore
+from skyrl_sdk.agents.serving.config import ServeConfig
+from skyrl_sdk.agents.serving.generation import (
+    Reply,
+    reply,
+)
+from skyrl_sdk.agents.serving.prompts import reply_key
+from skyrl_sdk.agents.serving.protocol import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+)
+from skyrl_sdk.agents.serving.tool_output import ToolOutputFormat
+
+if TYPE_CHECKING:
+    from skyrl_sdk.agents.chat import ChatRenderer
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One request, validated: what to generate and how to answer."""
+
+    session: str
+    """The session it belongs to."""
+    prompt: tuple[int, ...]
+    """Prompt ids (empty for a policy without a tokenizer)."""
+    messages: tuple[dict[str, Any], ...]
+    """Normalized chat messages (empty for completions)."""
+    sampling: SamplingParams
+    """Sampling for choice 0 (choice i uses seed + i)."""
+    n: int
+    """Choices."""
+    stops: tuple[str, ...]
+    """Stop strings (cut from the text)."""
+    tool_format: ToolOutputFormat | None
+    """How to read tool calls (None: tools not offered)."""
+
+    def sampling_for(self, index: int) -> SamplingParams:
+        """Choice `index`'s sampling: its own seed."""
+        if index == 0 or self.sampling.seed is None:
+            return self.sampling
+        return replace(self.sampling, seed=self.sampling.seed + index)
+
+
+class Server:
+    """What the routes share: the policy, its renderer, the sessions."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        config: ServeConfig,
+        renderer: ChatRenderer | None,
+        store: SessionStore,
+    ):
+        self.policy = policy
+        self.config = config
+        self.renderer = renderer
+        self.store = store
+        self.created = int(time.time())
+        self.context_limit: int | None = getattr(policy, "max_context_tokens", None)
+
+    # -- validation -----------------------------------------------------------------------
+
+    def check_model(self, model: str) -> None:
+        if model != self.config.model_name:
+            raise ApiError(
+                404,
+                f"the model {model!r} does not exist; this server serves "
+                f"{self.config.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+
+    def session_of(self, request: Request, user: str | None) -> str:
+        return request.scope.get(SESSION_SCOPE_KEY) or user or DEFAULT_SESSION
+
+    def sampling(
+        self,
+        req: ChatRequest | CompletionRequest,
+        prompt_len: int,
+        *,
+        stop_token_ids: Sequence[int],
+        top_logprobs: int,
+        limit_param: str,
+    ) -> SamplingParams:
+        limit = self.context_limit
+        room = None if limit is None or not prompt_len else limit - prompt_len
+        if room is not None and room < 1:
+            raise ApiError(
+                400,
+                f"this model's maximum context length is {limit} tokens and the prompt has "
+                f"{prompt_len}: no room for a reply",
+                param="messages" if isinstance(req, ChatRequest) else "prompt",
+                code="context_length_exceeded",
+            )
+        asked = req.token_limit()
+        if asked is None:
+            max_tokens = room if room is not None else self.config.default_max_tokens
+        elif room is not None and asked > room:
+            raise ApiError(
+                400,
+                f"this model's maximum context length is {limit} tokens; you requested "
+                f"{prompt_len + asked} ({prompt_len} in the prompt, {asked} for the reply)",
+                param=limit_param,
+                code="context_length_exceeded",
+            )
+        else:
+            max_tokens = asked
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            stop=req.stops(),
+            stop_token_ids=tuple(stop_token_ids),
+            seed=req.seed,
+            top_logprobs=top_logprobs,
+        )
+
+    def context(self, plan: Plan) -> GenerationContext:
+        """The generation context of the session's next call (its turn index)."""
+        turn = self.store.next_call(plan.session)
+        return GenerationContext(plan.session, plan.session, turn, plan.messages)  # type: ignore[arg-type]
+
+    # -- generation -----------------------------------------------------------------------
+
+    async def generate(self, plan: Plan) -> tuple[list[Reply], float]:
+        """All choices, together (the engine batches them); seconds taken."""
+        started = time.perf_counter()
+        contexts = [self.context(plan) for _ in range(plan.n)]
+        completions = await asyncio.gather(
+            *(
+                self.policy.generate(plan.prompt, plan.sampling_for(i), context=contexts[i])
+                for i in range(plan.n)
+            )
+        )
+        replies = [reply(c, plan.stops, plan.tool_format) for c in completions]
+        return replies, time.perf_counter() - started
+
+    def capture(self, plan: Plan, index: int, r: Reply, llm_s: float) -> None:
+        """Record choice 0 as the session's turn; remember other choices' ids."""
+        key = None
+        if plan.messages:
+            calls = [
+                {"function": {"name": c.name, "arguments": c.arguments}} for c in r.output.calls
+            ]
+            key = reply_key(r.content or "", calls)
+        if index > 0:
+            if key is not None:
+                self.store.remember(plan.session, key, r.completion.token_ids)
+            return
+        self.store.record(
+            plan.session,
+            Answer(
+                prompt_ids=plan.prompt,
+                messages=plan.messages,
+                completion=r.completion,
+                action=r.text,
+                reply_key=key,
+                tool_calls=r.output.calls,
+                parse_error=r.output.error,
+                llm_s=llm_s,
+            ),
+        )
+
+    # -- response pieces ------------------------------------------------------------------
+
+    def token_text(self, token_id: int) -> str:
+        return self.renderer.decode([token_id]) if self.renderer is not None else ""
+
+    def chat_logprobs(self, c: Completion, top: int) -> dict[str, Any] | None:
+        if c.logprobs is None:
+            return None
+        content = []
+        for k, (token, lp) in enumerate(zip(c.token_ids, c.logprobs, strict=True)):
+            text = self.token_text(token)
+            alternatives = []
+            if top and c.top_logprobs is not None:
+                for alt, alt_lp in c.top_logprobs[k][:top]:
+                    alt_text = self.token_text(alt)
+                    alternatives.append(
+                        {"token": alt_text, "logprob": alt_lp, "bytes": list(alt_text.encode())}
+                    )
+            content.append(
+                {
+                    "token": text,
+                    "logprob": lp,
+                    "bytes": list(text.encode()),
+                    "top_logprobs": alternatives,
+                }
+            )
+        return {"content": content, "refusal": None}
+
+    def completion_logprobs(self, c: Completion, top: int) -> dict[str, Any] | None:
+        if c.logprobs is None:
+            return None
+        tokens = [self.token_text(t) for t in c.token_ids]
+        offsets, at = [], 0
+        for t in tokens:
+            offsets.append(at)
+            at += len(t)
+        alternatives = None
+        if top and c.top_logprobs is not None:
+            alternatives = [
+                {self.token_text(a): lp for a, lp in per[:top]} for per in c.top_logprobs
+            ]
+        return {
+            "tokens": tokens,
+            "token_logprobs": list(c.logprobs),
+            "top_logprobs": alternatives,
+            "text_offset": offsets,
+        }
