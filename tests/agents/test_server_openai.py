@@ -534,3 +534,23 @@ def test_a_session_dropped_from_memory_continues_from_its_file(renderer, tmp_pat
     assert trajectory is not None
     assert [t.action for t in trajectory.turns] == ["first", CALL, "third"]
     assert len(trajectory.segments) == 1
+
+
+def test_n_choices_streamed_and_max_completion_tokens(renderer) -> None:
+    policy = ScriptedPolicy(["one two three four five"] * 2 + ["a", "b"], renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server.session_url("s"))
+        ask = {"model": "tiny", "messages": [{"role": "user", "content": "x"}]}
+        cut = api.chat.completions.create(**ask, max_completion_tokens=3, logprobs=True)
+        assert cut.choices[0].finish_reason == "length" and cut.usage.completion_tokens == 3
+        assert [e.logprob for e in cut.choices[0].logprobs.content] == [0.0] * 3
+        api.chat.completions.create(**ask)
+        chunks = list(api.chat.completions.create(**ask, n=2, stream=True))
+    texts = {0: "", 1: ""}
+    finishes = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    assert sorted(texts.values()) == ["a", "b"] and finishes == {0: "stop", 1: "stop"}
