@@ -120,3 +120,22 @@ def test_per_call_fixes_are_on_while_the_server_runs(tinker_server: TinkerServer
     # Futures and runs are written without an fsync per commit (synchronous=NORMAL is 1).
     assert svc.store._db.execute("PRAGMA synchronous").fetchone()[0] == 1
     assert svc.registry._db.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_a_bad_request_in_a_batch_fails_alone() -> None:
+    from skyrl_sdk.trainer.tinker.backend import SampleCall
+
+    specs = default_models()
+    sampler = Sampler(*BaseModels(specs).load(TINY_NAME), specs[0])
+    params = SamplingParamsIn(max_tokens=3, stop=[], seed=0)
+    calls = [
+        SampleCall([5, 6, 7], 2, params),
+        SampleCall([5, 10**6], 1, params),  # not a token id of this model
+        SampleCall([], 1, params),
+        SampleCall([5] * (specs[0].max_context_length + 1), 1, params),
+    ]
+    good, vocab, empty, long = sampler.sample_many(calls)
+    assert [len(s["tokens"]) for s in good["sequences"]] == [3, 3]
+    assert isinstance(vocab, ValueError) and "token ids" in str(vocab)
+    assert isinstance(empty, ValueError) and "empty" in str(empty)
+    assert isinstance(long, ValueError) and "context length" in str(long)

@@ -453,15 +453,39 @@ class Sampler:
         outcomes: list[dict[str, Any] | Exception | None] = [None] * len(calls)
         valid = []
         for i, call in enumerate(calls):
-            if call.prompt:
+            problem = self._problem(call)
+            if problem is None:
                 valid.append(i)
             else:
-                outcomes[i] = ValueError("the prompt is empty")
-        if valid:
+                outcomes[i] = ValueError(problem)
+        if not valid:
+            return outcomes  # type: ignore[return-value]
+        try:
             done = self._generate([calls[i] for i in valid], should_stop, valid)
-            for i, outcome in zip(valid, done, strict=True):
-                outcomes[i] = outcome
+        except Exception:  # one request must not fail the others: run each alone
+            done = []
+            for i in valid:
+                try:
+                    done.extend(self._generate([calls[i]], should_stop, [i]))
+                except Exception as e:  # this request's own failure
+                    done.append(e)
+        for i, outcome in zip(valid, done, strict=True):
+            outcomes[i] = outcome
         return outcomes  # type: ignore[return-value]
+
+    def _problem(self, call: SampleCall) -> str | None:
+        """Why a request cannot join a batch (None: it can)."""
+        if not call.prompt:
+            return "the prompt is empty"
+        if len(call.prompt) > self.base.max_context_length:
+            return (
+                f"the prompt has {len(call.prompt)} tokens; the context length of "
+                f"{self.base.name} is {self.base.max_context_length}"
+            )
+        vocab = self.model.get_input_embeddings().num_embeddings
+        if min(call.prompt) < 0 or max(call.prompt) >= vocab:
+            return f"prompt token ids must lie in [0, {vocab}) for {self.base.name}"
+        return None
 
     def _prefill(
         self, calls: list[SampleCall]
