@@ -554,3 +554,22 @@ def test_n_choices_streamed_and_max_completion_tokens(renderer) -> None:
             if choice.finish_reason:
                 finishes[choice.index] = choice.finish_reason
     assert sorted(texts.values()) == ["a", "b"] and finishes == {0: "stop", 1: "stop"}
+
+
+def test_token_prompts_that_extend_the_last_turn_are_one_segment(renderer) -> None:
+    """`/v1/completions` with token ids (how token-native clients call): a prompt that starts
+    with the previous prompt plus the sampled ids continues the segment; the ids in between
+    are the previous turn's observation."""
+    policy = ScriptedPolicy(["first", "second"], renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server.session_url("tok"))
+        prompt = list(renderer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"))
+        extra = {"return_token_ids": True}
+        one = api.completions.create(model="tiny", prompt=prompt, extra_body=extra)
+        sampled = one.choices[0].model_extra["token_ids"]
+        observation = list(renderer.encode("\n<|im_start|>user\nmore<|im_end|>\n"))
+        api.completions.create(model="tiny", prompt=prompt + sampled + observation)
+        trajectory = server.session_trajectory("tok")
+    assert trajectory is not None and len(trajectory.segments) == 1
+    assert list(trajectory.turns[0].observation_ids) == observation
+    assert trajectory.segment_ids(0)[: len(prompt) + len(sampled)] == prompt + sampled
