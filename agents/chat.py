@@ -25,10 +25,10 @@ kept to demonstrate the failure in tests and as the cost baseline in benchmarks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from skyrl_sdk.agents.incremental import SegmentEncoder, TemplateCache, shape_of
+from skyrl_sdk.agents.incremental import SegmentEncoder, Shape, TemplateCache, shape_of
 from skyrl_sdk.tools.messages import Message
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ class RenderedPrompt:
     """The template's text, ending with the generation prompt."""
     token_ids: tuple[int, ...]
     """`text` tokenized; the first ids the policy sees."""
+    shape: Shape | None = field(default=None, compare=False)
+    """`shape_of(messages)`, kept so each turn's delta need not compute it again."""
 
 
 class ChatRenderer:
@@ -127,10 +129,11 @@ class ChatRenderer:
 
     def prompt(self, messages: Sequence[Message]) -> RenderedPrompt:
         """Render and tokenize an episode's opening messages plus the generation prompt."""
-        text = self.templates.render(("prompt", shape_of(messages)), messages, self._render_prompt)
+        shape = shape_of(messages)
+        text = self.templates.render(("prompt", shape), messages, self._render_prompt)
         if self.verify_incremental and text != self._render_prompt(messages):
             raise TemplateError("the cached template renders the prompt differently from Jinja")
-        return RenderedPrompt(tuple(messages), text, self.encode(text))
+        return RenderedPrompt(tuple(messages), text, self.encode(text), shape)
 
     def _render_prompt(self, messages: Sequence[Message]) -> str:
         return self.render(messages, add_generation_prompt=True)
@@ -156,18 +159,23 @@ class ChatRenderer:
         anchor = prompt.messages
         assistant: Message = {"role": "assistant", "content": _PLACEHOLDER}
         messages = [*anchor, assistant, *observation]
-        key = ("delta", shape_of(anchor), shape_of(observation))
-        n = len(anchor)
+        anchor_shape = prompt.shape if prompt.shape is not None else shape_of(anchor)
+        key = ("delta", anchor_shape, shape_of(observation))
+        template = None if self.verify_incremental else self.templates.get(key)
+        if template is not None:  # the common case, without building the fallbacks
+            delta = template.fill(messages)
+        else:
+            n = len(anchor)
 
-        def region(ms: Sequence[Message]) -> str:
-            return self._delta_text(self._render_prompt(ms[:n]), ms)
+            def region(ms: Sequence[Message]) -> str:
+                return self._delta_text(self._render_prompt(ms[:n]), ms)
 
-        def real() -> str:
-            return self._delta_text(prompt.text, messages)
+            def real() -> str:
+                return self._delta_text(prompt.text, messages)
 
-        delta = self.templates.render(key, messages, region, fixed=frozenset({n}), real=real)
-        if self.verify_incremental and delta != real():
-            raise TemplateError("the cached template renders the delta differently from Jinja")
+            delta = self.templates.render(key, messages, region, fixed=frozenset({n}), real=real)
+            if self.verify_incremental and delta != real():
+                raise TemplateError("the cached template renders the delta differently from Jinja")
         # The model may already have produced the template's end-of-turn token; do not add it
         # twice (the sampled one stays, with loss mask 1).
         if generated:

@@ -40,7 +40,7 @@ from typing import Any
 
 from skyrl_sdk.tools.messages import Message
 
-__all__ = ["FULL_RENDER", "SegmentEncoder", "SlotTemplate", "TemplateCache", "shape_of"]
+__all__ = ["FULL_RENDER", "SegmentEncoder", "Shape", "SlotTemplate", "TemplateCache", "shape_of"]
 
 Shape = tuple[tuple[str, tuple[str, ...]], ...]
 """Each message's role and field names, in order."""
@@ -110,6 +110,14 @@ class TemplateCache:
         """Renders served from a cached template."""
         self.misses = 0
         """Renders done with Jinja (new shapes, and shapes that failed their checks)."""
+
+    def get(self, key: Any) -> SlotTemplate | None:
+        """The verified template of `key`, or None (not learned yet, or rendered with Jinja
+        every time): then call `render`."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self.hits += 1
+        return entry
 
     def render(
         self,

@@ -28,13 +28,12 @@ import math
 import numbers
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
 from skyrl_gym.step_info import StepInfo, StepInfoError
 from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
-from skyrl_sdk.agents.fast_frozen import fast_constructor
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
 from skyrl_sdk.agents.trajectory import (
     Segment,
@@ -47,7 +46,8 @@ from skyrl_sdk.agents.trajectory import (
     new_trajectory,
     new_turn,
 )
-from skyrl_sdk.tools.messages import Message, is_message
+from skyrl_sdk.fast_frozen import fast_constructor
+from skyrl_sdk.tools.messages import ROLES, Message, is_message
 
 
 class ContextPolicy(enum.Enum):
@@ -264,7 +264,7 @@ class _PromptMemo:
         n = len(prompt.token_ids)
         if n <= self.max_ids // 16:
             self._entries[key] = RenderedPrompt(
-                tuple([dict(m) for m in messages]), prompt.text, prompt.token_ids
+                tuple([dict(m) for m in messages]), prompt.text, prompt.token_ids, prompt.shape
             )
             self._ids += n
             while self._ids > self.max_ids:
@@ -426,7 +426,7 @@ def _read_step(
         and type(reward) is float
         and math.isfinite(reward)
         and type(observation) is list
-        and all(map(is_message, observation))
+        and all(map(_is_message, observation))
     ):  # the common, well-typed step
         try:
             return StepInfo.read(info), terminated, truncated
@@ -457,6 +457,15 @@ def _read_step(
         except StepInfoError as e:
             problem = str(e)
     raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: malformed result: {problem}")
+
+
+def _is_message(value: object) -> bool:
+    """`is_message`, with a shortcut for the usual `{"role", "content"}` dict."""
+    if type(value) is dict and len(value) == 2:
+        content = value.get("content")
+        if type(content) is str and value.get("role") in ROLES:
+            return True  # both keys and values are strings
+    return is_message(value)
 
 
 def _make_turn(
@@ -514,13 +523,21 @@ async def run_episodes(
     Results come back in input order.
     """
     limits = limits or RolloutLimits()
-    results: list[Trajectory | None] = [None] * len(episodes)
-    queue = iter(enumerate(episodes))
+    n = len(episodes)
+    results: list[Trajectory | None] = [None] * n
+    limit = min(max(1, concurrency), n)
+    next_index = 0
+    workers: list[asyncio.Task[None]] = []
+    loop = asyncio.get_running_loop()
+    stopped = False
 
     async def worker() -> None:
-        # A fixed pool of workers, each playing one episode after another: no task or
-        # semaphore per episode.
-        for i, (episode_id, task) in queue:
+        # Each worker plays one episode after another: no task or semaphore per episode.
+        nonlocal next_index
+        while next_index < n and not stopped:
+            i = next_index
+            next_index += 1
+            episode_id, task = episodes[i]
             try:
                 env = make_env()
             except Exception as e:
@@ -539,25 +556,39 @@ async def run_episodes(
                         env_id=env_id,
                     )
                 finally:
-                    await _close(env)
+                    try:
+                        closing = env.close()
+                        if closing is not None and asyncio.iscoroutine(closing):
+                            await closing
+                    except Exception:  # a failing close must not lose the finished trajectory
+                        pass
             results[i] = trajectory
             if writer is not None:
                 writer.write(trajectory)
             if on_done is not None:
                 on_done(trajectory)
 
-    workers = min(max(1, concurrency), len(episodes))
-    await asyncio.gather(*(worker() for _ in range(workers)))
-    return [r for r in results if r is not None]
+    def spawn() -> None:
+        # One more worker per pass of the event loop, up to `concurrency`, while episodes
+        # remain: the others are then waiting on something (the env, the policy). Episodes
+        # that never wait (an instant env and policy) all run in the first worker.
+        if stopped or len(workers) >= limit or next_index >= n:
+            return
+        workers.append(loop.create_task(worker()))
+        loop.call_soon(spawn)
 
-
-async def _close(env: Any) -> None:
+    spawn()
     try:
-        result: Awaitable[None] | None = env.close()
-        if asyncio.iscoroutine(result):
-            await result
-    except Exception:  # a failing close must not lose the finished trajectory
-        pass
+        k = 0
+        while k < len(workers):  # workers may be added while we wait
+            await workers[k]
+            k += 1
+    except BaseException:  # a failing writer or on_done, or we were cancelled
+        stopped = True
+        for w in workers:
+            w.cancel()
+        raise
+    return [r for r in results if r is not None]
 
 
 def _failed(

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyrl_sdk.agents.fast_frozen import fast_constructor
 from skyrl_sdk.agents.policy import FinishReason
+from skyrl_sdk.fast_frozen import fast_constructor
 from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
 from skyrl_sdk.tools.messages import Message
 

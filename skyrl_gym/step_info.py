@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_sdk.fast_frozen import fast_constructor
 from skyrl_sdk.tools.calls import ParseError, ToolCall
 
 __all__ = ["InfoKey", "StepInfo", "StepInfoError", "TruncatedBy"]
@@ -141,10 +142,13 @@ class StepInfo:
                     f"{InfoKey.EPISODE.value}.{CORRECT}",
                     f"must be a bool, got {type(correct).__name__} {correct!r:.80}",
                 )
+        if cls is StepInfo:  # read once per agent-loop step: skip the frozen __init__
+            return _new_step_info(calls, parse_error, truncated_by, correct, episode)
         return cls(calls, parse_error, truncated_by, correct, episode)
 
 
 _NOTHING = StepInfo()
+_new_step_info = fast_constructor(StepInfo)
 
 
 def _read_calls(value: object) -> tuple[ToolCall, ...]:

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_sdk.fast_frozen import fast_constructor
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -33,7 +35,12 @@ class ToolCall:
             raise ValueError(f'"arguments" must be an object, got {type(arguments).__name__}')
         if call_id is not None and not isinstance(call_id, str):
             raise ValueError(f'"id" must be a string or null, got {type(call_id).__name__}')
+        if cls is ToolCall:  # read once per call per agent-loop step
+            return _new_tool_call(name, dict(arguments), call_id)
         return cls(name, dict(arguments), call_id)
+
+
+_new_tool_call = fast_constructor(ToolCall)
 
 
 class ParseErrorKind(enum.Enum):
