@@ -205,6 +205,7 @@ def run(iters: int = ITERS, big_tokens: int = BIG_TOKENS, rounds: int = 5) -> Be
             rss_before = _rss_mb(pid, "VmHWM")
             big_s = _big_forward_backward(trainer, big_tokens)
             peak = _rss_mb(pid, "VmHWM")
+            after = _rss_mb(pid, "VmRSS")
             service.close("success")
     finally:
         torch.set_num_threads(threads)
@@ -220,6 +221,7 @@ def run(iters: int = ITERS, big_tokens: int = BIG_TOKENS, rounds: int = 5) -> Be
         "batched_4_clients_ms": round(together_s * 1000, 3),
         "peak_rss_mb": round(peak, 1),
         "rss_before_big_mb": round(rss_before, 1),
+        "rss_after_big_mb": round(after, 1),
         "big_fwdbwd_tokens": BIG_DATUMS * max(2, big_tokens // BIG_DATUMS),
         "big_fwdbwd_s": round(big_s, 3),
         "iters": iters,
@@ -233,7 +235,11 @@ def run(iters: int = ITERS, big_tokens: int = BIG_TOKENS, rounds: int = 5) -> Be
             f"{together_s * 1000:.1f}",
             f"{serial_s * 1000:.1f}",
         ),
-        (f"server peak RSS MB after {result['big_fwdbwd_tokens']} tokens", f"{peak:.0f}", "-"),
+        (
+            f"server RSS MB: peak during / after {result['big_fwdbwd_tokens']} tokens",
+            f"{peak:.0f} / {after:.0f}",
+            f"{rss_before:.0f} before",
+        ),
     ]
     notes = [
         "ours = tinker SDK -> `skyrl tinker serve --torch-threads 1` (child process) on 127.0.0.1;",

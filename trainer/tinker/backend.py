@@ -225,6 +225,8 @@ class TrainedModel:
             total += self._pass(batch, loss, full, group, outputs, forward_only=forward_only)
         if not forward_only:
             self.grads_pending = True
+        if len(groups) > 1:
+            release_free_memory()
         return {"loss_fn_outputs": outputs, "metrics": {"loss:sum": total}}
 
     def _pass(
@@ -323,6 +325,19 @@ class TrainedModel:
     def snapshot(self) -> Sampler:
         """A frozen copy of the current weights for sampling."""
         return Sampler(copy.deepcopy(self.model).eval(), self.tokenizer, self.base)
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free pages back to the OS (glibc `malloc_trim`; a no-op elsewhere).
+
+    After a large request glibc keeps the freed activations mapped (its mmap threshold grows
+    with every large free), so the server's RSS would stay at the request's peak."""
+    import contextlib
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError, TypeError):  # not glibc
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
 
 
 def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
