@@ -268,7 +268,10 @@ def _print_summary(results, env_id: str, policy_name: str) -> None:
 
 
 def view_command(
-    trajectories: Path = typer.Argument(..., help="A trajectories.jsonl file."),
+    trajectories: Path = typer.Argument(
+        ...,
+        help="A trajectories.jsonl file, or a directory of them (e.g. `skyrl serve --capture`).",
+    ),
     output: Path = typer.Option(Path("report.html"), "--output", "-o", help="HTML file to write."),
     tokenizer: str | None = typer.Option(
         None, help="Tokenizer dir (or 'tiny') to show each token's text; ids otherwise."
@@ -279,10 +282,16 @@ def view_command(
     from skyrl_sdk.agents.evaluate import EvalError, read_trajectory_file
     from skyrl_sdk.agents.viewer import render_html
 
-    if not trajectories.is_file():
+    if trajectories.is_dir():
+        files = sorted(trajectories.glob("*.jsonl"))
+        if not files:
+            _die(f"no .jsonl files in {trajectories}")
+    elif trajectories.is_file():
+        files = [trajectories]
+    else:
         _die(f"no such file: {trajectories}")
     try:
-        items = read_trajectory_file(trajectories)
+        items = [t for f in files for t in read_trajectory_file(f)]
     except EvalError as e:
         _die(str(e))
     if limit is not None:

@@ -94,7 +94,7 @@ def test_serve_scripted_with_capture_then_view(tmp_path) -> None:
     (sample,) = trajectory.training_samples()
     assert sum(sample.loss_mask) == sum(len(t.token_ids) for t in trajectory.turns)
     view = subprocess.run(
-        [*SKYRL, "view", str(path), "-o", str(tmp_path / "report.html")],
+        [*SKYRL, "view", str(capture), "-o", str(tmp_path / "report.html")],
         env=ENV,
         capture_output=True,
         text=True,
