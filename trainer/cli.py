@@ -70,7 +70,7 @@ def train_command(
     console = Console()
 
     def die(message: str) -> None:
-        console.print(f"[red]error: {escape(message)}[/red]")
+        console.print(f"[red]error: {escape(message)}[/red]", soft_wrap=True)
         raise typer.Exit(2)
 
     path, overrides = _split_config(config, overrides or [])
