@@ -213,14 +213,16 @@ def chat_prompt(
         spliced = []
         pieces = [render(renderer, messages, tools)]
     ids: list[int] = []
-    budget = limit
     for k, piece in enumerate(pieces):
         if k > 0:
             sampled = spliced[k - 1].token_ids
             ids.extend(sampled)
-            stop = sampled[-1] in renderer.stop_token_ids and renderer.decode(sampled[-1:])
+            stop = ""
+            if sampled and sampled[-1] in renderer.stop_token_ids:
+                stop = renderer.decode(sampled[-1:])
             if stop and piece.startswith(stop):
                 piece = piece[len(stop) :]  # the model wrote the end-of-turn token itself
+        budget = None if limit is None else max(1, limit - len(ids))
         encoded = encode_within(renderer, piece, budget)
         if encoded is None:
             raise ApiError(
@@ -230,8 +232,6 @@ def chat_prompt(
                 code="context_length_exceeded",
             )
         ids.extend(encoded)
-        if budget is not None:
-            budget = max(1, budget - len(ids))
     return ChatPrompt(tuple(ids), tuple(messages), len(spliced))
 
 
