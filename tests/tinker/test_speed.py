@@ -139,3 +139,27 @@ def test_a_bad_request_in_a_batch_fails_alone() -> None:
     assert isinstance(vocab, ValueError) and "token ids" in str(vocab)
     assert isinstance(empty, ValueError) and "empty" in str(empty)
     assert isinstance(long, ValueError) and "context length" in str(long)
+
+
+def test_prompt_logprobs_of_a_padded_batch_match_each_request_alone() -> None:
+    from skyrl_sdk.trainer.tinker.backend import SampleCall
+
+    specs = default_models()
+    sampler = Sampler(*BaseModels(specs).load(TINY_NAME), specs[0])
+    params = SamplingParamsIn(max_tokens=2, stop=[], seed=1)
+    calls = [
+        SampleCall([5, 6, 7, 8, 9, 10], 1, params, True),
+        SampleCall([11, 12], 3, params, True),
+    ]
+    together = sampler.sample_many(calls)
+    for call, batched in zip(calls, together, strict=True):
+        (alone,) = sampler.sample_many([call])
+        assert batched["prompt_logprobs"][0] is None and len(batched["prompt_logprobs"]) == len(
+            call.prompt
+        )
+        np.testing.assert_allclose(
+            batched["prompt_logprobs"][1:], alone["prompt_logprobs"][1:], atol=1e-5
+        )
+        assert [s["tokens"] for s in batched["sequences"]] == [
+            s["tokens"] for s in alone["sequences"]
+        ]
