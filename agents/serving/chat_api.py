@@ -38,6 +38,7 @@ def plan_chat(server: Server, request: Request, req: ChatRequest) -> Plan:
     session = server.session_of(request, req.user)
     messages = normalize_messages(req.messages)
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    check_tool_choice(req)
     offered = bool(tools) and req.tool_choice != "none"
     renderer = server.renderer
     if renderer is None:
@@ -65,6 +66,22 @@ def plan_chat(server: Server, request: Request, req: ChatRequest) -> Plan:
         stops=req.stops(),
         tool_format=server.config.tool_format if offered else None,
     )
+
+
+def check_tool_choice(req: ChatRequest) -> None:
+    """`tool_choice` needs `tools`, and a named function must be one of them (as OpenAI
+    checks). The choice is not enforced on the model: its reply is parsed as it comes."""
+    if req.tool_choice is None or req.tool_choice == "none":
+        return
+    if not req.tools:
+        raise ApiError(400, "tool_choice is only allowed when tools are given", param="tool_choice")
+    if isinstance(req.tool_choice, dict):
+        function = req.tool_choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if name not in {t.function.name for t in req.tools}:
+            raise ApiError(
+                400, f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
+            )
 
 
 def chat_choice(server: Server, req: ChatRequest, index: int, r: Reply) -> dict[str, Any]:

@@ -292,6 +292,12 @@ def test_a_session_key_opens_only_its_session(renderer) -> None:
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role", "one of"),
         ({"top_logprobs": 3}, "top_logprobs", "needs logprobs"),
         ({"tool_choice": "sometimes"}, "tool_choice", "must be"),
+        ({"tool_choice": "required"}, "tool_choice", "only allowed when tools"),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "rm"}}},
+            "tool_choice",
+            "not in tools",
+        ),
     ],
 )
 def test_bad_requests_are_400_naming_the_field(renderer, change, param, needle) -> None:
