@@ -331,7 +331,9 @@ def serve_command(
     ),
     port: int = typer.Option(8000, help="TCP port."),
     name: str | None = typer.Option(
-        None, help="Model name clients use (default: 'tiny', the dir name, 'scripted')."
+        None,
+        help="Model name clients use (default: 'tiny', the dir name, 'scripted', or for a "
+        "URL the --upstream-model, else 'default').",
     ),
     capture: Path | None = typer.Option(
         None,
