@@ -374,7 +374,10 @@ def serve_command(
     except InsecureBindError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    from skyrl_sdk.agents.serving import ServeConfig, ToolOutputFormat, create_app
+    try:
+        from skyrl_sdk.agents.serving import ServeConfig, ToolOutputFormat, create_app
+    except ImportError as e:
+        _die(str(e))
     from skyrl_sdk.agents.serving.policies import PolicySpecError, load_policy
 
     try:

@@ -44,6 +44,15 @@ Keys: `ServeConfig.api_key` opens everything; `RunningServer.issue_session_key(i
 key that opens only `/sessions/{id}/v1` (see `auth`).
 """
 
+try:
+    import starlette  # noqa: F401  (fastapi's base; the server extra brings both)
+    import uvicorn  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise ImportError(
+        f"skyrl serve needs the 'server' extra ({e.name} is missing): "
+        "pip install 'skyrl-sdk[server]'"
+    ) from e
+
 from skyrl_sdk.agents.serving.app import create_app
 from skyrl_sdk.agents.serving.capture import SessionStore
 from skyrl_sdk.agents.serving.config import ServeConfig
