@@ -16,6 +16,8 @@ KEYS = {
     "append_growth_128_vs_8",
     "bare_episodes_per_s",
     "vs_bare",
+    "instant_episodes_per_s",
+    "vs_bare_instant",
 }
 
 
@@ -36,4 +38,7 @@ def test_bench_rollout_json_line() -> None:
     assert result["bare_episodes_per_s"] > 0
     assert result["vs_bare"] == pytest.approx(
         result["episodes_per_s"] / result["bare_episodes_per_s"], rel=0.01
+    )
+    assert result["vs_bare_instant"] == pytest.approx(
+        result["instant_episodes_per_s"] / result["bare_episodes_per_s"], rel=0.01
     )
