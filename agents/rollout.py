@@ -32,7 +32,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
+from skyrl_gym.core import TextEnv
 from skyrl_gym.step_info import StepInfo, StepInfoError
+from skyrl_gym.wrappers import EpisodeGuard
 from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
 from skyrl_sdk.agents.trajectory import (
@@ -320,8 +322,12 @@ async def _play(
 ) -> StopReason:
     """The loop body: returns how the episode ended, or raises `_EpisodeEnd` (failures,
     limits)."""
+    inline = _steps_inline(env)
     try:
-        messages, _ = await env.areset(options={"task": task})
+        if inline:
+            messages, _ = env.reset(options={"task": task})
+        else:
+            messages, _ = await env.areset(options={"task": task})
     except Exception as e:
         raise _EpisodeEnd(StopReason.ENV_ERROR, f"reset: {type(e).__name__}: {e}") from e
     try:
@@ -361,7 +367,10 @@ async def _play(
         t_env = _now()
         # 3. Let the env act on the text of those ids.
         try:
-            observation, reward, terminated, truncated, info = await env.astep(completion.text)
+            if inline:
+                observation, reward, terminated, truncated, info = env.step(completion.text)
+            else:
+                observation, reward, terminated, truncated, info = await env.astep(completion.text)
         except Exception as e:
             raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: {type(e).__name__}: {e}") from e
         env_s = _now() - t_env
@@ -412,6 +421,22 @@ async def _play(
         else:
             consecutive_parse_errors = 0
     return StopReason.MAX_TURNS
+
+
+def _steps_inline(env: Any) -> bool:
+    """True when `env.areset`/`env.astep` would only call `reset`/`step` on this thread: a
+    plain `EpisodeGuard` (what `make` returns) around a `TextEnv` that declares its steps
+    cheap (`inline_async`) and keeps the default async methods. The loop then calls the
+    sync methods itself: the same code runs, without two coroutines per call."""
+    if type(env) is not EpisodeGuard:
+        return False
+    inner = env.env
+    return (
+        isinstance(inner, TextEnv)
+        and inner.inline_async is True
+        and type(inner).astep is TextEnv.astep
+        and type(inner).areset is TextEnv.areset
+    )
 
 
 def _read_step(
