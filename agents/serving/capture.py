@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,9 @@ class _Session:
     tail: tuple[int, ...] = ()
     calls: int = 0
     updated_at: float = 0.0
+    written: int = 0
+    """Turns in the capture file."""
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def trajectory(self) -> Trajectory:
         first = self.segments[0].prompt_messages if self.segments else ()
@@ -210,8 +213,13 @@ class SessionStore:
         with self._lock:
             self._get(session_id).replies[key] = SampledReply(tuple(token_ids))
 
-    def record(self, session_id: str, answer: Answer) -> Turn:
-        """Capture one answered request as the session's next turn; write the file."""
+    def record(self, session_id: str, answer: Answer) -> Callable[[], None]:
+        """Capture one answered request as the session's next turn.
+
+        Returns what puts it on disk: serializing a long session is slow, so the server runs
+        it in a worker thread (and waits for it before answering); a no-op without a capture
+        directory.
+        """
         with self._lock:
             session = self._get(session_id)
             c = answer.completion
@@ -254,9 +262,10 @@ class SessionStore:
             session.updated_at = time.time()
             if answer.reply_key is not None:
                 session.replies[answer.reply_key] = SampledReply(c.token_ids)
-            if self.capture_dir is not None:
-                self._write(session)
-            return turn
+            if self.capture_dir is None:
+                return lambda: None
+            snapshot = session.trajectory()
+            return lambda: self._write(session, snapshot)
 
     def trajectory(self, session_id: str) -> Trajectory | None:
         """The session's captured turns so far (None: no turn yet)."""
@@ -269,12 +278,18 @@ class SessionStore:
         with self._lock:
             return [s.id for s in self._sessions.values() if s.turns]
 
-    def _write(self, session: _Session) -> None:
+    def _write(self, session: _Session, snapshot: Trajectory) -> None:
+        """Put a snapshot of the session on disk, unless a newer one is there already (two
+        turns finishing together may be written in either order)."""
         assert self.capture_dir is not None
-        path = self.capture_dir / file_name(session.id)
-        staging = path.with_name(path.name + ".tmp")
-        line = json.dumps(session.trajectory().to_json(), ensure_ascii=False) + "\n"
-        with staging.open("w", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-        os.replace(staging, path)
+        with session.write_lock:
+            if len(snapshot.turns) <= session.written:
+                return
+            path = self.capture_dir / file_name(session.id)
+            staging = path.with_name(path.name + ".tmp")
+            line = json.dumps(snapshot.to_json(), ensure_ascii=False) + "\n"
+            with staging.open("w", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+            os.replace(staging, path)
+            session.written = len(snapshot.turns)

@@ -106,7 +106,7 @@ async def chat_response(server: Server, request: Request, req: ChatRequest, plan
     """The non-streamed chat answer (every choice generated together; choice 0 captured)."""
     replies, llm_s = await until_disconnect(request.receive, server.generate(plan))
     for i, r in enumerate(replies):
-        server.capture(plan, i, r, llm_s)
+        await server.capture(plan, i, r, llm_s)
     body: dict[str, Any] = {
         "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
         "object": "chat.completion",
@@ -155,7 +155,7 @@ async def chat_events(
                 completion = item
         assert completion is not None
         r = reply(completion, plan.stops, plan.tool_format)
-        server.capture(plan, index, r, stream.elapsed())
+        await server.capture(plan, index, r, stream.elapsed())
         totals[index] = len(completion.token_ids)
         rest = deltas.finish(r.content or "")
         if rest:

@@ -96,7 +96,7 @@ async def completion_response(
     """The non-streamed completions answer."""
     replies, llm_s = await until_disconnect(request.receive, server.generate(plan))
     for i, r in enumerate(replies):
-        server.capture(plan, i, r, llm_s)
+        await server.capture(plan, i, r, llm_s)
     choices = [completion_choice(server, req, plan, i, r) for i, r in enumerate(replies)]
     return {
         "id": f"cmpl-{uuid.uuid4().hex[:24]}",
@@ -141,7 +141,7 @@ async def completion_events(
                 completion = item
         assert completion is not None
         r = reply(completion, plan.stops, None)
-        server.capture(plan, index, r, stream.elapsed())
+        await server.capture(plan, index, r, stream.elapsed())
         totals[index] = len(completion.token_ids)
         extra: dict[str, Any] = {}
         if req.return_token_ids:

@@ -156,8 +156,10 @@ class Server:
         replies = [reply(c, plan.stops, plan.tool_format) for c in completions]
         return replies, time.perf_counter() - started
 
-    def capture(self, plan: Plan, index: int, r: Reply, llm_s: float) -> None:
-        """Record choice 0 as the session's turn; remember other choices' ids."""
+    async def capture(self, plan: Plan, index: int, r: Reply, llm_s: float) -> None:
+        """Record choice 0 as the session's turn, on disk before the answer is sent (written
+        from a worker thread, so a long session's file does not stall other requests);
+        remember other choices' ids."""
         key = None
         if plan.messages:
             calls = [
@@ -168,7 +170,7 @@ class Server:
             if key is not None:
                 self.store.remember(plan.session, key, r.completion.token_ids)
             return
-        self.store.record(
+        write = self.store.record(
             plan.session,
             Answer(
                 prompt_ids=plan.prompt,
@@ -181,6 +183,8 @@ class Server:
                 llm_s=llm_s,
             ),
         )
+        if self.store.capture_dir is not None:
+            await asyncio.to_thread(write)
 
     # -- response pieces ------------------------------------------------------------------
 
