@@ -89,22 +89,26 @@ class _EpisodeEnd(Exception):
 
 
 class TokenView(Sequence[int]):
-    """The exact ids so far, as `rollout` hands them to `Policy.generate`: a read-only view
-    of the first `len(view)` ids of the episode's append-only id list, so a turn costs no
-    copy of the conversation. The list only ever grows (a compacted context starts a new
-    list), so the view never changes. Iterate it or call `list(view)` for a list."""
+    """The exact ids so far, as `rollout` hands them to `Policy.generate`, without copying
+    the conversation: a read-only view of the segment's prompt ids (a tuple) followed by
+    the first ids of the episode's append-only list of later ids. That list only ever
+    grows (a compacted context starts a new one), so the view never changes. Iterate it,
+    or call `list(view)` for a list."""
 
-    __slots__ = ("_ids", "_n")
+    __slots__ = ("_n", "_prefix", "_tail")
 
-    def __init__(self, ids: list[int], n: int):
-        self._ids = ids
+    def __init__(self, prefix: tuple[int, ...], tail: list[int], n: int):
+        self._prefix = prefix
+        self._tail = tail
         self._n = n
 
     def __len__(self) -> int:
         return self._n
 
     def __iter__(self) -> Iterator[int]:
-        return itertools.islice(self._ids, self._n)
+        return itertools.chain(
+            self._prefix, itertools.islice(self._tail, self._n - len(self._prefix))
+        )
 
     @overload
     def __getitem__(self, index: int) -> int: ...
@@ -112,11 +116,14 @@ class TokenView(Sequence[int]):
     def __getitem__(self, index: slice) -> tuple[int, ...]: ...
     def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
         if isinstance(index, slice):
-            return tuple(self._ids[: self._n][index])
+            return tuple(self)[index]
         n = self._n
         if not -n <= index < n:
             raise IndexError("token index out of range")
-        return self._ids[index + n if index < 0 else index]
+        if index < 0:
+            index += n
+        k = len(self._prefix)
+        return self._prefix[index] if index < k else self._tail[index - k]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TokenView | tuple | list):
@@ -133,13 +140,25 @@ class TokenView(Sequence[int]):
 class _Episode:
     """Mutable state of one running episode; frozen into a `Trajectory` at the end."""
 
-    __slots__ = ("history", "ids", "opening", "prompt", "renderer", "segments", "success", "turns")
+    __slots__ = (
+        "history",
+        "opening",
+        "prefix",
+        "prompt",
+        "renderer",
+        "segments",
+        "success",
+        "tail",
+        "turns",
+    )
 
     def __init__(self, renderer: ChatRenderer | None):
         self.renderer = renderer
         self.prompt: RenderedPrompt | None = None
-        self.ids: list[int] = []
-        """The exact ids so far; only ever appended to (`compact` starts a new list)."""
+        self.prefix: tuple[int, ...] = ()
+        """The current segment's prompt ids."""
+        self.tail: list[int] = []
+        """The ids appended after them; only ever appended to (`compact` starts anew)."""
         self.turns: list[Turn] = []
         self.segments: list[Segment] = []
         self.opening: tuple[Message, ...] = ()
@@ -151,8 +170,12 @@ class _Episode:
         self.history = list(messages)
         if self.renderer is not None:
             self.prompt = _prompt(self.renderer, messages)
-            self.ids = list(self.prompt.token_ids)
+            self.prefix = self.prompt.token_ids
             self.segments.append(new_segment(self.prompt.token_ids, self.opening, 0))
+
+    def num_ids(self) -> int:
+        """How many ids the policy sees next."""
+        return len(self.prefix) + len(self.tail)
 
     def compact(self, max_context: int, max_tokens: int) -> bool:
         """Drop the oldest turns until the rest fits; start a new segment. False if even
@@ -166,7 +189,7 @@ class _Episode:
                 kept.extend(t.observation)
             ids = self.renderer.encode(self.renderer.render(kept, add_generation_prompt=True))
             if len(ids) + max_tokens <= max_context:
-                self.ids = list(ids)
+                self.prefix, self.tail = ids, []
                 self.segments.append(
                     Segment(ids, tuple(kept), len(turns), SegmentStart.CONTEXT_COMPACTED)
                 )
@@ -345,7 +368,7 @@ async def _play(
         # 1. Make room for the turn, or stop.
         if (
             max_context is not None
-            and len(state.ids) + max_tokens > max_context
+            and state.num_ids() + max_tokens > max_context
             and (
                 limits.context_policy is ContextPolicy.STOP
                 or not state.compact(max_context, max_tokens)
@@ -353,15 +376,16 @@ async def _play(
         ):
             raise _EpisodeEnd(
                 StopReason.CONTEXT_OVERFLOW,
-                f"{len(state.ids)} prompt tokens + {max_tokens} exceed the context "
+                f"{state.num_ids()} prompt tokens + {max_tokens} exceed the context "
                 f"of {max_context}",
             )
         # 2. Sample a turn from the exact ids so far (a view: nothing is copied).
-        ids = state.ids
+        prefix, tail = state.prefix, state.tail
+        view = TokenView(prefix, tail, len(prefix) + len(tail))
         context = _new_context(episode_id, task_id, index, tuple(history))
         t_llm = _now()
         try:
-            completion = await policy.generate(TokenView(ids, len(ids)), sampling, context=context)
+            completion = await policy.generate(view, sampling, context=context)
         except Exception as e:  # recorded in the trajectory, never silently dropped
             raise _EpisodeEnd(StopReason.POLICY_ERROR, f"{type(e).__name__}: {e}") from e
         t_env = _now()
@@ -397,8 +421,8 @@ async def _play(
                 env_s,
             )
         )
-        ids.extend(completion.token_ids)
-        ids.extend(delta)
+        tail.extend(completion.token_ids)
+        tail.extend(delta)
         history.append({"role": "assistant", "content": completion.text})
         history.extend(observation)
         if step.correct is not None:
