@@ -517,6 +517,21 @@ def _is_message(value: object) -> bool:
     return is_message(value)
 
 
+_VERSIONS: dict[tuple[int, int], tuple[int, ...]] = {}
+
+
+def _same_version(version: int, n: int) -> tuple[int, ...]:
+    """`(version,) * n`, one shared tuple per (version, n): `Completion.versions()` without
+    a new tuple per turn for every trajectory to keep."""
+    key = (version, n)
+    versions = _VERSIONS.get(key)
+    if versions is None:
+        if len(_VERSIONS) >= 4096:
+            _VERSIONS.clear()
+        versions = _VERSIONS[key] = (version,) * n
+    return versions
+
+
 def _make_turn(
     index: int,
     segment: int,
@@ -534,7 +549,8 @@ def _make_turn(
         completion.text,
         completion.token_ids,
         completion.logprobs,
-        completion.versions(),
+        completion.token_policy_versions
+        or _same_version(completion.policy_version, len(completion.token_ids)),
         completion.finish_reason,
         tuple(observation),
         delta,

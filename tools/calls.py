@@ -9,7 +9,7 @@ from typing import Any
 from skyrl_sdk.fast_frozen import fast_constructor
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     """One call the model asked for."""
 
