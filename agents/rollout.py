@@ -403,7 +403,8 @@ async def _play(
         # 5. Append: sampled ids as they are, then the template's delta for the observation
         #    (only when another turn follows; the last turn ends at the sampled ids).
         delta: tuple[int, ...] = ()
-        if renderer is not None and not (terminated or truncated) and index + 1 < max_turns:
+        goes_on = not (terminated or truncated) and index + 1 < max_turns
+        if goes_on and renderer is not None:
             try:
                 delta = renderer.turn_delta(state.prompt, completion.token_ids, observation)  # type: ignore[arg-type]
             except Exception as e:  # TemplateError or a template that cannot render these
@@ -421,10 +422,6 @@ async def _play(
                 env_s,
             )
         )
-        tail.extend(completion.token_ids)
-        tail.extend(delta)
-        history.append({"role": "assistant", "content": completion.text})
-        history.extend(observation)
         if step.correct is not None:
             state.success = step.correct
         # 6. Decide whether the episode goes on.
@@ -432,6 +429,11 @@ async def _play(
             return StopReason.DONE
         if truncated:
             return StopReason.MAX_TURNS
+        if goes_on:  # the ids and messages the next turn sees
+            tail.extend(completion.token_ids)
+            tail.extend(delta)
+            history.append({"role": "assistant", "content": completion.text})
+            history.extend(observation)
         if step.parse_error is not None:
             consecutive_parse_errors += 1
             if (
