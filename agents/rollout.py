@@ -591,6 +591,8 @@ async def run_episodes(
     """
     limits = limits or RolloutLimits()
     n = len(episodes)
+    if n == 0:
+        return []
     results: list[Trajectory | None] = [None] * n
     limit = min(max(1, concurrency), n)
     next_index = 0
@@ -635,21 +637,37 @@ async def run_episodes(
             if on_done is not None:
                 on_done(trajectory)
 
+    finished: asyncio.Future[None] = loop.create_future()
+    running = 0
+
     def spawn() -> None:
         # One more worker per pass of the event loop, up to `concurrency`, while episodes
         # remain: the others are then waiting on something (the env, the policy). Episodes
         # that never wait (an instant env and policy) all run in the first worker.
+        nonlocal running
         if stopped or len(workers) >= limit or next_index >= n:
             return
-        workers.append(loop.create_task(worker()))
+        running += 1
+        task = loop.create_task(worker())
+        task.add_done_callback(worker_done)
+        workers.append(task)
         loop.call_soon(spawn)
+
+    def worker_done(task: asyncio.Task[None]) -> None:
+        # The first failure (a writer or on_done raising) ends the run at once, like gather.
+        nonlocal running
+        running -= 1
+        error = None if task.cancelled() else task.exception()
+        if finished.done():
+            return
+        if error is not None:
+            finished.set_exception(error)
+        elif running == 0:  # workers end only when no episode is left (or on a failure)
+            finished.set_result(None)
 
     spawn()
     try:
-        k = 0
-        while k < len(workers):  # workers may be added while we wait
-            await workers[k]
-            k += 1
+        await finished
     except BaseException:  # a failing writer or on_done, or we were cancelled
         stopped = True
         for w in workers:
