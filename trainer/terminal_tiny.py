@@ -30,7 +30,7 @@ from skyrl_gym.envs.terminal_gen.families import STEMS, WORDS
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-TERMINAL_TINY_VERSION = "1"
+TERMINAL_TINY_VERSION = "2"
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>")
 WARM_WORDS = (
     "apple", "banjo", "candle", "dragon", "engine", "forest", "guitar", "hammer", "island",
@@ -171,24 +171,41 @@ def warm_up(
     return accuracy
 
 
+def build_llama(
+    vocab_size: int, hidden_size: int, num_layers: int, seed: int, tokenizer: Any
+) -> Any:
+    """A randomly initialised tiny Llama. (Llama, not Qwen2 as in `agents.tiny`: transformers'
+    AutoTokenizer loads a Qwen2 directory's tokenizer as Qwen2's byte-level class, which would
+    replace this word-level pre-tokenizer; a Llama directory keeps tokenizer.json as saved.)"""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()
+
+
 def terminal_tiny_dir(
     *, hidden_size: int = 64, num_layers: int = 2, warmup_steps: int = 600, seed: int = 0
 ) -> Path:
     """Build (once per machine and settings) the warmed-up tiny model; return its directory
     (`$SKYRL_CACHE/terminal-tiny-v<N>-...`), loadable as `model.source: pretrained`."""
-    from skyrl_sdk.agents.tiny import build_model
 
     def build(staging: Path) -> None:
         tokenizer = terminal_tokenizer()
-        model = build_model(
-            len(tokenizer),
-            hidden_size=hidden_size,
-            num_layers=num_layers,
-            seed=seed,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            max_position_embeddings=512,
-        )
+        model = build_llama(len(tokenizer), hidden_size, num_layers, seed, tokenizer)
         if warmup_steps:
             warm_up(model, tokenizer, steps=warmup_steps, seed=seed)
         model.save_pretrained(staging)
