@@ -18,6 +18,8 @@ KEYS = {
     "vs_bare",
     "instant_episodes_per_s",
     "vs_bare_instant",
+    "vs_bare_cpu",
+    "vs_bare_instant_cpu",
 }
 
 
@@ -42,3 +44,4 @@ def test_bench_rollout_json_line() -> None:
     assert result["vs_bare_instant"] == pytest.approx(
         result["instant_episodes_per_s"] / result["bare_episodes_per_s"], rel=0.01
     )
+    assert 0 < result["vs_bare_cpu"] < result["vs_bare_instant_cpu"]
