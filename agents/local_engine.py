@@ -199,7 +199,7 @@ class LocalEngine:
         # The running batch (worker thread only): rows, their keys and values left-padded to
         # one width, the padding mask, each row's next position and next input token.
         self._rows: list[_Request] = []
-        self._kv: KV | None = None
+        self._layers: list[Any] | None = None  # see `_kv`
         self._mask: torch.Tensor | None = None
         self._pos: torch.Tensor | None = None
         self._next: torch.Tensor | None = None
@@ -237,6 +237,18 @@ class LocalEngine:
             cancelled=c["cancelled"],
             prefix_cache=self.prefix_cache.stats(),
         )
+
+    @property
+    def _kv(self) -> KV | None:
+        """The running batch's keys and values per layer, `[rows, kv_heads, width, head_dim]`;
+        held in `_growing_layer`s that decoding steps append to in place."""
+        if self._layers is None:
+            return None
+        return [(layer.keys, layer.values) for layer in self._layers]
+
+    @_kv.setter
+    def _kv(self, kv: KV | None) -> None:
+        self._layers = None if kv is None else [_growing_layer(k, v) for k, v in kv]
 
     @property
     def running(self) -> int:
@@ -424,6 +436,9 @@ class LocalEngine:
             if r.cancelled:
                 self._counts["cancelled"] += 1
                 continue
+            # Weights queued before this request arrived are loaded before it starts (a
+            # trainer that publishes, then samples, gets tokens of the new version).
+            self._apply_update()
             try:
                 kv, logits = self._prefill(r)
                 first = self._sample_into(r, logits)
@@ -487,10 +502,11 @@ class LocalEngine:
         width = max(old, *lengths)
         layers = len(joining[0][1])
         kv: KV = []
+        running = self._kv
         for layer in range(layers):
             keys, values = [], []
-            if self._kv is not None:
-                k, v = self._kv[layer]
+            if running is not None:
+                k, v = running[layer]
                 keys.append(_left_pad(k, width - old))
                 values.append(_left_pad(v, width - old))
             for (_, row, _), n in zip(joining, lengths, strict=True):
@@ -519,14 +535,16 @@ class LocalEngine:
         assert self._mask is not None and self._pos is not None and self._next is not None
         batch = len(self._rows)
         mask = torch.cat([self._mask, self._mask.new_ones((batch, 1))], 1)
-        cache = _cache(self._kv)
+        assert self._layers is not None
+        cache = _cache(None)
+        cache.layers.extend(self._layers)  # appended to in place, no copy of the past
         out = self._forward(
             cache,
             input_ids=self._next.view(batch, 1),
             attention_mask=mask,
             position_ids=self._pos.view(batch, 1),
         )
-        self._kv, self._mask = _kv_of(cache), mask
+        self._mask = mask
         self._pos = self._pos + 1
         self.steps += 1
         logits = out.logits[:, -1, :].float()
@@ -636,6 +654,48 @@ def _cache(kv: KV | None) -> Any:
         layer.keys, layer.values = k, v
         cache.layers.append(layer)
     return cache
+
+
+def _growing_layer(keys: torch.Tensor, values: torch.Tensor) -> Any:
+    """A transformers `DynamicLayer` holding `keys`/`values` that appends new ones into spare
+    room of its own buffer instead of concatenating (which copies the whole past every step):
+    one copy every few dozen steps. The class is built on first use (transformers is heavy)."""
+    global _GrowingLayer
+    if _GrowingLayer is None:
+        _GrowingLayer = _growing_layer_class()
+    return _GrowingLayer(keys, values)
+
+
+_GrowingLayer: Any = None
+
+
+def _growing_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+            super().__init__()
+            self.lazy_initialization(keys, values)
+            self.keys, self.values = keys, values
+            self.room: tuple[torch.Tensor, torch.Tensor] | None = None
+            """Buffers whose first columns `keys`/`values` are (None: not ours to write)."""
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            n, t = self.keys.shape[-2], key_states.shape[-2]
+            if self.room is None or self.room[0].shape[-2] < n + t:
+                capacity = n + t + max(64, (n + t) // 2)
+                shape = (*self.keys.shape[:2], capacity, self.keys.shape[-1])
+                room = (self.keys.new_empty(shape), self.values.new_empty(shape))
+                room[0][:, :, :n] = self.keys
+                room[1][:, :, :n] = self.values
+                self.room = room
+            keys, values = self.room
+            keys[:, :, n : n + t] = key_states
+            values[:, :, n : n + t] = value_states
+            self.keys, self.values = keys[:, :, : n + t], values[:, :, : n + t]
+            return self.keys, self.values
+
+    return GrowingLayer
 
 
 def _kv_of(cache: Any) -> KV:

@@ -191,7 +191,7 @@ def test_top_logprobs_are_the_most_likely_alternatives(engine: LocalEngine) -> N
     greedy = asyncio.run(
         engine.generate(p, SamplingParams(max_tokens=6, temperature=0, top_logprobs=3))
     )
-    assert greedy.top_logprobs is not None and len(greedy.top_logprobs, strict=True) == 6
+    assert greedy.top_logprobs is not None and len(greedy.top_logprobs) == 6
     for token, logprob, top in zip(
         greedy.token_ids, greedy.logprobs, greedy.top_logprobs, strict=True
     ):
