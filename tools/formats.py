@@ -1,9 +1,12 @@
 """Tool-call formats: parse model text into `ToolCall`s (or a `ParseError`), render results.
 
-Three formats cover what models are trained on:
+These formats cover what models are trained on:
 - `XMLTagFormat`: one tag per tool, the body is the single argument (`<sql>SELECT 1</sql>`),
   as in SkyRL-SQL and Search-R1.
 - `HermesFormat`: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen).
+- `MistralFormat`: `[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]` (Mistral).
+- `Llama3JSONFormat`: the reply is `{"name": ..., "parameters": {...}}`, optionally after
+  `<|python_tag|>`, several separated by `;` (Llama 3.x JSON tool calling).
 - `OpenAIFormat`: the assistant message's `tool_calls` list, serialized as JSON.
 
 `PatternFormat` covers envs whose calls are written in the model's own words (`lookup(apple)`,
@@ -134,14 +137,21 @@ class XMLTagFormat(ToolFormat):
         return "\n".join(lines)
 
 
-def _call_from_json(obj: object, call_id: str | None = None) -> ToolCall | ParseError:
-    """A `ToolCall` from `{"name": str, "arguments": object | JSON string}`."""
+def _call_from_json(
+    obj: object, call_id: str | None = None, keys: tuple[str, ...] = ("arguments",)
+) -> ToolCall | ParseError:
+    """A `ToolCall` from `{"name": str, KEY: object | JSON string}`.
+
+    `keys`: where the arguments may be, the first present wins (Llama 3 writes `parameters`);
+    none present means no arguments. The call's id is `call_id`, else the object's string `id`.
+    """
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return ParseError(
             ParseErrorKind.BAD_CALL_SHAPE,
-            'a tool call must be a JSON object {"name": "<tool>", "arguments": {...}}',
+            f'a tool call must be a JSON object {{"name": "<tool>", "{keys[0]}": {{...}}}}',
         )
-    arguments = obj.get("arguments", {})
+    key = next((k for k in keys if k in obj), keys[0])
+    arguments = obj.get(key, {})
     if isinstance(arguments, str):  # some models double-encode arguments
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -158,9 +168,18 @@ def _call_from_json(obj: object, call_id: str | None = None) -> ToolCall | Parse
     if not isinstance(arguments, dict):
         return ParseError(
             ParseErrorKind.BAD_CALL_SHAPE,
-            f'"arguments" of {obj["name"]!r} must be a JSON object, got {type(arguments).__name__}',
+            f'"{key}" of {obj["name"]!r} must be a JSON object, got {type(arguments).__name__}',
         )
-    return ToolCall(obj["name"], arguments, call_id if call_id is not None else obj.get("id"))
+    if call_id is None and isinstance(obj.get("id"), str):
+        call_id = obj["id"]
+    return ToolCall(obj["name"], arguments, call_id)
+
+
+def _json_error(e: json.JSONDecodeError | RecursionError) -> str:
+    """Where a JSON document went wrong, for a `ParseError` message."""
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at line {e.lineno} column {e.colno}"
+    return "nested too deeply"
 
 
 class HermesFormat(ToolFormat):
@@ -189,14 +208,10 @@ class HermesFormat(ToolFormat):
             try:
                 obj = json.loads(body)
             except (json.JSONDecodeError, RecursionError) as e:
-                where = (
-                    f"{e.msg} at line {e.lineno} column {e.colno}"
-                    if isinstance(e, json.JSONDecodeError)
-                    else "nested too deeply"
-                )
                 error = ParseError(
                     ParseErrorKind.INVALID_JSON,
-                    f"the body of {self.OPEN} is not valid JSON: {where} (body: {_excerpt(body)!r})",
+                    f"the body of {self.OPEN} is not valid JSON: {_json_error(e)} "
+                    f"(body: {_excerpt(body)!r})",
                 )
                 return ParsedAction("".join(outside).strip(), calls, error)
             call = _call_from_json(obj)
@@ -221,6 +236,128 @@ class HermesFormat(ToolFormat):
             "For each call, write a JSON object with the function name and arguments within "
             f'{self.OPEN}{self.CLOSE} tags:\n{self.OPEN}\n{{"name": <function-name>, '
             f'"arguments": <args-json-object>}}\n{self.CLOSE}'
+        )
+
+
+def _tool_message(result: ToolResult) -> Message:
+    """A `tool` message with the result, naming the call (and its id when it has one)."""
+    message: Message = {"role": "tool", "name": result.call.name, "content": result.output}
+    if result.call.id is not None:
+        message["tool_call_id"] = result.call.id
+    return message
+
+
+def _schemas(tools: Sequence[Tool]) -> str:
+    return json.dumps([t.openai_schema() for t in tools], ensure_ascii=False)
+
+
+class MistralFormat(ToolFormat):
+    """`[TOOL_CALLS] [{"name": "sql", "arguments": {"query": "..."}}]` (Mistral).
+
+    The text before the marker is the reply's content; everything after it must be one JSON
+    list of calls (a single call object is accepted too). A call's `id`, when the model
+    writes one, is kept.
+    """
+
+    name = "mistral"
+    MARK = "[TOOL_CALLS]"
+
+    def parse(self, text: str) -> ParsedAction:
+        head, found, body = text.partition(self.MARK)
+        content = head.strip()
+        if not found:
+            return ParsedAction(content)
+        body = body.strip()
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, RecursionError) as e:
+            error = ParseError(
+                ParseErrorKind.INVALID_JSON,
+                f"the list after {self.MARK} is not valid JSON: {_json_error(e)} "
+                f"(found: {_excerpt(body)!r})",
+            )
+            return ParsedAction(content, [], error)
+        calls: list[ToolCall] = []
+        for item in data if isinstance(data, list) else [data]:
+            call = _call_from_json(item, keys=("arguments", "parameters"))
+            if isinstance(call, ParseError):
+                return ParsedAction(content, calls, call)
+            calls.append(call)
+        return ParsedAction(content, calls)
+
+    def render_call(self, call: ToolCall) -> str:
+        obj: dict[str, object] = {"name": call.name, "arguments": call.arguments}
+        if call.id is not None:
+            obj["id"] = call.id
+        return f"{self.MARK} {json.dumps([obj], ensure_ascii=False)}"
+
+    def render_result(self, result: ToolResult) -> Message:
+        return _tool_message(result)
+
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        return (
+            f"These functions are available (JSON schemas):\n{_schemas(tools)}\n"
+            f"To call functions, end your reply with {self.MARK} and a JSON list with one "
+            f'object per call: {self.MARK} [{{"name": <function-name>, '
+            '"arguments": <args-json-object>}]'
+        )
+
+
+class Llama3JSONFormat(ToolFormat):
+    """`{"name": "sql", "parameters": {"query": "..."}}` (Llama 3.x JSON tool calling).
+
+    A reply is a call only when all of it is: optionally `<|python_tag|>`, then one or more
+    call objects separated by `;` or whitespace. `arguments` is accepted for `parameters`.
+    A reply that is neither tagged nor a `{` object mentioning `"name"` is a plain answer;
+    one that is, but does not parse to calls, is an error.
+    """
+
+    name = "llama3"
+    PYTHON_TAG = "<|python_tag|>"
+    _SEPARATORS = " \t\r\n;"
+
+    def parse(self, text: str) -> ParsedAction:
+        stripped = text.strip()
+        tagged = stripped.startswith(self.PYTHON_TAG)
+        if not tagged and not (stripped.startswith("{") and '"name"' in stripped):
+            return ParsedAction(stripped)
+        body = stripped.removeprefix(self.PYTHON_TAG).strip()
+        calls: list[ToolCall] = []
+        decoder = json.JSONDecoder()
+        pos = 0
+        while pos < len(body):
+            try:
+                obj, pos = decoder.raw_decode(body, pos)
+            except (json.JSONDecodeError, RecursionError) as e:
+                where = (
+                    f"{e.msg} at position {e.pos}"
+                    if isinstance(e, json.JSONDecodeError)
+                    else "nested too deeply"
+                )
+                error = ParseError(
+                    ParseErrorKind.INVALID_JSON, f"the tool call is not valid JSON: {where}"
+                )
+                return ParsedAction("", calls, error)
+            call = _call_from_json(obj, keys=("parameters", "arguments"))
+            if isinstance(call, ParseError):
+                return ParsedAction("", calls, call)
+            calls.append(call)
+            while pos < len(body) and body[pos] in self._SEPARATORS:
+                pos += 1
+        return ParsedAction("", calls)
+
+    def render_call(self, call: ToolCall) -> str:
+        return json.dumps({"name": call.name, "parameters": call.arguments}, ensure_ascii=False)
+
+    def render_result(self, result: ToolResult) -> Message:
+        return _tool_message(result)
+
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        return (
+            f"These functions are available (JSON schemas):\n{_schemas(tools)}\n"
+            "To call one, reply with only a JSON object and nothing else: "
+            '{"name": <function-name>, "parameters": <args-json-object>}. '
+            "Separate several calls with ;. To answer, reply in plain text."
         )
 
 
@@ -353,5 +490,7 @@ class PatternFormat(ToolFormat):
         return "\n".join(lines)
 
 
-FORMATS: dict[str, type[ToolFormat]] = {"hermes": HermesFormat, "openai": OpenAIFormat}
+FORMATS: dict[str, type[ToolFormat]] = {
+    f.name: f for f in (HermesFormat, MistralFormat, Llama3JSONFormat, OpenAIFormat)
+}
 """Formats that need no configuration, by name (`XMLTagFormat` needs its tag map)."""

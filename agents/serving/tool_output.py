@@ -9,7 +9,9 @@
 - Llama 3 JSON: the whole reply is one `{"name": ..., "parameters": {...}}` object (optionally
   after `<|python_tag|>`), or several separated by `;`.
 
-A reply that looks like a call but does not parse is returned as plain content with the
+Each is parsed by its `ToolFormat` (`skyrl_sdk.tools.formats`: `HermesFormat`,
+`MistralFormat`, `Llama3JSONFormat`); this module only picks which one a reply uses. A reply
+that looks like a call but does not parse is returned as plain content with the
 `ParseError` kept for the capture: a malformed call is the model's mistake, never a 500.
 """
 
@@ -21,8 +23,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_sdk.tools.calls import ParsedAction, ParseError, ParseErrorKind, ToolCall
-from skyrl_sdk.tools.formats import HermesFormat
+from skyrl_sdk.tools.calls import ParseError, ToolCall
+from skyrl_sdk.tools.formats import HermesFormat, Llama3JSONFormat, MistralFormat, ToolFormat
 
 
 class ToolOutputFormat(enum.Enum):
@@ -38,9 +40,14 @@ class ToolOutputFormat(enum.Enum):
     """The reply is a `{"name", "parameters"}` JSON object (Llama 3.x)."""
 
 
-MISTRAL_MARK = "[TOOL_CALLS]"
-PYTHON_TAG = "<|python_tag|>"
-MARKERS = (HermesFormat.OPEN, MISTRAL_MARK, PYTHON_TAG)
+_PARSERS: dict[ToolOutputFormat, ToolFormat] = {
+    ToolOutputFormat.HERMES: HermesFormat(),
+    ToolOutputFormat.MISTRAL: MistralFormat(),
+    ToolOutputFormat.LLAMA3: Llama3JSONFormat(),
+}
+"""The tool format that parses each output format (the values' `name`s match the keys')."""
+
+MARKERS = (HermesFormat.OPEN, MistralFormat.MARK, Llama3JSONFormat.PYTHON_TAG)
 """Text that begins a tool call somewhere in a reply."""
 
 
@@ -76,10 +83,12 @@ def detect(text: str) -> ToolOutputFormat | None:
     """The format a reply's text is written in, or None when it makes no call."""
     if HermesFormat.OPEN in text:
         return ToolOutputFormat.HERMES
-    if MISTRAL_MARK in text:
+    if MistralFormat.MARK in text:
         return ToolOutputFormat.MISTRAL
     stripped = text.lstrip()
-    if stripped.startswith(PYTHON_TAG) or (stripped.startswith("{") and '"name"' in stripped):
+    if stripped.startswith(Llama3JSONFormat.PYTHON_TAG) or (
+        stripped.startswith("{") and '"name"' in stripped
+    ):
         return ToolOutputFormat.LLAMA3
     return None
 
@@ -89,12 +98,7 @@ def parse(text: str, fmt: ToolOutputFormat = ToolOutputFormat.AUTO) -> ToolOutpu
     found = detect(text) if fmt is ToolOutputFormat.AUTO else fmt
     if found is None:
         return ToolOutput(text)
-    if found is ToolOutputFormat.HERMES:
-        action = HermesFormat().parse(text)
-    elif found is ToolOutputFormat.MISTRAL:
-        action = _parse_mistral(text)
-    else:
-        action = _parse_llama3(text)
+    action = _PARSERS[found].parse(text)
     if action.error is not None:
         return ToolOutput(text, (), action.error)
     if not action.tool_calls:
@@ -102,82 +106,3 @@ def parse(text: str, fmt: ToolOutputFormat = ToolOutputFormat.AUTO) -> ToolOutpu
     calls = tuple(action.tool_calls)
     ids = tuple(f"call_{uuid.uuid4().hex[:24]}" for _ in calls)
     return ToolOutput(action.content, calls, None, ids)
-
-
-def _call(obj: Any, arguments_keys: tuple[str, ...]) -> ToolCall | ParseError:
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        return ParseError(
-            ParseErrorKind.BAD_CALL_SHAPE,
-            'a tool call must be a JSON object {"name": "<tool>", "arguments": {...}}',
-        )
-    arguments: Any = {}
-    for key in arguments_keys:
-        if key in obj:
-            arguments = obj[key]
-            break
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except (json.JSONDecodeError, RecursionError):
-            return ParseError(
-                ParseErrorKind.INVALID_JSON, f"the arguments of {obj['name']!r} are not JSON"
-            )
-    if not isinstance(arguments, dict):
-        return ParseError(
-            ParseErrorKind.BAD_CALL_SHAPE, f"the arguments of {obj['name']!r} must be an object"
-        )
-    return ToolCall(obj["name"], arguments)
-
-
-def _loads(body: str, what: str) -> Any | ParseError:
-    try:
-        return json.loads(body)
-    except json.JSONDecodeError as e:
-        return ParseError(
-            ParseErrorKind.INVALID_JSON,
-            f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
-        )
-    except RecursionError:
-        return ParseError(ParseErrorKind.INVALID_JSON, f"{what} is nested too deeply")
-
-
-def _parse_mistral(text: str) -> ParsedAction:
-    head, _, body = text.partition(MISTRAL_MARK)
-    data = _loads(body.strip(), f"the list after {MISTRAL_MARK}")
-    if isinstance(data, ParseError):
-        return ParsedAction(head.strip(), [], data)
-    items = data if isinstance(data, list) else [data]
-    calls: list[ToolCall] = []
-    for item in items:
-        call = _call(item, ("arguments", "parameters"))
-        if isinstance(call, ParseError):
-            return ParsedAction(head.strip(), calls, call)
-        calls.append(call)
-    return ParsedAction(head.strip(), calls)
-
-
-def _parse_llama3(text: str) -> ParsedAction:
-    body = text.strip().removeprefix(PYTHON_TAG).strip()
-    calls: list[ToolCall] = []
-    decoder = json.JSONDecoder()
-    pos = 0
-    while pos < len(body):
-        try:
-            obj, end = decoder.raw_decode(body, pos)
-        except json.JSONDecodeError as e:
-            error = ParseError(
-                ParseErrorKind.INVALID_JSON, f"the tool call is not valid JSON: {e.msg}"
-            )
-            return ParsedAction("", calls, error)
-        except RecursionError:
-            return ParsedAction(
-                "", calls, ParseError(ParseErrorKind.INVALID_JSON, "the call is nested too deeply")
-            )
-        call = _call(obj, ("parameters", "arguments"))
-        if isinstance(call, ParseError):
-            return ParsedAction("", calls, call)
-        calls.append(call)
-        pos = end
-        while pos < len(body) and body[pos] in " \t\r\n;":
-            pos += 1
-    return ParsedAction("", calls)

@@ -9,8 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skyrl_sdk.tools import (
+    FORMATS,
     CallPattern,
     HermesFormat,
+    Llama3JSONFormat,
+    MistralFormat,
     OpenAIFormat,
     ParseErrorKind,
     PatternFormat,
@@ -22,6 +25,8 @@ from skyrl_sdk.tools import (
 XML = XMLTagFormat({"sql": "query", "answer": "answer"})
 HERMES = HermesFormat()
 OPENAI = OpenAIFormat()
+MISTRAL = MistralFormat()
+LLAMA3 = Llama3JSONFormat()
 PATTERN = PatternFormat(
     {
         "lookup": CallPattern(
@@ -76,10 +81,36 @@ def test_openai_round_trip(name, args, call_id):
     assert parsed.tool_calls == [call]
 
 
+@given(
+    name=names,
+    args=arguments,
+    call_id=st.none() | st.from_regex(r"[A-Za-z0-9]{9}", fullmatch=True),
+    prefix=st.text().filter(lambda s: "[TOOL_CALLS]" not in s),
+)
+@settings(max_examples=200, deadline=None)
+def test_mistral_round_trip(name, args, call_id, prefix):
+    call = ToolCall(name, args, call_id)
+    parsed = MISTRAL.parse(prefix + MISTRAL.render_call(call))
+    assert parsed.error is None
+    assert parsed.tool_calls == [call]
+    assert parsed.content == prefix.strip()
+
+
+@given(calls=st.lists(st.tuples(names, arguments), min_size=1, max_size=3), tag=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_llama3_round_trip_one_or_several_calls(calls, tag):
+    wanted = [ToolCall(name, args) for name, args in calls]
+    text = "; ".join(LLAMA3.render_call(c) for c in wanted)
+    parsed = LLAMA3.parse(("<|python_tag|>" if tag else "") + text)
+    assert parsed.error is None
+    assert parsed.tool_calls == wanted
+    assert parsed.content == ""
+
+
 @given(text=st.text(max_size=300))
 @settings(max_examples=300, deadline=None)
 def test_no_format_ever_raises_on_arbitrary_text(text):
-    for fmt in (XML, HERMES, OPENAI, PATTERN):
+    for fmt in (XML, HERMES, MISTRAL, LLAMA3, OPENAI, PATTERN):
         parsed = fmt.parse(text)
         assert parsed.error is None or parsed.error.message
 
@@ -110,6 +141,48 @@ def test_xml_several_calls_in_order_and_content_outside():
             ParseErrorKind.INVALID_JSON,
             "arguments of 'a'",
         ),
+        (MISTRAL, "[TOOL_CALLS] [{name: a}]", ParseErrorKind.INVALID_JSON, "not valid JSON"),
+        (MISTRAL, "[TOOL_CALLS]", ParseErrorKind.INVALID_JSON, "after [TOOL_CALLS]"),
+        (MISTRAL, '[TOOL_CALLS] [{"arguments": {}}]', ParseErrorKind.BAD_CALL_SHAPE, '"name"'),
+        (MISTRAL, "[TOOL_CALLS] [1]", ParseErrorKind.BAD_CALL_SHAPE, '"name"'),
+        (
+            MISTRAL,
+            '[TOOL_CALLS] [{"name": "a", "arguments": [1]}]',
+            ParseErrorKind.BAD_CALL_SHAPE,
+            "must be a JSON object",
+        ),
+        (
+            MISTRAL,
+            '[TOOL_CALLS] [{"name": "a", "arguments": {}}] and more',
+            ParseErrorKind.INVALID_JSON,
+            "Extra data",
+        ),
+        (LLAMA3, '{"name": "a", "parameters": {', ParseErrorKind.INVALID_JSON, "not valid JSON"),
+        (LLAMA3, "<|python_tag|>calc(1)", ParseErrorKind.INVALID_JSON, "not valid JSON"),
+        (
+            LLAMA3,
+            '{"name": 3, "parameters": {}}',
+            ParseErrorKind.BAD_CALL_SHAPE,
+            '"parameters"',
+        ),
+        (
+            LLAMA3,
+            '{"name": "a", "parameters": "not json"}',
+            ParseErrorKind.INVALID_JSON,
+            "arguments of 'a'",
+        ),
+        (
+            LLAMA3,
+            '{"name": "a", "parameters": [1]}',
+            ParseErrorKind.BAD_CALL_SHAPE,
+            "\"parameters\" of 'a' must be a JSON object",
+        ),
+        (
+            LLAMA3,
+            '{"name": "a", "parameters": {}} and then some prose',
+            ParseErrorKind.INVALID_JSON,
+            "not valid JSON",
+        ),
         (OPENAI, '{"tool_calls": "nope"}', ParseErrorKind.BAD_CALL_SHAPE, "must be a list"),
         (
             OPENAI,
@@ -137,6 +210,40 @@ def test_hermes_accepts_double_encoded_arguments_and_keeps_calls_before_an_error
     assert parsed.error.kind is ParseErrorKind.INVALID_JSON
 
 
+def test_mistral_and_llama3_keep_calls_before_an_error_and_plain_text_is_a_reply():
+    mistral = MISTRAL.parse('Sure. [TOOL_CALLS] [{"name": "a", "arguments": {}}, {"x": 1}]')
+    assert mistral.content == "Sure."
+    assert mistral.tool_calls == [ToolCall("a", {})]
+    assert mistral.error.kind is ParseErrorKind.BAD_CALL_SHAPE
+    llama = LLAMA3.parse('{"name": "a", "parameters": {"x": 1}}; {"name": 2}')
+    assert llama.tool_calls == [ToolCall("a", {"x": 1})]
+    assert llama.error.kind is ParseErrorKind.BAD_CALL_SHAPE
+    for fmt in (MISTRAL, LLAMA3):
+        plain = fmt.parse("  The answer is {4}. ")
+        assert (plain.content, plain.tool_calls, plain.error) == ("The answer is {4}.", [], None)
+
+
+def test_mistral_and_llama3_accept_each_others_argument_key_and_a_single_object():
+    assert MISTRAL.parse('[TOOL_CALLS] {"name": "a", "parameters": {"x": 1}}').tool_calls == [
+        ToolCall("a", {"x": 1})
+    ]
+    assert LLAMA3.parse('{"name": "a", "arguments": "{\\"x\\": 1}"}').tool_calls == [
+        ToolCall("a", {"x": 1})
+    ]
+    # Only a string id is a call id; anything else is ignored, not carried into a trajectory.
+    assert MISTRAL.parse('[TOOL_CALLS] [{"name": "a", "arguments": {}, "id": 7}]').tool_calls == [
+        ToolCall("a", {})
+    ]
+
+
+def test_formats_are_registered_by_name():
+    assert {"hermes", "mistral", "llama3", "openai"} <= set(FORMATS)
+    for name, cls in FORMATS.items():
+        assert cls.name == name
+        call = ToolCall("calc", {"expr": "6*7"})
+        assert cls().parse(cls().render_call(call)).tool_calls[0].arguments == call.arguments
+
+
 def test_openai_plain_text_is_a_reply_not_an_error():
     assert OPENAI.parse("The answer is 4.").tool_calls == []
     assert OPENAI.parse('{"not": "a message"}').error is None
@@ -159,9 +266,32 @@ def test_results_render_as_messages():
         "content": "1",
     }
     assert json.loads(OPENAI.render_call(call))["tool_calls"][0]["id"] == "call_7"
+    for fmt in (MISTRAL, LLAMA3):
+        assert fmt.render_result(ToolResult(call, "1")) == {
+            "role": "tool",
+            "name": "sql",
+            "content": "1",
+            "tool_call_id": "call_7",
+        }
+        no_id = ToolResult(ToolCall("sql", {}), "1")
+        assert fmt.render_result(no_id) == {"role": "tool", "name": "sql", "content": "1"}
 
 
-@pytest.mark.parametrize("fmt", [XML, HERMES, OPENAI, PATTERN])
+def test_instructions_list_the_tools_and_show_the_call_syntax():
+    from skyrl_sdk.tools import tool
+
+    @tool
+    def calc(expr: str) -> str:
+        """Evaluate an arithmetic expression."""
+        return expr
+
+    for fmt, syntax in ((MISTRAL, "[TOOL_CALLS] ["), (LLAMA3, '"parameters"')):
+        text = fmt.instructions([calc])
+        assert "Evaluate an arithmetic expression." in text and '"calc"' in text
+        assert syntax in text
+
+
+@pytest.mark.parametrize("fmt", [XML, HERMES, MISTRAL, LLAMA3, OPENAI, PATTERN])
 def test_megabyte_replies_parse_quickly(fmt):
     hostile = [
         "lookup(" * 200_000,
@@ -172,6 +302,13 @@ def test_megabyte_replies_parse_quickly(fmt):
         "{" + '"tool_calls": [' * 100_000,
         '{"tool_calls": ' + "[" * 200_000 + "]" * 200_000 + "}",  # valid JSON, absurdly deep
         "<tool_call>" + "[" * 200_000 + "]" * 200_000 + "</tool_call>",
+        "[TOOL_CALLS]" * 80_000,  # many markers, one partition
+        "[TOOL_CALLS] " + "[" * 200_000 + "]" * 200_000,
+        "[TOOL_CALLS] [" + '{"name": "a", "arguments": {}}, ' * 30_000 + "{",
+        "<|python_tag|>" + '{"name": "a", "parameters": {}};' * 30_000 + "{",
+        '{"name": "a", "parameters": ' + "{" * 300_000,
+        '{"name"' + " " * (1 << 20),
+        "<|python_tag|>" + "[" * 200_000 + "]" * 200_000,
     ]
     for text in hostile:
         started = time.perf_counter()
