@@ -26,6 +26,7 @@ import enum
 import itertools
 import math
 import numbers
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -267,35 +268,54 @@ class _PromptMemo:
     A GRPO group plays the same task several times, and evaluations repeat tasks, so the
     same opening is rendered again and again; this keeps the `RenderedPrompt` (holding
     copies of the messages, so an env that mutates what it returned changes nothing here).
-    Bounded by `max_ids` prompt ids in all (oldest first out). Not used when the renderer
-    verifies every render (`verify_incremental`)."""
+    Only openings whose fields are all strings are kept (`1`, `1.0` and `True` are equal
+    keys but may render differently). Bounded by `max_ids` prompt ids in all (oldest
+    first out); thread-safe. Not used when the renderer verifies every render
+    (`verify_incremental`)."""
 
-    __slots__ = ("_entries", "_ids", "max_ids")
+    __slots__ = ("_entries", "_ids", "_lock", "max_ids")
 
     def __init__(self, max_ids: int = 1_000_000):
         self.max_ids = max_ids
         self._entries: dict[tuple[Any, ...], RenderedPrompt] = {}
         self._ids = 0
+        self._lock = threading.Lock()
 
     def get(self, renderer: ChatRenderer, messages: Sequence[Message]) -> RenderedPrompt:
-        try:
-            key = tuple([tuple(m.items()) for m in messages])
-            prompt = self._entries.get(key)
-        except (TypeError, AttributeError):  # unhashable contents (lists of parts, ...)
+        key = _string_items(messages)
+        if key is None:
             return renderer.prompt(messages)
+        prompt = self._entries.get(key)
         if prompt is not None:
             return prompt
         prompt = renderer.prompt(messages)
         n = len(prompt.token_ids)
         if n <= self.max_ids // 16:
-            self._entries[key] = RenderedPrompt(
+            kept = RenderedPrompt(
                 tuple([dict(m) for m in messages]), prompt.text, prompt.token_ids, prompt.shape
             )
-            self._ids += n
-            while self._ids > self.max_ids:
-                oldest = next(iter(self._entries))
-                self._ids -= len(self._entries.pop(oldest).token_ids)
+            with self._lock:
+                if key not in self._entries:
+                    self._entries[key] = kept
+                    self._ids += n
+                    while self._ids > self.max_ids:
+                        oldest = next(iter(self._entries))
+                        self._ids -= len(self._entries.pop(oldest).token_ids)
         return prompt
+
+
+def _string_items(messages: Sequence[Message]) -> tuple[tuple[tuple[str, str], ...], ...] | None:
+    """The messages' fields as a hashable key, or None unless every field is a string."""
+    key = []
+    for m in messages:
+        if type(m) is not dict:
+            return None
+        items = tuple(m.items())
+        for name, value in items:
+            if type(value) is not str or type(name) is not str:
+                return None
+        key.append(items)
+    return tuple(key)
 
 
 _PROMPTS: weakref.WeakKeyDictionary[ChatRenderer, _PromptMemo] = weakref.WeakKeyDictionary()

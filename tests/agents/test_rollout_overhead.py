@@ -237,6 +237,16 @@ def test_remembered_prompts_do_not_follow_mutations_of_the_messages(
     assert changed.token_ids == chatml_renderer.prompt(first_messages).token_ids != first.token_ids
 
 
+def test_prompt_memo_keeps_only_all_string_openings(chatml_renderer: ChatRenderer) -> None:
+    memo = rollout_module._PromptMemo()
+    for value in (1, True, ["a"]):
+        messages = [{"role": "user", "content": "c", "extra": value}]
+        memo.get(chatml_renderer, messages)
+    assert memo._entries == {}
+    memo.get(chatml_renderer, [{"role": "user", "content": "c"}])
+    assert len(memo._entries) == 1
+
+
 def test_prompt_memo_is_bounded_and_off_when_verifying(chatml_renderer: ChatRenderer) -> None:
     memo = rollout_module._PromptMemo(max_ids=2000)
     for i in range(200):
