@@ -15,4 +15,5 @@ BENCHMARKS: dict[str, str] = {
     "async": "skyrl_sdk.benchmarks.async_bench:run",
     "trainer": "skyrl_sdk.benchmarks.trainer_bench:run",
     "serve": "skyrl_sdk.benchmarks.serve_bench:run",
+    "engine": "skyrl_sdk.benchmarks.engine_bench:run",
 }

@@ -1,0 +1,382 @@
+"""`skyrl bench engine`: `LocalEngine`'s prefix reuse and continuous batching, against the
+no-reuse path and the static batcher, measured in the same run.
+
+Workloads (SmolLM2-135M-Instruct when it can be had, and the tiny model; float32 on CPU):
+
+1. One 16-turn episode, alone: each turn generates exactly 20 tokens (no stop token), then
+   about 40 observation tokens (a user message through the chat template) are appended.
+   Measured with prefix reuse (the default engine) and without (`prefix_cache_bytes=0`), same
+   seeds, so both generate the same tokens: the cost of turn 16 over turn 1, the whole
+   episode's time, and the prompt tokens each path runs through the model.
+2. 8 concurrent episodes of several turns whose `max_tokens` are drawn uniformly from 8-128
+   (seeded per episode and turn), with `max_batch_size=8`: generated tokens per second with
+   continuous batching against `scheduling="static"` (both with prefix reuse). The same seeds
+   give the same tokens in both (checked): per-request seeds do not depend on batching.
+3. Logprob equality with batching on: 3 episodes stepped together (each turn's requests
+   arrive at once and decode in one batch), with and without prefix reuse. The largest
+   difference between the two is reported in float32 (next to the float32 noise floor: the
+   no-reuse engine against one unbatched forward pass over the whole sequence) and in float64,
+   where rounding is out of the way and only a real error (a wrong position, mask or reused
+   column) could show.
+
+Last line: one JSON object; the main keys are SmolLM2's (`turn16_vs_turn1`,
+`reuse_speedup_16`, `prompt_tokens_ratio_16`, `continuous_vs_static`), the tiny model's carry a
+`tiny_` prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skyrl_sdk.benchmarks.report import BenchReport
+
+
+@dataclass(frozen=True)
+class EngineBenchSettings:
+    """Knobs of the workloads (the defaults are what `skyrl bench engine` runs)."""
+
+    turns: int = 16
+    """Turns of the single episode (workload 1)."""
+    generated_per_turn: int = 20
+    """Tokens generated per turn in workload 1."""
+    observation_tokens: int = 40
+    """About this many tokens appended after each turn (template glue included)."""
+    concurrent_episodes: int = 8
+    """Episodes in flight in workload 2 (also the engines' `max_batch_size`)."""
+    concurrent_turns: int = 4
+    """Turns per episode in workload 2."""
+    max_tokens_range: tuple[int, int] = (8, 128)
+    """Workload 2 draws each turn's `max_tokens` uniformly from this range (inclusive)."""
+    equality_episodes: int = 3
+    """Episodes stepped together in workload 3."""
+    equality_turns: int = 3
+    """Turns of each in workload 3."""
+    equality_tokens: int = 12
+    """Tokens generated per turn in workload 3."""
+    seed: int = 0
+    """Seeds every sampler and the `max_tokens` draws."""
+
+
+@dataclass(frozen=True)
+class EpisodeRun:
+    """Workload 1 on one engine."""
+
+    turn_s: list[float]
+    """Wall time of each turn's generate call."""
+    tokens: list[tuple[int, ...]]
+    """Each turn's sampled ids."""
+    prompt_tokens_computed: int
+    """Prompt tokens the engine ran through the model."""
+    prompt_tokens: int
+    """Prompt tokens of all turns."""
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.turn_s)
+
+
+def _observation(renderer: Any, prompt: Any, target: int) -> list[int]:
+    """Template delta of a user message of about `target` tokens in all."""
+    words = ["the", "library", "has", "books", "and", "shelves", "each", "total", "left"]
+    text, delta = "Observation:", renderer.turn_delta(prompt, (), [])
+    i = 0
+    while len(delta) < target:
+        text += " " + words[i % len(words)]
+        i += 1
+        delta = renderer.turn_delta(prompt, (), [{"role": "user", "content": text}])
+    return list(delta)
+
+
+def _first_prompt(renderer: Any, index: int) -> Any:
+    return renderer.prompt(
+        [
+            {"role": "system", "content": "You are a careful assistant. Answer briefly."},
+            {"role": "user", "content": f"Task {index}: count the books on every shelf."},
+        ]
+    )
+
+
+async def _episode(
+    engine: Any, index: int, turns: int, max_tokens: list[int], seed: int, obs: list[int]
+) -> tuple[list[float], list[tuple[int, ...]]]:
+    from skyrl_sdk.agents.policy import SamplingParams
+
+    prompt = list(_first_prompt(engine.renderer, index).token_ids)
+    times, tokens = [], []
+    for turn in range(turns):
+        params = SamplingParams(
+            max_tokens=max_tokens[turn], temperature=1.0, seed=seed * 1000 + index * 100 + turn
+        )
+        start = time.perf_counter()
+        c = await engine.generate(prompt, params)
+        times.append(time.perf_counter() - start)
+        tokens.append(c.token_ids)
+        prompt += [*c.token_ids, *obs]
+    return times, tokens
+
+
+def _single_episode(engine: Any, s: EngineBenchSettings, obs: list[int]) -> EpisodeRun:
+    # Warm-up on an unrelated prompt (first-call allocations), not measured, not reusable.
+    from skyrl_sdk.agents.policy import SamplingParams
+
+    warm = list(engine.renderer.prompt([{"role": "user", "content": "warm up"}]).token_ids)
+    asyncio.run(engine.generate(warm, SamplingParams(max_tokens=4, seed=1)))
+    engine.prefix_cache.clear()  # the worker is idle: turn 1 starts from an empty cache
+    before = engine.stats()
+    times, tokens = asyncio.run(
+        _episode(engine, 0, s.turns, [s.generated_per_turn] * s.turns, s.seed, obs)
+    )
+    after = engine.stats()
+    return EpisodeRun(
+        turn_s=times,
+        tokens=tokens,
+        prompt_tokens_computed=after.prompt_tokens_computed - before.prompt_tokens_computed,
+        prompt_tokens=after.prompt_tokens - before.prompt_tokens,
+    )
+
+
+def _concurrent(
+    engine: Any, s: EngineBenchSettings, obs: list[int]
+) -> tuple[float, int, list[list[tuple[int, ...]]]]:
+    """(wall seconds, generated tokens, tokens per episode) of workload 2."""
+    rng = random.Random(s.seed)
+    low, high = s.max_tokens_range
+    budgets = [
+        [rng.randint(low, high) for _ in range(s.concurrent_turns)]
+        for _ in range(s.concurrent_episodes)
+    ]
+
+    async def go() -> list[tuple[list[float], list[tuple[int, ...]]]]:
+        return await asyncio.gather(
+            *[
+                _episode(engine, i + 1, s.concurrent_turns, budgets[i], s.seed, obs)
+                for i in range(s.concurrent_episodes)
+            ]
+        )
+
+    start = time.perf_counter()
+    results = asyncio.run(go())
+    wall = time.perf_counter() - start
+    tokens = [t for _, t in results]
+    return wall, sum(len(x) for ep in tokens for x in ep), tokens
+
+
+def _reference_logprobs(model: Any, prompt: list[int], ids: tuple[int, ...]) -> list[float]:
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([[*prompt, *ids]])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    return [float(lp[len(prompt) - 1 + i, t]) for i, t in enumerate(ids)]
+
+
+def _lockstep(engine: Any, s: EngineBenchSettings, obs: list[int]) -> list[tuple[list[int], Any]]:
+    """Workload 3: every episode's turn submitted at once; (prompt, completion) pairs."""
+    from skyrl_sdk.agents.policy import SamplingParams
+
+    prompts = [
+        list(_first_prompt(engine.renderer, 50 + i).token_ids) for i in range(s.equality_episodes)
+    ]
+    out: list[tuple[list[int], Any]] = []
+
+    async def go() -> None:
+        nonlocal prompts
+        for turn in range(s.equality_turns):
+            params = [
+                SamplingParams(max_tokens=s.equality_tokens, temperature=1.0, seed=i * 10 + turn)
+                for i in range(len(prompts))
+            ]
+            done = await asyncio.gather(
+                *[engine.generate(p, sp) for p, sp in zip(prompts, params, strict=True)]
+            )
+            out.extend(zip([list(p) for p in prompts], done, strict=True))
+            prompts = [[*p, *c.token_ids, *obs] for p, c in zip(prompts, done, strict=True)]
+
+    asyncio.run(go())
+    return out
+
+
+def _max_diff(a: Any, b: Any) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def _equality(model: Any, tokenizer: Any, s: EngineBenchSettings, obs: list[int]) -> dict:
+    """Workload 3 in float32 and float64: reuse against no reuse, both batched."""
+    import copy
+
+    from skyrl_sdk.agents.local_engine import LocalEngine
+
+    result: dict[str, Any] = {}
+    for label, m in (("fp32", model), ("fp64", copy.deepcopy(model).double())):
+        runs = []
+        for cache_bytes in (None, 0):
+            kwargs = {} if cache_bytes is None else {"prefix_cache_bytes": cache_bytes}
+            engine = LocalEngine(m, tokenizer, max_batch_size=8, name=label, **kwargs)
+            try:
+                runs.append((_lockstep(engine, s, obs), engine.stats()))
+            finally:
+                asyncio.run(engine.aclose())
+        (reuse, stats), (full, _) = runs
+        same = all(a.token_ids == b.token_ids for (_, a), (_, b) in zip(reuse, full, strict=True))
+        diff = max(
+            _max_diff(a.logprobs, b.logprobs) for (_, a), (_, b) in zip(reuse, full, strict=True)
+        )
+        result[f"logprob_diff_{label}"] = diff
+        result[f"tokens_equal_{label}"] = same
+        result[f"reused_tokens_{label}"] = stats.prompt_tokens_reused
+        if label == "fp32":
+            result["logprob_noise_floor_fp32"] = max(
+                _max_diff(c.logprobs, _reference_logprobs(m, p, c.token_ids)) for p, c in full
+            )
+    return result
+
+
+def _load(name: str) -> tuple[Any, Any, Path]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name == "tiny":
+        from skyrl_sdk.agents.tiny import tiny_model_dir
+
+        path = tiny_model_dir()
+    else:
+        from skyrl_sdk.trainer.models import smollm2_dir
+
+        path = smollm2_dir()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model.eval().requires_grad_(False), tokenizer, path
+
+
+def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
+    """Every workload on one model; a flat dict of results."""
+    from skyrl_sdk.agents.local_engine import LocalEngine
+
+    model, tokenizer, _ = _load(name)
+    probe = LocalEngine(model, tokenizer, max_batch_size=1, name="probe", prefix_cache_bytes=0)
+    obs = _observation(probe.renderer, _first_prompt(probe.renderer, 0), s.observation_tokens)
+    asyncio.run(probe.aclose())
+
+    episode: dict[str, EpisodeRun] = {}
+    for label, kwargs in (("reuse", {}), ("full", {"prefix_cache_bytes": 0})):
+        engine = LocalEngine(model, tokenizer, max_batch_size=8, name=label, **kwargs)
+        try:
+            episode[label] = _single_episode(engine, s, obs)
+        finally:
+            asyncio.run(engine.aclose())
+    reuse, full = episode["reuse"], episode["full"]
+
+    batching: dict[str, tuple[float, int, list]] = {}
+    for mode in ("continuous", "static"):
+        engine = LocalEngine(
+            model, tokenizer, max_batch_size=s.concurrent_episodes, name=mode, scheduling=mode
+        )
+        try:
+            batching[mode] = _concurrent(engine, s, obs)
+        finally:
+            asyncio.run(engine.aclose())
+    (c_wall, c_tokens, c_ids), (s_wall, s_tokens, s_ids) = (
+        batching["continuous"],
+        batching["static"],
+    )
+
+    out: dict[str, Any] = {
+        "observation_tokens": len(obs),
+        "turn1_s": round(reuse.turn_s[0], 4),
+        "turn16_s": round(reuse.turn_s[-1], 4),
+        "turn16_vs_turn1": round(reuse.turn_s[-1] / reuse.turn_s[0], 3),
+        "turn16_vs_turn1_no_reuse": round(full.turn_s[-1] / full.turn_s[0], 3),
+        "episode_s": round(reuse.total_s, 3),
+        "episode_s_no_reuse": round(full.total_s, 3),
+        "reuse_speedup_16": round(full.total_s / reuse.total_s, 3),
+        "prompt_tokens_computed": reuse.prompt_tokens_computed,
+        "prompt_tokens_computed_no_reuse": full.prompt_tokens_computed,
+        "prompt_tokens_ratio_16": round(
+            full.prompt_tokens_computed / max(reuse.prompt_tokens_computed, 1), 3
+        ),
+        "episode_tokens_equal": reuse.tokens == full.tokens,
+        "continuous_tokens_per_s": round(c_tokens / c_wall, 2),
+        "static_tokens_per_s": round(s_tokens / s_wall, 2),
+        "continuous_vs_static": round((c_tokens / c_wall) / (s_tokens / s_wall), 3),
+        "batching_tokens_equal": c_ids == s_ids,
+        "turn_s_median_1_4": round(statistics.median(reuse.turn_s[:4]), 4),
+        "turn_s_median_13_16": round(statistics.median(reuse.turn_s[-4:]), 4),
+    }
+    out.update(
+        {
+            k: (round(v, 9) if isinstance(v, float) else v)
+            for k, v in _equality(model, tokenizer, s, obs).items()
+        }
+    )
+    return out
+
+
+def run(
+    settings: EngineBenchSettings | None = None, models: tuple[str, ...] = ("tiny", "smollm2")
+) -> BenchReport:
+    """`skyrl bench engine` (`models`: which of "tiny" and "smollm2" to measure)."""
+    s = settings or EngineBenchSettings()
+    results: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    for name in models:
+        try:
+            results[name] = measure_model(name, s)
+        except Exception as e:  # SmolLM2: ModelUnavailableError (no network for the wheel)
+            if name == "tiny":
+                raise
+            notes.append(f"{name} not measured: {type(e).__name__}: {e}")
+    rows: list[tuple[str, str, str]] = []
+    for name, r in results.items():
+        rows += [
+            (
+                f"{name}: turn 16 / turn 1 time",
+                f"{r['turn16_vs_turn1']:.2f}x",
+                f"{r['turn16_vs_turn1_no_reuse']:.2f}x",
+            ),
+            (
+                f"{name}: {s.turns}-turn episode, s",
+                f"{r['episode_s']:.2f}",
+                f"{r['episode_s_no_reuse']:.2f}",
+            ),
+            (f"{name}: reuse speedup", f"{r['reuse_speedup_16']:.2f}x", "1.00x"),
+            (
+                f"{name}: prompt tokens computed",
+                str(r["prompt_tokens_computed"]),
+                str(r["prompt_tokens_computed_no_reuse"]),
+            ),
+            (
+                f"{name}: 8 episodes, tokens/s (continuous vs static)",
+                f"{r['continuous_tokens_per_s']:.1f}",
+                f"{r['static_tokens_per_s']:.1f}",
+            ),
+            (
+                f"{name}: logprob |reuse - full| fp32 (noise floor)",
+                f"{r['logprob_diff_fp32']:.2e}",
+                f"{r['logprob_noise_floor_fp32']:.2e}",
+            ),
+            (f"{name}: logprob |reuse - full| fp64", f"{r['logprob_diff_fp64']:.2e}", "-"),
+        ]
+    model = "smollm2" if "smollm2" in results else next(iter(results))
+    result: dict[str, Any] = {"model": model, **results[model]}
+    if model != "tiny" and "tiny" in results:
+        result.update({f"tiny_{k}": v for k, v in results["tiny"].items()})
+    notes += [
+        "baselines: the same engine with prefix_cache_bytes=0 (no reuse) and with "
+        "scheduling='static' (a batch runs until its last request ends; newcomers wait)",
+        f"workload 1: one episode, {s.turns} turns x {s.generated_per_turn} generated tokens, "
+        f"~{s.observation_tokens} observation tokens appended per turn; same seeds, same tokens",
+        f"workload 2: {s.concurrent_episodes} concurrent episodes x {s.concurrent_turns} turns, "
+        f"max_tokens uniform in {s.max_tokens_range} (seed {s.seed}), max_batch_size "
+        f"{s.concurrent_episodes}",
+        f"workload 3: {s.equality_episodes} episodes x {s.equality_turns} turns decoded as one "
+        "batch, logprobs with reuse vs without (noise floor: no reuse vs one unbatched forward)",
+        "targets: turn16_vs_turn1 <= 1.5, reuse_speedup_16 >= 1.5, prompt_tokens_ratio_16 >= 5, "
+        "continuous_vs_static >= 1.5, logprob diff <= 1e-5",
+    ]
+    return BenchReport("engine", rows, result, notes)

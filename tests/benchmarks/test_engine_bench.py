@@ -1,0 +1,47 @@
+"""`skyrl bench engine` on the tiny model with small workloads: it runs its baselines (no
+reuse, static batching) in the same run and reports the promised keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from skyrl_sdk.benchmarks import BENCHMARKS
+from skyrl_sdk.benchmarks.engine_bench import EngineBenchSettings, run
+
+SMALL = EngineBenchSettings(
+    turns=4,
+    generated_per_turn=4,
+    observation_tokens=12,
+    concurrent_episodes=3,
+    concurrent_turns=2,
+    max_tokens_range=(2, 8),
+    equality_episodes=2,
+    equality_turns=2,
+    equality_tokens=3,
+)
+
+
+def test_engine_bench_reports_every_key_with_its_baselines(capsys) -> None:
+    assert BENCHMARKS["engine"] == "skyrl_sdk.benchmarks.engine_bench:run"
+    report = run(SMALL, models=("tiny",))
+    report.print(json_line=True)
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["model"] == "tiny"
+    for key in (
+        "turn16_vs_turn1",
+        "reuse_speedup_16",
+        "prompt_tokens_ratio_16",
+        "continuous_vs_static",
+    ):
+        assert result[key] > 0
+    # The no-reuse path really recomputes: every turn's whole prompt.
+    assert result["prompt_tokens_computed_no_reuse"] > 2 * result["prompt_tokens_computed"]
+    # Same seeds, same tokens, whatever the path or the batching.
+    assert result["episode_tokens_equal"] and result["batching_tokens_equal"]
+    assert result["tokens_equal_fp32"] and result["tokens_equal_fp64"]
+    assert result["reused_tokens_fp32"] > 0
+    assert result["logprob_diff_fp32"] < 1e-5 and result["logprob_diff_fp64"] < 1e-9
