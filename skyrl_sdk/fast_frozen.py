@@ -9,7 +9,8 @@ as a plain mutable *twin* dataclass (the same fields, defaults and slots, so the
 memory layout) and then switches its class to `cls`. The result is an ordinary, frozen
 `cls` instance: equal to `cls(...)` with the same arguments, immutable afterwards, and it
 pickles and copies the same way. Only classes without `__post_init__` (whose checks would
-be skipped) and whose fields are all `init` fields are accepted.
+be skipped), derived from `object`, whose fields are all positional `init` fields are
+accepted.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ def fast_constructor(cls: type[T]) -> Callable[..., T]:
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has __post_init__, which the fast path would skip")
     fields = dataclasses.fields(cls)
-    if not all(f.init for f in fields) or cls.__bases__ != (object,):
-        raise TypeError(f"{cls.__name__}: only init fields on a class derived from object")
+    if not all(f.init and f.kw_only is not True for f in fields) or cls.__bases__ != (object,):
+        raise TypeError(
+            f"{cls.__name__}: only positional init fields on a class derived from object"
+        )
     slots = "__slots__" in cls.__dict__
     if slots and tuple(cls.__slots__) != tuple(f.name for f in fields):
         raise TypeError(f"{cls.__name__}: slots differ from its fields")
