@@ -117,18 +117,18 @@ class StepInfo:
         if type(info) is not dict and not isinstance(info, Mapping):  # exact type: fast path
             raise StepInfoError("", f"info must be a dict, got {type(info).__name__}")
         get = info.get
-        calls = get("tool_calls")
+        raw_calls, raw_error = get("tool_calls"), get("parse_error")
+        raw_truncated_by, episode = get("truncated_by"), get("episode")
         if (
-            (calls is None or (type(calls) is list and not calls))
-            and get("parse_error") is None
-            and get("truncated_by") is None
-            and get("episode") is None
+            (raw_calls is None or (type(raw_calls) is list and not raw_calls))
+            and raw_error is None
+            and raw_truncated_by is None
+            and episode is None
         ):
             return _NOTHING  # the common step: nothing to report
-        calls = _read_calls(info.get("tool_calls"))
-        parse_error = _read_parse_error(info.get("parse_error"))
-        truncated_by = _read_truncated_by(info.get("truncated_by"))
-        episode = info.get("episode")
+        calls = _read_calls(raw_calls)
+        parse_error = None if raw_error is None else _read_parse_error(raw_error)
+        truncated_by = None if raw_truncated_by is None else _read_truncated_by(raw_truncated_by)
         correct = None
         if episode is not None:
             if type(episode) is not dict and not isinstance(episode, Mapping):
