@@ -74,6 +74,20 @@ def test_brief_prompt_is_the_whole_system_message():
         env.close()
 
 
+def test_example_is_a_worked_task_of_no_family():
+    from skyrl_gym.envs.terminal_gen.env import EXAMPLE
+    from skyrl_gym.envs.terminal_gen.families import STEMS, WORDS
+
+    assert "tulip" not in WORDS and "sketch" not in STEMS
+    env = skyrl_gym.make("terminal-gen", families="echo-word", per_family=1, example=True)
+    try:
+        messages, _ = env.reset(seed=0)
+        assert messages[0]["content"].endswith(EXAMPLE)
+        assert "<bash>command</bash>" in messages[0]["content"]  # the tool list is kept
+    finally:
+        env.close()
+
+
 def test_turn_limit_truncates_and_bad_replies_get_a_hint():
     env = skyrl_gym.make("terminal-gen", families="echo-word", per_family=1)
     try:

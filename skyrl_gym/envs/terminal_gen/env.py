@@ -42,6 +42,12 @@ DEFAULT_PER_FAMILY = 32
 """Tasks per family when `per_family` is not given."""
 BRIEF_PROMPT = "Run <bash>command</bash> in /app, then <answer>done</answer>."
 """The whole system message with `brief=True` (for tiny models with short contexts)."""
+EXAMPLE = (
+    "Example. Task: Write the word tulip42 into the file sketch.txt.\n"
+    "Reply: <bash>echo tulip42 > sketch.txt</bash><answer>done</answer>"
+)
+"""Appended to the system message with `example=True` (a worked task outside every family's
+word lists, so it is never a generated task)."""
 
 
 def task_rows(
@@ -100,11 +106,14 @@ class TerminalGenEnv(HarborEnv):
         tool_format: str = "xml",
         timeout_s: float = 10.0,
         brief: bool = False,
+        example: bool = False,
     ):
         rows = list(tasks) if tasks is not None else task_rows(split, families, per_family, offset)
         super().__init__(rows, backend=backend, tool_format=tool_format, timeout_s=timeout_s)
         self.brief = brief
         """Use `BRIEF_PROMPT` as the whole system message (no tool list)."""
+        self.example = example
+        """Append `EXAMPLE` (one worked task) to the system message."""
         self._scratch = Path(tempfile.mkdtemp(prefix="skyrl-terminal-gen-"))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._scratch, True)
 
@@ -116,8 +125,11 @@ class TerminalGenEnv(HarborEnv):
         self, seed: int | None, options: dict[str, Any] | None
     ) -> tuple[Messages, dict[str, Any]]:
         messages, info = await super()._reset(seed, options)
-        if self.brief and self.tooling is not None:
-            system = {"role": "system", "content": BRIEF_PROMPT}
+        if (self.brief or self.example) and self.tooling is not None:
+            text = BRIEF_PROMPT if self.brief else str(self.tooling.system_message["content"])
+            if self.example:
+                text = f"{text}\n\n{EXAMPLE}"
+            system = {"role": "system", "content": text}
             self.tooling = Tooling(self.toolset, self.tool_format, system)
             messages = self.start(self.task)
         return messages, info
