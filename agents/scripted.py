@@ -54,6 +54,8 @@ class ScriptedPolicy:
         """Streams started and not yet finished or closed (tests check cancellation)."""
         self.streamed_tokens = 0
         """Tokens handed out by `generate_stream` so far."""
+        self._replies: dict[str | tuple[int, ...], tuple[tuple[int, ...], str]] = {}
+        """Scripted reply -> (ids, text), filled as replies are first played (`_reply`)."""
 
     @property
     def renderer(self) -> ChatRenderer | None:
@@ -130,19 +132,35 @@ class ScriptedPolicy:
             return Completion(
                 (), None, action, FinishReason.STOP, self.policy_version, text_only=True
             )
-        ids = list(renderer.encode(action)) if isinstance(action, str) else list(action)
+        ids, text = self._reply(action, renderer)
         finish = FinishReason.STOP
-        if renderer.end_of_turn_id is not None and (not ids or ids[-1] != renderer.end_of_turn_id):
-            ids.append(renderer.end_of_turn_id)
         if len(ids) > sampling.max_tokens:
             ids, finish = ids[: sampling.max_tokens], FinishReason.LENGTH
+            text = renderer.content_text(ids)
         return Completion(
-            token_ids=tuple(ids),
+            token_ids=ids,
             logprobs=(0.0,) * len(ids),
-            text=renderer.content_text(ids),
+            text=text,
             finish_reason=finish,
             policy_version=self.policy_version,
         )
+
+    def _reply(
+        self, action: str | list[int], renderer: ChatRenderer
+    ) -> tuple[tuple[int, ...], str]:
+        """The ids of a scripted reply (ending with the end-of-turn token) and their text.
+
+        Tokenized once per distinct reply: a script is a fixed, finite list, so the memo is
+        bounded by the script's size, and replaying it costs no tokenizer work per turn."""
+        key = action if isinstance(action, str) else tuple(action)
+        if (known := self._replies.get(key)) is not None:
+            return known
+        ids = list(renderer.encode(action)) if isinstance(action, str) else list(action)
+        if renderer.end_of_turn_id is not None and (not ids or ids[-1] != renderer.end_of_turn_id):
+            ids.append(renderer.end_of_turn_id)
+        reply = (tuple(ids), renderer.content_text(ids))
+        self._replies[key] = reply
+        return reply
 
     async def generate_stream(
         self,
