@@ -412,4 +412,6 @@ def serve_command(
         f"serving {escape(loaded.policy.name)} as {config.model_name!r} on "
         f"http://{host}:{port}/v1 ({auth}{escape(where)})"
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    from skyrl_sdk.agents.serving.runner import uvicorn_options
+
+    uvicorn.run(app, host=host, port=port, log_level="warning", **uvicorn_options())

@@ -11,7 +11,8 @@ hits both alike:
 
 The overhead per request is the median server time minus the median in-process time; the
 target is under 5 ms. The client is plain `httpx` with keep-alive (what the `openai` SDK
-uses), in its own process.
+uses), in its own process. The JSON names uvicorn's HTTP parser and loop (`http`, `loop`):
+`httptools`/`uvloop` when the server extra brought them, else `h11`/`asyncio`.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def run() -> BenchReport:
     from skyrl_sdk.agents.local_engine import LocalEngine
     from skyrl_sdk.agents.policy import SamplingParams
     from skyrl_sdk.agents.scripted import ScriptedPolicy
+    from skyrl_sdk.agents.serving.runner import uvicorn_options
     from skyrl_sdk.agents.tiny import tiny_model_dir, tiny_renderer
 
     directory = tiny_model_dir()
@@ -170,6 +172,7 @@ def run() -> BenchReport:
         "target_ms": TARGET_MS,
         "meets_target": overhead < TARGET_MS and ttft_overhead < TARGET_MS,
         "repeats": REPEATS,
+        **uvicorn_options(),
     }
     rows = [
         ("tiny: time to first token", f"{tiny['ttft_srv']:.1f} ms", f"{tiny['ttft_in']:.1f} ms"),
@@ -190,5 +193,7 @@ def run() -> BenchReport:
         f"medians of {REPEATS} requests each way, in {ROUNDS} alternating blocks after "
         f"{WARMUP} warm-up requests each; the overhead is "
         "measured with a scripted policy (no model cost), the tiny rows show it next to a model.",
+        f"uvicorn with http={result['http']}, loop={result['loop']} (httptools and uvloop come "
+        "with the server extra; without them, h11 and asyncio add more time per request).",
     ]
     return BenchReport("serve", rows, result, notes)

@@ -7,7 +7,9 @@ known in advance; the tiny local model checks sampling (seeds, streaming, batchi
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
 import json
+import sys
 import time
 
 import openai
@@ -579,3 +581,23 @@ def test_token_prompts_that_extend_the_last_turn_are_one_segment(renderer) -> No
     assert trajectory is not None and len(trajectory.segments) == 1
     assert list(trajectory.turns[0].observation_ids) == observation
     assert trajectory.segment_ids(0)[: len(prompt) + len(sampled)] == prompt + sampled
+
+
+@pytest.mark.parametrize("missing", [(), ("httptools",), ("uvloop",), ("httptools", "uvloop")])
+def test_the_c_http_parser_and_loop_are_optional(renderer, monkeypatch, missing) -> None:
+    from skyrl_sdk.agents.serving.runner import uvicorn_options
+
+    for name in missing:
+        monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError
+    options = uvicorn_options()
+    assert (options["http"] == "h11") == ("httptools" in missing or not _importable("httptools"))
+    assert (options["loop"] == "asyncio") == ("uvloop" in missing or not _importable("uvloop"))
+    with serve(ScriptedPolicy(["fine"], renderer=renderer), renderer) as server:
+        out = client(server.base_url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}]
+        )
+    assert out.choices[0].message.content == "fine"
+
+
+def _importable(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
