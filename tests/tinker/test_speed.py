@@ -163,3 +163,54 @@ def test_prompt_logprobs_of_a_padded_batch_match_each_request_alone() -> None:
         assert [s["tokens"] for s in batched["sequences"]] == [
             s["tokens"] for s in alone["sequences"]
         ]
+
+
+def test_a_request_joins_a_running_batch_and_leaves_when_it_ends() -> None:
+    from skyrl_sdk.trainer.tinker.backend import SampleCall
+
+    specs = default_models()
+    sampler = Sampler(*BaseModels(specs).load(TINY_NAME), specs[0])
+    long = SampleCall([5, 6, 7], 1, SamplingParamsIn(max_tokens=30, stop=[], seed=0))
+    short = SampleCall([8, 9, 10, 11, 12], 2, SamplingParamsIn(max_tokens=3, stop=[], seed=1))
+    bad = SampleCall([10**6], 1, SamplingParamsIn(max_tokens=3))
+    steps = []
+
+    def join(room: int) -> list[tuple[int, SampleCall]]:
+        steps.append(room)
+        return [(1, short), (2, bad)] if len(steps) == 4 else []
+
+    order: list[int] = []
+    outcomes: dict[int, object] = {}
+
+    def done(index: int, outcome: object) -> None:
+        order.append(index)
+        outcomes[index] = outcome
+
+    sampler.decode([(0, long)], done, join=join)
+    assert order == [2, 1, 0] and sampler.joins == 1  # the bad one at once, short before long
+    assert isinstance(outcomes[2], ValueError)
+    for index, call in ((0, long), (1, short)):
+        (alone,) = sampler.sample_many([call])
+        assert [s["tokens"] for s in outcomes[index]["sequences"]] == [  # type: ignore[index]
+            s["tokens"] for s in alone["sequences"]
+        ]
+
+
+def test_a_sample_arriving_during_a_long_one_is_answered_first(
+    tinker_server: TinkerServer,
+) -> None:
+    (client,) = _samplers(tinker_server, 1)
+    base = tinker_server.service.base_samplers[tinker_server.base_model]
+    joins = base.joins
+    prompt = types.ModelInput.from_ints([5, 6, 7])
+    running = tinker_server.service.running
+    long = client.sample(prompt, 1, types.SamplingParams(max_tokens=1500, stop=[], seed=0))
+    deadline = time.monotonic() + 30
+    while not running:
+        assert time.monotonic() < deadline, "the long sample never started"
+        time.sleep(0.005)
+    short = client.sample(prompt, 1, types.SamplingParams(max_tokens=2, stop=[], seed=0))
+    assert len(short.result().sequences[0].tokens) == 2
+    assert not long.done()  # answered while the long one still decodes
+    assert base.joins == joins + 1
+    assert len(long.result().sequences[0].tokens) == 1500

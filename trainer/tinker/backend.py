@@ -379,35 +379,71 @@ class SampleCall:
 
 
 @dataclass
-class _Rows:
-    """Where one request's sequences sit in a batch, and how it samples."""
+class _Request:
+    """One request in a decoding batch: where its rows sit, how it samples, what it drew."""
 
+    index: int
+    """The caller's number for it (passed back to `should_stop` and `done`)."""
+    call: SampleCall
     start: int
-    end: int
+    """First row of the batch."""
     max_tokens: int
     stop_ids: set[int]
     stop_strs: list[str]
     generator: torch.Generator
+    prompt_lp: list[float | None] | None = None
+    tokens: list[list[int]] = field(default_factory=list)
+    logps: list[list[float]] = field(default_factory=list)
+    reasons: list[str | None] = field(default_factory=list)
+    finished: list[bool] = field(default_factory=list)
+    cancelled: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.start + self.call.num_samples
+
+    @property
+    def done(self) -> bool:
+        return self.cancelled or all(self.finished)
+
+    def outcome(self) -> dict[str, Any] | Exception:
+        if self.cancelled:
+            return Cancelled("the request was cancelled by the client")
+        sequences = [
+            {"tokens": t, "logprobs": lp, "stop_reason": r or "length"}
+            for t, lp, r in zip(self.tokens, self.logps, self.reasons, strict=True)
+        ]
+        return {"sequences": sequences, "prompt_logprobs": self.prompt_lp}
+
+
+Done = Callable[[int, "dict[str, Any] | Exception"], None]
+"""Receives each request's outcome (by its index) as soon as the request ends."""
+Join = Callable[[int], "list[tuple[int, SampleCall]]"]
+"""Called between decoding steps with the rows free; returns requests to add to the batch."""
 
 
 class Sampler:
-    """Samples completions with per-token logprobs from a frozen model; requests sampled
-    together share each forward pass (prompts left-padded)."""
+    """Samples completions with per-token logprobs from a frozen model. Requests decode
+    together (prompts left-padded): they may join a running batch between steps, and each
+    leaves it as soon as it ends."""
 
     def __init__(self, model: Any, tokenizer: Any, base: BaseModelSpec):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.base = base
         self.batches = 0
-        """Batches sampled (each starts with one forward pass over all its prompts)."""
+        """Decoding batches started (each with one forward pass over its first prompts)."""
+        self.joins = 0
+        """Groups of requests that joined a running batch."""
         # transformers 5.x renamed `past_key_values` to `cache`; use whichever the model has.
         inner = model.get_base_model() if hasattr(model, "get_base_model") else model
         params = inspect.signature(inner.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
-    def _step(
+    def step(
         self, ids: torch.Tensor, past: Any, mask: torch.Tensor | None, pos: torch.Tensor | None
     ) -> tuple[Any, torch.Tensor]:
+        """One forward pass with the KV cache; the cache and the logits."""
         kwargs: dict[str, Any] = {} if past is None else {self._cache_arg: past}
         if mask is not None:
             kwargs.update(attention_mask=mask, position_ids=pos)
@@ -435,27 +471,6 @@ class Sampler:
             raise outcome
         return outcome
 
-    def _rows(self, calls: list[SampleCall]) -> list[_Rows]:
-        """Each request's rows and sampling state (ValueError for an empty prompt)."""
-        rows, start = [], 0
-        for call in calls:
-            if not call.prompt:
-                raise ValueError("the prompt is empty")
-            p = call.params
-            max_tokens = p.max_tokens if p.max_tokens is not None else 64
-            max_tokens = max(0, min(max_tokens, self.base.max_context_length - len(call.prompt)))
-            stop_ids, stop_strs = _stops(p.stop, self.tokenizer)
-            seed = p.seed if p.seed is not None else _fresh_seed()
-            end = start + call.num_samples
-            rows.append(
-                _Rows(
-                    start, end, max_tokens, stop_ids, stop_strs, torch.Generator().manual_seed(seed)
-                )
-            )
-            start = end
-        return rows
-
-    @torch.no_grad()
     def sample_many(
         self, calls: list[SampleCall], *, should_stop: Callable[[int], bool] | None = None
     ) -> list[dict[str, Any] | Exception]:
@@ -465,28 +480,61 @@ class Sampler:
         outcome is `Cancelled`. Each request draws from its own seeded generator, so its tokens
         do not depend on the requests it shares the batch with.
         """
-        outcomes: list[dict[str, Any] | Exception | None] = [None] * len(calls)
-        valid = []
-        for i, call in enumerate(calls):
+        outcomes: dict[int, dict[str, Any] | Exception] = {}
+        self.decode(list(enumerate(calls)), outcomes.__setitem__, should_stop=should_stop)
+        return [outcomes[i] for i in range(len(calls))]
+
+    def decode(
+        self,
+        requests: list[tuple[int, SampleCall]],
+        done: Done,
+        *,
+        should_stop: Callable[[int], bool] | None = None,
+        join: Join | None = None,
+        max_rows: int = 64,
+    ) -> None:
+        """Decode `requests` (index, call) as one batch, taking in `join`'s requests between
+        steps while fewer than `max_rows` rows decode; `done(index, outcome)` gets each
+        request's result or exception as soon as it ends. A request that cannot be decoded
+        fails alone; a batch that fails anyway is rerun request by request."""
+        live = []
+        for index, call in requests:
             problem = self._problem(call)
             if problem is None:
-                valid.append(i)
+                live.append((index, call))
             else:
-                outcomes[i] = ValueError(problem)
-        if not valid:
-            return outcomes  # type: ignore[return-value]
+                done(index, ValueError(problem))
+        if not live:
+            return
+        finished: set[int] = set()
+        joined: list[tuple[int, SampleCall]] = []
+
+        def report(index: int, outcome: dict[str, Any] | Exception) -> None:
+            finished.add(index)
+            done(index, outcome)
+
+        def take(room: int) -> list[tuple[int, SampleCall]]:
+            new = []
+            for index, call in join(room) if join is not None else []:
+                problem = self._problem(call)
+                if problem is None:
+                    new.append((index, call))
+                else:
+                    done(index, ValueError(problem))
+            joined.extend(new)
+            return new
+
         try:
-            done = self._generate([calls[i] for i in valid], should_stop, valid)
-        except Exception:  # one request must not fail the others: run each alone
-            done = []
-            for i in valid:
-                try:
-                    done.extend(self._generate([calls[i]], should_stop, [i]))
-                except Exception as e:  # this request's own failure
-                    done.append(e)
-        for i, outcome in zip(valid, done, strict=True):
-            outcomes[i] = outcome
-        return outcomes  # type: ignore[return-value]
+            with torch.no_grad():
+                _Decoding(self, should_stop, report).run(live, take, max_rows)
+        except Exception:  # one request must not fail the others: run the rest alone
+            for index, call in [*live, *joined]:
+                if index not in finished:
+                    try:
+                        with torch.no_grad():
+                            _Decoding(self, should_stop, done).run([(index, call)], None, 0)
+                    except Exception as e:  # this request's own failure
+                        done(index, e)
 
     def _problem(self, call: SampleCall) -> str | None:
         """Why a request cannot join a batch (None: it can)."""
@@ -502,111 +550,207 @@ class Sampler:
             return f"prompt token ids must lie in [0, {vocab}) for {self.base.name}"
         return None
 
-    def _prefill(
-        self, calls: list[SampleCall]
-    ) -> tuple[Any, torch.Tensor, torch.Tensor | None, torch.Tensor | None, list[Any]]:
-        """One forward pass over every prompt (left-padded); the cache, last logits, mask,
-        positions and each request's prompt logprobs."""
-        self.batches += 1
-        prompts = [c.prompt for c in calls for _ in range(c.num_samples)]
+    def request(self, index: int, call: SampleCall, start: int) -> _Request:
+        """A request's decoding state, its rows starting at `start`."""
+        p = call.params
+        max_tokens = p.max_tokens if p.max_tokens is not None else 64
+        max_tokens = max(0, min(max_tokens, self.base.max_context_length - len(call.prompt)))
+        stop_ids, stop_strs = _stops(p.stop, self.tokenizer)
+        seed = p.seed if p.seed is not None else _fresh_seed()
+        n = call.num_samples
+        return _Request(
+            index,
+            call,
+            start,
+            max_tokens,
+            stop_ids,
+            stop_strs,
+            torch.Generator().manual_seed(seed),
+            tokens=[[] for _ in range(n)],
+            logps=[[] for _ in range(n)],
+            reasons=[None] * n,
+            finished=[max_tokens == 0] * n,
+        )
+
+    def ends(self, req: _Request, row: int) -> bool:
+        """Whether the sample in `row` of `req` just ended on a stop token or string."""
+        tokens = req.tokens[row]
+        if tokens[-1] in req.stop_ids:
+            return True
+        return bool(req.stop_strs) and any(
+            self.tokenizer.decode(tokens).endswith(s) for s in req.stop_strs
+        )
+
+
+class _Decoding:
+    """A running batch: the KV cache of every row, and the requests the rows belong to."""
+
+    def __init__(
+        self, sampler: Sampler, should_stop: Callable[[int], bool] | None, done: Done
+    ) -> None:
+        self.sampler = sampler
+        self.should_stop = should_stop
+        self.done = done
+        self.requests: list[_Request] = []
+        self.past: Any = None
+        self.mask: torch.Tensor | None = None
+        """Attention mask of the cache (None while no row is padded)."""
+        self.pos: torch.Tensor | None = None
+        """Positions of the tokens fed last (None while no row is padded)."""
+        self.logits: torch.Tensor | None = None
+        """Each row's next-token logits."""
+
+    @property
+    def rows(self) -> int:
+        return self.requests[-1].end if self.requests else 0
+
+    def run(self, requests: list[tuple[int, SampleCall]], join: Join | None, max_rows: int) -> None:
+        self.sampler.batches += 1
+        self.add(requests)
+        while True:
+            self.settle()
+            if join is not None and self.rows < max_rows:
+                newcomers = join(max_rows - self.rows)
+                if newcomers:
+                    self.sampler.joins += 1
+                    self.add(newcomers)
+                    self.settle()
+            if not self.requests:
+                return
+            self.advance()
+
+    def add(self, requests: list[tuple[int, SampleCall]]) -> None:
+        """Prefill `requests` (left-padded) and merge them into the batch."""
+        new, start = [], self.rows
+        for index, call in requests:
+            new.append(self.sampler.request(index, call, start))
+            start += call.num_samples
+        prompts = [r.call.prompt for r in new for _ in range(r.call.num_samples)]
         width = max(len(p) for p in prompts)
         ids = torch.zeros(len(prompts), width, dtype=torch.long)
         mask = torch.zeros(len(prompts), width, dtype=torch.long)
-        for r, p in enumerate(prompts):
-            ids[r, width - len(p) :] = torch.tensor(p)
-            mask[r, width - len(p) :] = 1
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
         padded = any(len(p) != width for p in prompts)
         pos = (mask.cumsum(-1) - 1).clamp(min=0) if padded else None
-        past, logits = self._step(ids, None, mask if padded else None, pos)
-        prompt_lp: list[Any] = []
+        past, logits = self.sampler.step(ids, None, mask if padded else None, pos)
         row = 0
-        for call in calls:
-            lp = None
-            if call.prompt_logprobs:
-                n = len(call.prompt)
+        for r in new:
+            if r.call.prompt_logprobs:
+                n = len(r.call.prompt)
                 got = token_logprobs(
                     logits[row : row + 1, width - n : -1], ids[row : row + 1, width - n + 1 :]
                 )
-                lp = [None, *got[0].tolist()]
-            prompt_lp.append(lp)
-            row += call.num_samples
-        return past, logits[:, -1].float(), mask if padded else None, pos, prompt_lp
+                r.prompt_lp = [None, *got[0].tolist()]
+            row += r.call.num_samples
+        self.merge(
+            past,
+            mask if padded else None,
+            None if pos is None else pos[:, -1:],
+            logits[:, -1].float(),
+        )
+        self.requests += new
 
-    def _generate(
-        self,
-        calls: list[SampleCall],
-        should_stop: Callable[[int], bool] | None,
-        index: list[int],
-    ) -> list[dict[str, Any] | Exception]:
-        groups = self._rows(calls)
-        past, logits, mask, pos, prompt_lp = self._prefill(calls)
-        n_rows = groups[-1].end
-        tokens: list[list[int]] = [[] for _ in range(n_rows)]
-        logps: list[list[float]] = [[] for _ in range(n_rows)]
-        reasons: list[str | None] = [None] * n_rows
-        finished = [g.max_tokens == 0 for g in groups for _ in range(g.start, g.end)]
-        cancelled: set[int] = set()
-        for _ in range(max(g.max_tokens for g in groups)):
-            for k, g in enumerate(groups):
-                if should_stop is not None and k not in cancelled and should_stop(index[k]):
-                    cancelled.add(k)
-                    finished[g.start : g.end] = [True] * (g.end - g.start)
-            if all(finished):
-                break
-            logp = torch.log_softmax(logits, dim=-1)
-            nxt = torch.zeros(n_rows, dtype=torch.long)
-            for g, call in zip(groups, calls, strict=True):
-                if not all(finished[g.start : g.end]):
-                    nxt[g.start : g.end] = sampling.sample(
-                        logits[g.start : g.end],
-                        temperature=call.params.temperature,
-                        top_k=call.params.top_k,
-                        top_p=call.params.top_p,
-                        generator=g.generator,
-                    )
-            chosen = logp.gather(-1, nxt[:, None])[:, 0].tolist()
-            picked = nxt.tolist()
-            for g in groups:
-                for r in range(g.start, g.end):
-                    if not finished[r]:
-                        self._append(r, picked[r], chosen[r], g, tokens, logps, reasons)
-                        finished[r] = reasons[r] is not None or len(tokens[r]) >= g.max_tokens
-            if all(finished):
-                break
-            if mask is not None:
-                mask = torch.cat([mask, torch.ones(n_rows, 1, dtype=mask.dtype)], dim=-1)
-                pos = pos[:, -1:] + 1  # type: ignore[index]
-            past, step_logits = self._step(nxt[:, None], past, mask, pos)
-            logits = step_logits[:, -1].float()
-        results: list[dict[str, Any] | Exception] = []
-        for k, g in enumerate(groups):
-            if k in cancelled:
-                results.append(Cancelled("the request was cancelled by the client"))
-                continue
-            sequences = [
-                {"tokens": tokens[r], "logprobs": logps[r], "stop_reason": reasons[r] or "length"}
-                for r in range(g.start, g.end)
-            ]
-            results.append({"sequences": sequences, "prompt_logprobs": prompt_lp[k]})
-        return results
-
-    def _append(
-        self,
-        row: int,
-        token: int,
-        logprob: float,
-        g: _Rows,
-        tokens: list[list[int]],
-        logps: list[list[float]],
-        reasons: list[str | None],
+    def merge(
+        self, past: Any, mask: torch.Tensor | None, pos: torch.Tensor | None, logits: torch.Tensor
     ) -> None:
-        """Add a sampled token to its row; mark the row stopped if it ends the sample."""
-        tokens[row].append(token)
-        logps[row].append(logprob)
-        if token in g.stop_ids or (
-            g.stop_strs and any(self.tokenizer.decode(tokens[row]).endswith(s) for s in g.stop_strs)
-        ):
-            reasons[row] = "stop"
+        """Append rows with their own cache; the shorter side is left-padded (masked)."""
+        if self.past is None:
+            self.past, self.mask, self.pos, self.logits = past, mask, pos, logits
+            return
+        assert self.logits is not None
+        la, lb = self.past.get_seq_length(), past.get_seq_length()
+        width = max(la, lb)
+        ma, pa = _explicit(self.mask, self.pos, self.logits.shape[0], la)
+        mb, pb = _explicit(mask, pos, logits.shape[0], lb)
+        for mine, theirs in zip(self.past.layers, past.layers, strict=True):
+            mine.keys = torch.cat(
+                [_left_pad(mine.keys, width - la), _left_pad(theirs.keys, width - lb)]
+            )
+            mine.values = torch.cat(
+                [_left_pad(mine.values, width - la), _left_pad(theirs.values, width - lb)]
+            )
+        self.mask = torch.cat([_left_pad(ma, width - la), _left_pad(mb, width - lb)])
+        self.pos = torch.cat([pa, pb])
+        self.logits = torch.cat([self.logits, logits])
+
+    def settle(self) -> None:
+        """Report the requests that ended (or were cancelled) and drop their rows."""
+        for r in self.requests:
+            if not r.done and self.should_stop is not None and self.should_stop(r.index):
+                r.cancelled = True
+        ended = [r for r in self.requests if r.done]
+        if not ended:
+            return
+        for r in ended:
+            self.done(r.index, r.outcome())
+        keep = [r for r in self.requests if not r.done]
+        rows = [i for r in keep for i in range(r.start, r.end)]
+        if not keep:  # nothing left decoding: newcomers start a fresh cache
+            self.past = self.mask = self.pos = self.logits = None
+        else:
+            idx = torch.tensor(rows)
+            self.past.batch_select_indices(idx)
+            self.logits = self.logits[idx]  # type: ignore[index]
+            self.mask = None if self.mask is None else self.mask[idx]
+            self.pos = None if self.pos is None else self.pos[idx]
+        start = 0
+        for r in keep:
+            r.start, start = start, start + r.call.num_samples
+        self.requests = keep
+
+    def advance(self) -> None:
+        """Sample one token for every row, then feed them all."""
+        assert self.logits is not None
+        logp = torch.log_softmax(self.logits, dim=-1)
+        nxt = torch.zeros(self.rows, dtype=torch.long)
+        for r in self.requests:
+            nxt[r.start : r.end] = sampling.sample(
+                self.logits[r.start : r.end],
+                temperature=r.call.params.temperature,
+                top_k=r.call.params.top_k,
+                top_p=r.call.params.top_p,
+                generator=r.generator,
+            )
+        chosen = logp.gather(-1, nxt[:, None])[:, 0].tolist()
+        picked = nxt.tolist()
+        for r in self.requests:
+            for j in range(r.call.num_samples):
+                if r.finished[j]:
+                    continue
+                r.tokens[j].append(picked[r.start + j])
+                r.logps[j].append(chosen[r.start + j])
+                if self.sampler.ends(r, j):
+                    r.reasons[j] = "stop"
+                r.finished[j] = r.reasons[j] is not None or len(r.tokens[j]) >= r.max_tokens
+        if all(r.done for r in self.requests):
+            return  # settle() reports them; no need to feed the last tokens
+        if self.mask is not None:
+            self.mask = torch.cat([self.mask, torch.ones(self.rows, 1, dtype=self.mask.dtype)], -1)
+            self.pos = self.pos[:, -1:] + 1  # type: ignore[index]
+        self.past, logits = self.sampler.step(nxt[:, None], self.past, self.mask, self.pos)
+        self.logits = logits[:, -1].float()
+
+
+def _explicit(
+    mask: torch.Tensor | None, pos: torch.Tensor | None, rows: int, length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A cache's mask and last positions, made explicit for unpadded rows."""
+    if mask is None:
+        return torch.ones(rows, length, dtype=torch.long), torch.full((rows, 1), length - 1)
+    assert pos is not None
+    return mask, pos[:, -1:]
+
+
+def _left_pad(t: torch.Tensor, n: int) -> torch.Tensor:
+    """`t` with `n` zeros before its sequence dimension (the last for masks, -2 for KV)."""
+    if n == 0:
+        return t
+    dim = -1 if t.dim() == 2 else -2
+    shape = list(t.shape)
+    shape[dim] = n
+    return torch.cat([torch.zeros(shape, dtype=t.dtype), t], dim=dim)
 
 
 def _fresh_seed() -> int:

@@ -108,6 +108,8 @@ class _SampleJob:
     """A queued sampling request."""
 
     request_id: str
+    key: Hashable
+    """The weights it samples (requests with the same key batch together)."""
     get: Callable[[], Sampler]
     call: SampleCall
 
@@ -776,38 +778,65 @@ class TinkerService:
             prompt_logprobs=req.prompt_logprobs,
         )
         request_id = self.store.create("sample", None)
-        job = _SampleJob(request_id, get, call)
+        job = _SampleJob(request_id, key, get, call)
         self.worker.submit_batchable(key, job, self._run_samples, size=req.num_samples)
         return {
             "request_id": request_id,
             "sample_sequence_ids": [f"{request_id}:{i}" for i in range(req.num_samples)],
         }
 
-    def _run_samples(self, jobs: list[_SampleJob]) -> None:
-        """Run queued sampling requests on the same weights as one batch (on the worker)."""
+    def _unless_cancelled(self, jobs: list[_SampleJob]) -> list[_SampleJob]:
+        """The jobs still wanted (a cancelled one is dropped and forgotten)."""
         live = []
         for job in jobs:
             if job.request_id in self.cancelled:
                 self.cancelled.discard(job.request_id)
             else:
                 live.append(job)
+        return live
+
+    def _run_samples(self, jobs: list[_SampleJob]) -> None:
+        """Decode queued sampling requests on the same weights as one batch (on the worker);
+        requests on them that arrive meanwhile join it, and each is answered when it ends."""
+        live = self._unless_cancelled(jobs)
         if not live:
             return
-        ids = [job.request_id for job in live]
-        self.running.update(ids)
-        try:
+        ids: dict[int, str] = {}
+        numbers = itertools.count()
+
+        def admit(batch: list[_SampleJob]) -> list[tuple[int, SampleCall]]:
+            out = []
+            for job in batch:
+                i = next(numbers)
+                ids[i] = job.request_id
+                self.running.add(job.request_id)
+                out.append((i, job.call))
+            return out
+
+        def done(i: int, outcome: Any) -> None:
+            request_id = ids.pop(i)
             try:
-                sampler = live[0].get()
-                outcomes = sampler.sample_many(
-                    [job.call for job in live], should_stop=lambda i: ids[i] in self.cancelled
-                )
-            except Exception as e:  # the weights could not be loaded: every request fails
-                outcomes = [e] * len(live)
-            for request_id, outcome in zip(ids, outcomes, strict=True):
                 self._settle(request_id, outcome, None, False)
-        finally:
-            self.running.difference_update(ids)
-            self.cancelled.difference_update(ids)
+            finally:
+                self.running.discard(request_id)
+                self.cancelled.discard(request_id)
+
+        def join(room: int) -> list[tuple[int, SampleCall]]:
+            return admit(self._unless_cancelled(self.worker.take(live[0].key, room)))
+
+        requests = admit(live)
+        try:
+            sampler = live[0].get()
+            sampler.decode(
+                requests,
+                done,
+                should_stop=lambda i: ids.get(i) in self.cancelled,
+                join=join,
+                max_rows=self.config.max_sample_batch,
+            )
+        except Exception as e:  # e.g. the weights could not be loaded: the rest fail
+            for i in list(ids):
+                done(i, e)
 
     # -- sessions -------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ queued together run as one call.
 A job with a batch key (e.g. sampling requests on the same weights) is taken off the queue
 together with every later queued job of the same key, up to a limit, and the group runs in one
 call of its batch function: several clients' samples on one base model become one forward pass.
+While it runs, the batch function may `take` the jobs of its key queued since.
 Batchable jobs may thus run before unrelated jobs submitted between them; callers give keys only
 to jobs that commute with everything else (sampling from frozen weights).
 """
@@ -57,6 +58,20 @@ class Worker:
         """Queue `item`; it runs through `run_batch` together with the other queued items of
         `key` (in submission order)."""
         self._put(_Job(run=None, key=key, item=item, run_batch=run_batch, size=size))
+
+    def take(self, key: Hashable, room: int) -> list[Any]:
+        """Remove and return the queued items of `key` (oldest first) whose sizes fit in
+        `room`: a running batch takes in requests that arrived while it ran."""
+        with self._cond:
+            taken, rest, total = [], deque(), 0
+            for job in self._jobs:
+                if job.key == key and total + job.size <= room:
+                    taken.append(job.item)
+                    total += job.size
+                else:
+                    rest.append(job)
+            self._jobs = rest
+        return taken
 
     def call(self, fn: Callable[[], Any]) -> Future[Any]:
         """Run `fn` on the worker; a future of its result (await with `asyncio.wrap_future`)."""
