@@ -3,7 +3,8 @@
 Training and sampling requests return a future id at once; the work runs on one torch worker
 thread (`worker.Worker`). Training requests of a model run in `seq_id` order (the SDK pipelines
 them and sends the first forward_backward chunk last). Sampling requests on the same frozen
-weights that are queued together run as one batch. Failed requests resolve to
+weights decode as one batch: those queued together start it, those arriving while it decodes
+join it at the next token, and each is answered as soon as it ends. Failed requests resolve to
 `{"error", "category"}`, which the SDK raises as `RequestFailedError`; refused requests raise
 `ServiceError`, which the routes (`routes/`) answer with its status and a JSON body.
 
