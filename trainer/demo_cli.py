@@ -5,32 +5,44 @@ Only typer is imported at module level; the trainer loads when the command runs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+TASKS = ("lookup", "terminal")
+"""`--task` values: the lookup demo (`trainer.demo`) and the terminal demo
+(`trainer.terminal_demo`)."""
 
 
 def demo_command(
+    task: str = typer.Option(
+        "lookup",
+        help="'lookup' (look a price up with a tool; `--model` picks the set-up) or "
+        "'terminal' (SmolLM2 + LoRA on generated shell tasks, judged on held-out tasks, "
+        "~25 min on 2 cores).",
+    ),
     model: str = typer.Option(
         "smollm2",
-        help="'smollm2' (SmolLM2-135M-Instruct + LoRA on `lookup-chat`, ~5 min) or "
-        "'tiny' (a 100k-parameter model on `lookup`, ~1 min).",
+        help="--task lookup: 'smollm2' (SmolLM2-135M-Instruct + LoRA on `lookup-chat`, "
+        "~5 min) or 'tiny' (a 100k-parameter model on `lookup`, ~1 min).",
     ),
-    steps: int | None = typer.Option(None, help="Optimizer steps (default: the model's)."),
+    steps: int | None = typer.Option(None, help="Optimizer steps (default: the task's)."),
     seed: int = typer.Option(0, help="Seeds data order, sampling and initialisation."),
-    task: str | None = typer.Option(
-        None,
-        help="'lookup' (the default set-up) or 'terminal' (SmolLM2 + LoRA on generated shell "
-        "tasks, held-out success every 5 steps); overrides --model.",
+    out: Path | None = typer.Option(
+        None, "--out", help="Report directory (default: runs/demo, or runs/demo-terminal)."
     ),
-    out: str = typer.Option("runs/demo", "--out", help="Report folder."),
 ) -> None:
-    """RL-train a small model on CPU and write OUT/report.md (reward curve, held-out success,
-    metrics, trajectory viewer)."""
-    from skyrl_sdk.trainer.demo import PRESETS, TASK_PRESETS, run_demo
+    """RL-train a small model on CPU and write OUT/report.md (curves, metrics, held-out
+    success, trajectory viewer) and OUT/results.json."""
+    if task not in TASKS:
+        raise typer.BadParameter(f"choose from {', '.join(TASKS)}", param_hint="--task")
+    if task == "terminal":
+        from skyrl_sdk.trainer.terminal_demo import DEFAULT_OUT, run_terminal_demo
 
-    if task is not None:
-        if task not in TASK_PRESETS:
-            raise typer.BadParameter(f"choose from {', '.join(TASK_PRESETS)}", param_hint="--task")
-        model = TASK_PRESETS[task]
+        run_terminal_demo(steps=steps, out_dir=out or DEFAULT_OUT, seed=seed)
+        return
+    from skyrl_sdk.trainer.demo import PRESETS, run_demo
+
     if model not in PRESETS:
         raise typer.BadParameter(f"choose from {', '.join(PRESETS)}", param_hint="--model")
-    run_demo(steps=steps, model=model, seed=seed, out_dir=out)
+    run_demo(steps=steps, model=model, seed=seed, out_dir=out or "runs/demo")
