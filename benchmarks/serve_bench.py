@@ -12,7 +12,7 @@ hits both alike:
 The overhead per request is the median server time minus the median in-process time; the
 target is under 5 ms. The client is plain `httpx` with keep-alive (what the `openai` SDK
 uses), in its own process. The JSON names uvicorn's HTTP parser and loop (`http`, `loop`):
-`httptools`/`uvloop` when the server extra brought them, else `h11`/`asyncio`.
+`httptools`/`uvloop` when installed, else `h11`/`asyncio`.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def run() -> BenchReport:
         f"medians of {REPEATS} requests each way, in {ROUNDS} alternating blocks after "
         f"{WARMUP} warm-up requests each; the overhead is "
         "measured with a scripted policy (no model cost), the tiny rows show it next to a model.",
-        f"uvicorn with http={result['http']}, loop={result['loop']} (httptools and uvloop come "
-        "with the server extra; without them, h11 and asyncio add more time per request).",
+        f"uvicorn with http={result['http']}, loop={result['loop']} (httptools and uvloop "
+        "when installed, else h11 and asyncio).",
     ]
     return BenchReport("serve", rows, result, notes)
