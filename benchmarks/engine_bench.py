@@ -8,10 +8,15 @@ Workloads (SmolLM2-135M-Instruct when it can be had, and the tiny model; float32
    Measured with prefix reuse (the default engine) and without (`prefix_cache_bytes=0`), same
    seeds, so both generate the same tokens: the cost of turn 16 over turn 1, the whole
    episode's time, and the prompt tokens each path runs through the model.
-2. 8 concurrent episodes of several turns whose `max_tokens` are drawn uniformly from 8-128
-   (seeded per episode and turn), with `max_batch_size=8`: generated tokens per second with
-   continuous batching against `scheduling="static"` (both with prefix reuse). The same seeds
-   give the same tokens in both (checked): per-request seeds do not depend on batching.
+2. 8 concurrent episodes taking turns back to back, each turn's `max_tokens` drawn uniformly
+   from 8-128 (seeded per episode), with `max_batch_size=8`: tokens sampled per second with
+   continuous batching against `scheduling="static"` (both with prefix reuse), from the moment
+   all 8 are in flight until the first episode completes 4 turns (the others are then
+   cancelled). Stopping there rather than when all have finished keeps the drain out: with a
+   fixed number of turns each, the last and longest episode alone bounds the ratio (4 turns:
+   482 static steps against at least 395 for any scheduler), which measures the draw, not the
+   engine. The turns both runs completed have the same tokens (checked): per-request seeds
+   do not depend on batching.
 3. Logprob equality with batching on: 3 episodes stepped together (each turn's requests
    arrive at once and decode in one batch), with and without prefix reuse. The largest
    difference between the two is reported in float32 (next to the float32 noise floor: the
@@ -50,7 +55,7 @@ class EngineBenchSettings:
     concurrent_episodes: int = 8
     """Episodes in flight in workload 2 (also the engines' `max_batch_size`)."""
     concurrent_turns: int = 4
-    """Turns per episode in workload 2."""
+    """Workload 2 measures until the first episode completes this many turns."""
     max_tokens_range: tuple[int, int] = (8, 128)
     """Workload 2 draws each turn's `max_tokens` uniformly from this range (inclusive)."""
     equality_episodes: int = 3
@@ -144,27 +149,53 @@ def _single_episode(engine: Any, s: EngineBenchSettings, obs: list[int]) -> Epis
 def _concurrent(
     engine: Any, s: EngineBenchSettings, obs: list[int]
 ) -> tuple[float, int, list[list[tuple[int, ...]]]]:
-    """(wall seconds, generated tokens, tokens per episode) of workload 2."""
-    rng = random.Random(s.seed)
+    """Workload 2: (seconds measured, tokens sampled in them, each episode's completed turns).
+
+    Every episode takes turns back to back; turn t of episode i has `max_tokens` drawn from a
+    generator seeded by (seed, i), so both schedulers see the same requests in the same order.
+    The clock runs from the moment every episode has its first token to the moment the first
+    episode completes `concurrent_turns` turns (all 8 are in flight throughout; then the rest
+    are cancelled), and counts the tokens sampled meanwhile.
+    """
+    from skyrl_sdk.agents.policy import SamplingParams
+
     low, high = s.max_tokens_range
-    budgets = [
-        [rng.randint(low, high) for _ in range(s.concurrent_turns)]
-        for _ in range(s.concurrent_episodes)
-    ]
+    done: list[list[tuple[int, ...]]] = [[] for _ in range(s.concurrent_episodes)]
 
-    async def go() -> list[tuple[list[float], list[tuple[int, ...]]]]:
-        return await asyncio.gather(
-            *[
-                _episode(engine, i + 1, s.concurrent_turns, budgets[i], s.seed, obs)
-                for i in range(s.concurrent_episodes)
-            ]
-        )
+    async def go() -> tuple[float, int]:
+        finished = asyncio.Event()
 
-    start = time.perf_counter()
-    results = asyncio.run(go())
-    wall = time.perf_counter() - start
-    tokens = [t for _, t in results]
-    return wall, sum(len(x) for ep in tokens for x in ep), tokens
+        async def episode(i: int) -> None:
+            rng = random.Random(f"{s.seed}:{i}")
+            prompt = list(_first_prompt(engine.renderer, i + 1).token_ids)
+            for turn in range(s.concurrent_turns):
+                seed = s.seed + 7919 * i + turn
+                params = SamplingParams(max_tokens=rng.randint(low, high), seed=seed)
+                c = await engine.generate(prompt, params)
+                done[i].append(c.token_ids)
+                prompt += [*c.token_ids, *obs]
+            finished.set()
+
+        tasks = [asyncio.create_task(episode(i)) for i in range(s.concurrent_episodes)]
+        while engine.stats().generated_tokens < s.concurrent_episodes:
+            await asyncio.sleep(0.002)
+        start, first = time.perf_counter(), engine.stats().generated_tokens
+        await finished.wait()
+        elapsed, last = time.perf_counter() - start, engine.stats().generated_tokens
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return elapsed, last - first
+
+    elapsed, tokens = asyncio.run(go())
+    return elapsed, tokens, done
+
+
+def _same_turns(a: list[list[tuple[int, ...]]], b: list[list[tuple[int, ...]]]) -> bool:
+    """Whether every episode's turns completed in both runs have the same tokens."""
+    return all(
+        x[: min(len(x), len(y))] == y[: min(len(x), len(y))] for x, y in zip(a, b, strict=True)
+    )
 
 
 def _reference_logprobs(model: Any, prompt: list[int], ids: tuple[int, ...]) -> list[float]:
@@ -304,7 +335,9 @@ def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
         "continuous_tokens_per_s": round(c_tokens / c_wall, 2),
         "static_tokens_per_s": round(s_tokens / s_wall, 2),
         "continuous_vs_static": round((c_tokens / c_wall) / (s_tokens / s_wall), 3),
-        "batching_tokens_equal": c_ids == s_ids,
+        "batching_tokens_equal": _same_turns(c_ids, s_ids),
+        "turns_completed_continuous": sum(len(x) for x in c_ids),
+        "turns_completed_static": sum(len(x) for x in s_ids),
         "turn_s_median_1_4": round(statistics.median(reuse.turn_s[:4]), 4),
         "turn_s_median_13_16": round(statistics.median(reuse.turn_s[-4:]), 4),
     }
@@ -371,9 +404,10 @@ def run(
         "scheduling='static' (a batch runs until its last request ends; newcomers wait)",
         f"workload 1: one episode, {s.turns} turns x {s.generated_per_turn} generated tokens, "
         f"~{s.observation_tokens} observation tokens appended per turn; same seeds, same tokens",
-        f"workload 2: {s.concurrent_episodes} concurrent episodes x {s.concurrent_turns} turns, "
-        f"max_tokens uniform in {s.max_tokens_range} (seed {s.seed}), max_batch_size "
-        f"{s.concurrent_episodes}",
+        f"workload 2: {s.concurrent_episodes} concurrent episodes taking turns back to back, "
+        f"max_tokens uniform in {s.max_tokens_range} (seeded), max_batch_size "
+        f"{s.concurrent_episodes}; tokens sampled from all in flight until the first completes "
+        f"{s.concurrent_turns} turns",
         f"workload 3: {s.equality_episodes} episodes x {s.equality_turns} turns decoded as one "
         "batch, logprobs with reuse vs without (noise floor: no reuse vs one unbatched forward)",
         "targets: turn16_vs_turn1 <= 1.5, reuse_speedup_16 >= 1.5, prompt_tokens_ratio_16 >= 5, "
