@@ -79,6 +79,9 @@ class AsyncTrainer(TrainingLoop):
         super().__init__(config, resume=resume, console=console)
         # The learner trains one copy of the model; the engine samples from another.
         model, self.tokenizer = load_model(config.model, seed=config.seed)
+        # The engine's copy is taken before the learner wraps `model`: peft's LoRA wrapping
+        # changes the model in place, and the engine loads merged (plain) weights.
+        engine_model = None if engine is not None else copy.deepcopy(model)
         if learner is None:
             learner = Learner(model, LearnerSettings.from_config(config, self.tokenizer))
         self.learner = learner
@@ -86,7 +89,8 @@ class AsyncTrainer(TrainingLoop):
             self.learner.load_state_dict(state.learner)
             self._resume_at(state, f"policy version {self.learner.version}")
         if engine is None:
-            engine_model = copy.deepcopy(model).eval().requires_grad_(False)
+            assert engine_model is not None
+            engine_model = engine_model.eval().requires_grad_(False)
             engine = build_engine(config, engine_model, self.tokenizer, self.run_dir)
         self.engine = engine
         if self.learner.version != 0:

@@ -11,10 +11,14 @@ per-family rates.
 The env is `terminal-gen-demo`: `terminal-gen` whose episodes open with the brief system
 message (`terminal_gen.env.BRIEF_PROMPT`) and two worked examples (`WORKED_EXAMPLES`: copy a
 file, write a word into a file, each solved in one reply `<bash>...</bash><answer>done
-</answer>`). Without them the untrained 135M model chats instead of writing a command and
-succeeds in 0 of 16 held-out episodes (measured, temperature 0.7); with them it writes the
-format and solves some `echo-word` tasks, which gives RL its signal. The examples' words and
-file names are not drawn by any family, so no held-out instance is shown.
+</answer>`). Without them the untrained 135M model chats instead of writing a command (0 of
+16 held-out episodes over four families, temperature 0.7). With them, at temperature 0.6 with
+2 turns of 40 tokens, it writes the format and solves half of the `echo-word` tasks (4/8 and
+2/4 in two samples) but none of `make-dirs` (0/8: it never adds the `touch`), `permissions`
+(0/8), `word-count` (0/8), `grep-count` (0/4) or `sed-replace` (0/4): a family at 0 gives
+GRPO no signal, so the demo trains and evaluates `echo-word` (`FAMILIES`; other families
+through `run_terminal_demo(overrides=...)`). No family draws the word `copper`, so no task
+of either split is shown solved.
 
 Output (`--out`, default `runs/demo-terminal`): `report.md` (training reward curve, held-out
 curve with intervals, per-family table, link to the viewer), `heldout_curve.svg`,
@@ -49,7 +53,7 @@ WORKED_EXAMPLES: Messages = [
 ]
 """The exchange every episode opens with, after the system message (`copper` is not one of
 the families' words, so no generated task is shown solved)."""
-FAMILIES = ("echo-word", "make-dirs")
+FAMILIES = ("echo-word",)
 """Families trained and evaluated (see `PRESET`)."""
 DEFAULT_OUT = "runs/demo-terminal"
 """Where `skyrl demo --task terminal` writes when `--out` is not given."""
@@ -90,17 +94,17 @@ PRESET: dict[str, Any] = {
     },
     "env": {
         "id": ENV_ID,
-        "kwargs": {"split": "train", "families": list(FAMILIES), "per_family": 64},
+        "kwargs": {"split": "train", "families": list(FAMILIES), "per_family": 128},
         "max_turns": 2,
     },
     # One reply solves a task: `<bash>echo w > f</bash><answer>done</answer>` is ~20 tokens.
-    "rollout": {"group_size": 8, "max_tokens": 40, "temperature": 0.7},
+    "rollout": {"group_size": 8, "max_tokens": 40, "temperature": 1.0},
     "algorithm": {"filter_zero_variance": True},
-    "optim": {"lr": 2e-3},
+    "optim": {"lr": 3e-3},
     "trainer": {"groups_per_step": 2, "max_staleness": 1, "torch_threads": 1},
-    # 104 episodes on 104 distinct held-out tasks (52 per family), at the training temperature.
+    # 104 episodes on 104 distinct held-out tasks, at the training temperature.
     "heldout": {
-        "env_kwargs": {"split": "heldout", "per_family": 52},
+        "env_kwargs": {"split": "heldout", "per_family": 104},
         "episodes": 104,
         "every_steps": 6,
     },

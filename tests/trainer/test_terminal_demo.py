@@ -49,8 +49,11 @@ def test_run_writes_report_results_and_viewer_with_heldout_curve(tmp_path):
         out_dir=out,
         seed=0,
         overrides={
-            "model": {"source": "tiny", "lora": {"enabled": False}},
-            "env": {"kwargs": {"per_family": 2}},
+            "model": {
+                "source": "tiny",
+                "lora": {"enabled": True, "target_modules": ["q_proj", "v_proj"]},
+            },
+            "env": {"kwargs": {"families": ["echo-word", "make-dirs"], "per_family": 2}},
             "rollout": {"group_size": 2, "max_tokens": 6},
             "trainer": {"groups_per_step": 1, "max_staleness": 0},
             "heldout": {"env_kwargs": {"per_family": 2}, "episodes": 4, "every_steps": 1},
