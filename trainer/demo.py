@@ -116,52 +116,8 @@ PRESETS: dict[str, DemoPreset] = {
             "heldout": {"env_kwargs": {"seed": 1000}, "episodes": 64},
         },
     ),
-    # `skyrl demo --task terminal`: generated shell tasks (issue 18). The four easiest
-    # families, one `<bash>` tool then `<answer>`, every reward from the task's own verifier
-    # in the bwrap sandbox; held-out tasks are the same families' held-out seeds.
-    "terminal": DemoPreset(
-        name="terminal",
-        label="SmolLM2-135M-Instruct + LoRA",
-        env_id="terminal-gen",
-        steps=20,
-        staleness=1,
-        config={
-            "model": {
-                "source": "smollm2",
-                "lora": {
-                    "enabled": True,
-                    "r": 8,
-                    "alpha": 16.0,
-                    "target_modules": [
-                        f"layers.{i}.self_attn.{proj}"
-                        for i in SMOLLM2_LORA_LAYERS
-                        for proj in ("q_proj", "k_proj", "v_proj", "o_proj")
-                    ],
-                },
-            },
-            "env": {
-                "id": "terminal-gen",
-                "kwargs": {
-                    "families": "echo-word,make-dirs,grep-count,word-count",
-                    "per_family": 64,
-                },
-                "max_turns": 4,
-            },
-            "rollout": {"group_size": 6, "max_tokens": 64, "temperature": 0.7},
-            "algorithm": {"filter_zero_variance": True},
-            "optim": {"lr": 3e-3},
-            "trainer": {"groups_per_step": 2, "torch_threads": _half_the_cores()},
-            "heldout": {
-                "env_kwargs": {"split": "heldout", "per_family": 25},
-                "episodes": 100,
-                "every_steps": 5,
-            },
-        },
-    ),
 }
 DEFAULT_MODEL = "smollm2"
-TASK_PRESETS = {"lookup": "smollm2", "terminal": "terminal"}
-"""`skyrl demo --task NAME`: the preset each task trains (SmolLM2 + LoRA)."""
 
 
 def run_demo(
@@ -225,15 +181,6 @@ def run_demo(
             heldout_ci_end=[last.ci_low, last.ci_high],
             heldout_episodes=last.episodes,
             heldout_temperature=last.temperature,
-            heldout_curve=[
-                {"step": e.step, "success": e.success, "ci": [e.ci_low, e.ci_high]}
-                for e in evaluations
-            ],
-            heldout_families={
-                name: {"start": first.families[name].success, "end": f.success}
-                for name, f in last.families.items()
-                if name in first.families
-            },
         )
     table = Table(title="learning curve" + (" (every ~10th step)" if len(rows) > 20 else ""))
     for column in ("step", "reward", "success", "entropy", "staleness max", "step s"):
@@ -419,20 +366,6 @@ def _report(
             "`heldout_trajectories.jsonl`).",
             "",
         ]
-    if len(summary.get("heldout_curve", ())) > 2:
-        lines += ["| held-out after step | success | 95% interval |", "|---:|---:|---:|"]
-        lines += [
-            f"| {p['step']} | {p['success']:.0%} | [{p['ci'][0]:.0%}, {p['ci'][1]:.0%}] |"
-            for p in summary["heldout_curve"]
-        ]
-        lines.append("")
-    if len(summary.get("heldout_families", {})) > 1:
-        lines += ["| family | held-out success before | after |", "|---|---:|---:|"]
-        lines += [
-            f"| {name} | {v['start']:.0%} | {v['end']:.0%} |"
-            for name, v in summary["heldout_families"].items()
-        ]
-        lines.append("")
     lines += [
         f"![reward curve]({picture.name})",
         "",
