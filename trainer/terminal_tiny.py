@@ -1,17 +1,20 @@
-"""A tiny model for the `terminal-gen` env's `echo-word` family, built here in seconds.
+"""A tiny model for the `terminal-gen` env's `echo-word` family (experimental).
 
 `echo-word` asks "Write the word pebble87 into the file notes.txt."; the command that solves
-it copies words from the instruction (`<bash>echo pebble87 > notes.txt</bash>`). A
-100k-parameter model learns that by RL on CPU in minutes once it can copy at all, which a
-randomly initialised one cannot. So, as `lookup-tiny` is warmed up on an echo corpus, this
+it copies words from the instruction (`<bash>echo pebble87 > notes.txt</bash>`). A randomly
+initialised model cannot copy, so, as `lookup-tiny` is warmed up on an echo corpus, this
 model is warmed up by next-token training on transcripts of the same shape over *other*
 words and file names (`WARM_WORDS`, `WARM_STEMS`: none is a word or file name of any
-`echo-word` task), then saved with its tokenizer as a model directory
-(`model.source: pretrained`). The warm-up never sees a task of the family: what RL then
-learns is to copy the family's own words, and held-out tasks (other seeds, same family)
-measure whether that generalises.
+`echo-word` task) plus `repeat W N S` lines over the family's words, then saved with its
+tokenizer as a model directory (`model.source: pretrained`). The warm-up never sees a task
+of the family, so RL would have to learn to copy the family's own words.
 
-The tokenizer is word-level over a closed vocabulary: each letter run, digit, space and
+Status, measured (issue 18 item 5 is not done): at 64 wide and 2 layers the warm-up learns
+to copy its own words (loss 0.07, up to 27% of replies exact after 1,500 steps of 32) but
+copies none of the family's words (0% exact on held-out `echo-word` transcripts), so RL from
+this model has no signal yet.
+
+The tokenizer is word-level over a closed vocabulary: each letter run, number, space and
 punctuation mark is one token (unknown words become `<unk>`), and decoding concatenates, so
 replies come back as the exact text the env parses.
 """
