@@ -500,20 +500,27 @@ class LocalEngine:
         lengths = [len(r.prompt) for r, _, _ in joining]
         old = 0 if self._mask is None else self._mask.shape[1]
         width = max(old, *lengths)
-        layers = len(joining[0][1])
-        kv: KV = []
         running = self._kv
-        for layer in range(layers):
-            keys, values = [], []
-            if running is not None:
-                k, v = running[layer]
-                keys.append(_left_pad(k, width - old))
-                values.append(_left_pad(v, width - old))
-            for (_, row, _), n in zip(joining, lengths, strict=True):
-                k, v = row[layer]
-                keys.append(_left_pad(k, width - n))
-                values.append(_left_pad(v, width - n))
-            kv.append((torch.cat(keys, 0), torch.cat(values, 0)))
+        pieces = [] if running is None else [(running, old)]  # (kv, its width), row order
+        pieces += [(row, n) for (_, row, _), n in zip(joining, lengths, strict=True)]
+        rows = len(self._rows) + len(joining)
+        spare = max(64, width // 2)  # room for the next steps: one copy here, none per step
+        layers = []
+        for layer in range(len(joining[0][1])):
+            k0 = pieces[0][0][layer][0]
+            shape = (rows, k0.shape[1], width + spare, k0.shape[3])
+            room = (k0.new_empty(shape), k0.new_empty(shape))
+            start = 0
+            for kv, n in pieces:
+                k, v = kv[layer]
+                end = start + k.shape[0]
+                for buf, x in zip(room, (k, v), strict=True):
+                    buf[start:end, :, : width - n] = 0  # padding: masked, but never NaN
+                    buf[start:end, :, width - n : width] = x
+                start = end
+            grown = _growing_layer(room[0][:, :, :width], room[1][:, :, :width])
+            grown.room = room
+            layers.append(grown)
         masks = [] if self._mask is None else [_left_pad(self._mask, width - old)]
         for n in lengths:
             row_mask = torch.zeros((1, width), dtype=torch.long, device=self.device)
@@ -521,7 +528,7 @@ class LocalEngine:
             masks.append(row_mask)
         new_pos = torch.tensor(lengths, dtype=torch.long, device=self.device)
         new_next = torch.tensor([t for _, _, t in joining], dtype=torch.long, device=self.device)
-        self._kv = kv
+        self._layers = layers
         self._mask = torch.cat(masks, 0)
         self._pos = new_pos if self._pos is None else torch.cat([self._pos, new_pos])
         self._next = new_next if self._next is None else torch.cat([self._next, new_next])
