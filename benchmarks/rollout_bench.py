@@ -1,8 +1,8 @@
 """`skyrl bench rollout`: agent-loop throughput and the per-turn cost of token appending.
 
 1. Throughput: 256 concurrent `math` episodes (calculator, then answer) on one event loop,
-   with two instant policies: `ScriptedPolicy` (tokenizes each scripted reply and decodes
-   the ids back to text on every call, ~10 us a turn of policy work), and a minimal
+   with two instant policies: `ScriptedPolicy` (replays a script, tokenizing each distinct
+   reply once, then builds a `Completion` per call), and a minimal
    token-native instant policy defined here (`_InstantPolicy`: hands back completions
    built before timing, so it does no work per call). Baseline: the same episodes played
    by a bare synchronous `reset`/`step` loop with no policy and no tokens. `vs_bare` is
@@ -62,8 +62,8 @@ def _throughput(renderer, rounds: int = ROUNDS) -> dict[str, tuple[float, float,
 class _InstantPolicy:
     """A minimal token-native instant policy, for this benchmark only: each task's replies
     as `Completion`s (exact ids ending with the end-of-turn token, logprobs 0.0, the text),
-    built once before timing, handed back by task and turn. No tokenizer work per call,
-    unlike `ScriptedPolicy`, so the agent loop's own cost is what remains."""
+    built once before timing, handed back by task and turn. No work per call at all, so
+    the agent loop's own cost is what remains."""
 
     name = "instant"
 
@@ -268,9 +268,9 @@ def run() -> BenchReport:
         },
         notes=[
             "Throughput on the in-process math env, best of "
-            f"{ROUNDS} alternating runs of each: ScriptedPolicy tokenizes and decodes every "
-            "reply (vs_bare); the bench-only instant policy returns prebuilt completions, so "
-            "vs_bare_instant is the loop's own overhead (the target).",
+            f"{ROUNDS} alternating runs of each: ScriptedPolicy replays its script, building "
+            "a Completion per call (vs_bare); the bench-only instant policy returns prebuilt "
+            "completions, so vs_bare_instant is the loop's own overhead (the target).",
             "Append: sampled ids + template delta, median per turn over interleaved trials; "
             "baseline re-renders and "
             "re-tokenizes the whole conversation each turn.",
