@@ -19,7 +19,7 @@ def demo_command(
         "lookup",
         help="'lookup' (look a price up with a tool; `--model` picks the set-up) or "
         "'terminal' (SmolLM2 + LoRA on generated shell tasks, judged on held-out tasks, "
-        "~25 min on 2 cores).",
+        "~12 min on 2 busy cores).",
     ),
     model: str = typer.Option(
         "smollm2",
