@@ -132,8 +132,6 @@ def test_resume_through_the_api_refuses_a_changed_config(tmp_path):
     from skyrl_sdk.trainer.checkpoint import ResumeConfigError
 
     _run(tmp_path, 0, 1, "trainer.checkpoint_every=1")
-    changed = build_config(
-        {}, [f"out_dir={tmp_path}", "trainer.steps=2", "seed=0", "optim.lr=0.5"]
-    )
+    changed = build_config({}, [f"out_dir={tmp_path}", "trainer.steps=2", "seed=0", "optim.lr=0.5"])
     with pytest.raises(ResumeConfigError, match=r"optim\.lr: was .*now 0\.5"):
         AsyncTrainer(changed, resume=True)
