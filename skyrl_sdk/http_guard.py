@@ -226,17 +226,7 @@ class HttpGuard:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
             return
-        body = error_body(self.config.error_style, refusal, message)
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            # The server stops reading this connection: an unread (large) body is not drained.
-            (b"connection", b"close"),
-        ]
-        if status == 401:
-            headers.append((b"www-authenticate", b"Bearer"))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send_refusal(send, status, error_body(self.config.error_style, refusal, message))
 
 
 class _Disconnected:
@@ -285,3 +275,18 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 def install(app: Any, config: GuardConfig) -> None:
     """Add `HttpGuard` to a Starlette/FastAPI `app` (outside its routing and body parsing)."""
     app.add_middleware(HttpGuard, config=config)
+
+
+async def send_refusal(send: Any, status: int, body: bytes) -> None:
+    """Answer an ASGI request with `status` and the JSON `body`, closing the connection (the
+    server stops reading it, so an unread, possibly large, body is not drained); a 401 says
+    the scheme it wants (`WWW-Authenticate: Bearer`)."""
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -25,6 +25,7 @@ from skyrl_sdk.http_guard import (
     error_body,
     key_matches,
     presented_key,
+    send_refusal,
 )
 
 PREFIX = "/sessions/"
@@ -121,12 +122,4 @@ async def _refuse(send: Any, status: int, message: str, refusal: Refusal | None)
         body = json.dumps(
             {"error": {"message": message, "type": "not_found_error", "param": None, "code": None}}
         ).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
-    if status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_refusal(send, status, body)
