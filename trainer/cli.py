@@ -135,11 +135,9 @@ def train_command(
         die("--ray runs the local backend; backend 'tinker' has no actors")
     try:
         trainer = _build_trainer(cfg, resume=resume, ray=ray, console=console)
-    except ResumeConfigError as e:
-        die(str(e))
-    except (ConfigError, ImportError) as e:  # a setting a backend cannot honour; no tinker SDK
-        if cfg.backend is not Backend.TINKER:
-            raise
+    except (ResumeConfigError, ConfigError, ImportError) as e:
+        # A changed config under --resume, a setting the backend cannot honour, or a missing
+        # extra (the message names it): one line, for every backend alike.
         die(str(e))
     result = trainer.run()
     console.print(
