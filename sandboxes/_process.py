@@ -534,7 +534,11 @@ class ServerSandbox(Sandbox):
         stdin: str | bytes | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        end_all: bool = False,
     ) -> ExecResult:
+        """`Sandbox.exec`; `end_all=True` (this backend only) also kills every other process
+        of the sandbox the moment the command exits, and counts them in
+        `ExecResult.left_running`, so nothing it started can act after its exit."""
         self._check_usable()
         argv = to_argv(cmd)
         limit = self._exec_limit(timeout)
@@ -551,6 +555,8 @@ class ServerSandbox(Sandbox):
             "fsize": self._fsize_rlimit,
             "as_bytes": None if self._cgroups.has("memory") else spec.memory_bytes,
         }
+        if end_all:
+            request["end_all"] = True
         ooms = self._cgroups.oom_kills()
         reply = await self._request(request, float(limit) + _GRACE_S)
         try:
@@ -567,6 +573,7 @@ class ServerSandbox(Sandbox):
                 cancelled=bool(reply.get("cancelled")),
                 stdout_bytes=int(reply["out_total"]),
                 stderr_bytes=int(reply["err_total"]),
+                left_running=_left_running(reply) if end_all else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._broken = f"its server sent a malformed exec reply ({type(e).__name__}: {e})"
@@ -623,6 +630,12 @@ class ServerSandbox(Sandbox):
             self._archive_request({"op": "untar", "dest": dest, "data": data}),
             self.spec.timeout_s,
         )
+
+
+def _left_running(reply: dict[str, Any]) -> int | None:
+    """The server's count of processes it killed at the command's exit (None: it is not PID 1)."""
+    others = int(reply.get("others", -1))
+    return None if others < 0 else others
 
 
 @atexit.register

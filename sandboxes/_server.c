@@ -35,6 +35,7 @@
  * - Orphans are reaped as soon as SIGCHLD says so (a signalfd), not on a 0.5 s tick.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -386,6 +387,42 @@ static void reap(void) {
     }
 }
 
+/* As the sandbox's PID 1: count the other processes still running (zombies aside), kill them
+ * all at once (kill(-1) spares only PID 1) and reap them. Returns the count, or -1 when this
+ * server is not the namespace's init (then nothing is killed). */
+static int end_all(void) {
+    if (getpid() != 1) return -1;
+    int running = 0;
+    DIR *proc = opendir("/proc");
+    struct dirent *e;
+    while (proc && (e = readdir(proc))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9' || strcmp(e->d_name, "1") == 0) continue;
+        char path[64], stat[512];
+        snprintf(path, sizeof path, "/proc/%.20s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t n = read(fd, stat, sizeof stat - 1);
+        close(fd);
+        if (n <= 0) continue;
+        stat[n] = 0;
+        char *paren = strrchr(stat, ')');
+        if (paren && paren[1] == ' ' && paren[2] != 'Z') running++;
+    }
+    if (proc) closedir(proc);
+    kill(-1, SIGKILL);
+    double deadline = now_s() + 1.0;
+    while (now_s() < deadline) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid < 0) break; /* ECHILD: all reaped */
+        if (pid == 0) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+    }
+    return running;
+}
+
 static void kill_group(pid_t pid) {
     kill(-pid, SIGKILL); /* the command's session = its process group */
     kill(pid, SIGKILL);
@@ -574,6 +611,7 @@ typedef struct {
     int not_found;    /* the program was not found (exit 127, else 126) */
     int status;       /* wait status */
     int timed_out, cancelled;
+    int others;       /* end_all: other processes running when it exited (-1: not asked) */
     capture_t out, err;
     double duration;
 } run_t;
@@ -581,7 +619,8 @@ typedef struct {
 /* Runs one command to completion: feeds its stdin, captures its output, enforces the
  * deadline and listens to the host for "cancel" (and EOF) meanwhile. */
 static void run_command(const spawn_t *s, const value_t *stdin_v, double timeout, run_t *res,
-                        size_t head_cap, size_t tail_cap, double started) {
+                        size_t head_cap, size_t tail_cap, double started, int end_all_on_exit) {
+    res->others = -1;
     capture_init(&res->out, head_cap, tail_cap);
     capture_init(&res->err, head_cap, tail_cap);
     int stdin_p[2] = {-1, -1}, out_p[2], err_p[2];
@@ -636,6 +675,9 @@ static void run_command(const spawn_t *s, const value_t *stdin_v, double timeout
     for (;;) {
         double now = now_s();
         if (cur_done && !drain_until) {
+            /* Nothing the command left behind runs on past its exit (e.g. to rewrite a file
+             * the host reads next); the count says whether anything was there. */
+            if (end_all_on_exit) res->others = end_all();
             /* Exited: collect what is already in the pipes, but do not wait on background
              * processes that inherited them. */
             drain_until = now + DRAIN_S;
@@ -891,7 +933,7 @@ static void op_exec(const value_t *req, buf_t *reply) {
         run_t res;
         memset(&res, 0, sizeof res);
         run_command(&s, get(req, "stdin"), timeout, &res, (size_t)(limit - limit / 4),
-                    (size_t)(limit / 4), started);
+                    (size_t)(limit / 4), started, num(get(req, "end_all"), 0) != 0);
         if (!res.started) {
             failed_reply(reply, res.message, 0, started);
         } else {
@@ -902,6 +944,7 @@ static void op_exec(const value_t *req, buf_t *reply) {
             w_str(reply, "exit_code"); w_int(reply, exit_code(res.status));
             w_str(reply, "timed_out"); w_bool(reply, res.timed_out);
             w_str(reply, "cancelled"); w_bool(reply, res.cancelled);
+            w_str(reply, "others"); w_int(reply, res.others);
             for (int k = 0; k < 2; k++) {
                 unsigned char *tail = capture_tail(caps[k]);
                 w_str(reply, names[k][0]); w_bytes(reply, caps[k]->head.p, caps[k]->head.len);
@@ -1094,7 +1137,7 @@ static void op_archive(const value_t *req, const unsigned char *payload, size_t 
     double timeout = tv && tv->t == V_FLOAT ? tv->f : (double)num(tv, 0);
     run_t res;
     memset(&res, 0, sizeof res);
-    run_command(&s, &stdin_v, timeout, &res, (size_t)cap + 1, 0, started);
+    run_command(&s, &stdin_v, timeout, &res, (size_t)cap + 1, 0, started, 0);
     if (!res.started) {
         error_reply(reply, "SandboxError", res.message);
     } else if (res.out.total > (uint64_t)cap) {

@@ -255,6 +255,38 @@ def _try_wait(pid):
     return status if got == pid else None
 
 
+def _end_all():
+    """As the sandbox's PID 1: count the other processes still running (zombies aside), kill
+    them all at once (`kill(-1)` spares only PID 1) and reap them. Returns the count, or -1
+    when this server is not the namespace's init (then nothing is killed)."""
+    if not _IS_INIT:
+        return -1
+    running = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z":
+            running += 1
+    try:
+        os.kill(-1, _SIGKILL)
+    except OSError:
+        pass
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            time.sleep(0.001)
+    return running
+
+
 def _exec(req, inp):
     started = time.monotonic()
     argv = list(req["argv"])
@@ -311,9 +343,14 @@ def _exec(req, inp):
     status = None
     timed_out = cancelled = False
     drain_until = None
+    others = -1
     while True:
         if status is None:
             status = _try_wait(pid)
+            if status is not None and req.get("end_all"):
+                # Nothing the command left behind runs on past its exit (e.g. to rewrite a
+                # file the host reads next); the count says whether anything was there.
+                others = _end_all()
             if status is not None and drain_until is None:
                 # Exited: collect what is already in the pipes, but do not wait on background
                 # processes that inherited them.
@@ -392,6 +429,7 @@ def _exec(req, inp):
         "err_tail": bytes(err.tail),
         "err_total": err.total,
         "duration": time.monotonic() - started,
+        "others": others,
     }
 
 

@@ -222,6 +222,10 @@ class ExecResult:
     """Bytes the command wrote to stdout, before truncation."""
     stderr_bytes: int = 0
     """Bytes the command wrote to stderr, before truncation."""
+    left_running: int | None = None
+    """With `exec(..., end_all=True)`: how many other processes of the sandbox were still
+    running when the command exited (all of them were killed at that moment); None when not
+    asked, or where the command server is not the sandbox's PID 1 (then nothing is killed)."""
 
     @property
     def status(self) -> ExecStatus:

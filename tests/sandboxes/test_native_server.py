@@ -131,6 +131,8 @@ def _conformance_requests(tmp: Path) -> list[tuple[str, dict[str, Any]]]:
             {"op": "write", "path": str(tmp / "x/y"), "data": b"", "parents": False},
         ),
         ("unknown op", {"op": "frobnicate"}),
+        # Not a namespace's PID 1 here: end_all kills nothing and says so (others: -1).
+        ("end_all outside a sandbox", {**_exec(["/bin/sh", "-c", "exit 4"]), "end_all": True}),
     ]
 
 
@@ -270,6 +272,32 @@ def test_sandbox_pid1_reaps_orphans(kind: str, monkeypatch: pytest.MonkeyPatch) 
         return states.stdout
 
     assert "zombie" not in _sandbox_run(kind, monkeypatch, body)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", KINDS)
+def test_sandbox_end_all_kills_what_the_command_left_at_its_exit(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`exec(..., end_all=True)`: the moment the command exits, every other process of the
+    sandbox (here a detached `setsid` writer that would otherwise keep writing) is killed and
+    counted; without it the writer goes on."""
+
+    async def body(sb: Any) -> tuple[Any, str, Any, str]:
+        writer = "setsid sh -c 'sleep 0.3; echo late > /tmp/late' </dev/null >/dev/null 2>&1 &"
+        ended = await sb.exec(
+            f"{writer} sleep 30 </dev/null >/dev/null 2>&1 & exit 3", end_all=True
+        )
+        await asyncio.sleep(0.6)
+        after = (await sb.exec("cat /tmp/l* /proc/[0-9]*/comm")).stdout
+        plain = await sb.exec(f"{writer} exit 0")
+        await asyncio.sleep(0.6)
+        return ended, after, plain, (await sb.exec("cat /tmp/late")).stdout
+
+    ended, after, plain, late = _sandbox_run(kind, monkeypatch, body)
+    assert ended.exit_code == 3 and ended.left_running == 2, ended
+    assert "late" not in after and "sleep" not in after, after  # no file, no sleep left
+    assert plain.left_running is None and late == "late\n"
 
 
 @needs_bwrap
