@@ -538,7 +538,8 @@ class ServerSandbox(Sandbox):
     ) -> ExecResult:
         """`Sandbox.exec`; `end_all=True` (this backend only) also kills every other process
         of the sandbox the moment the command exits, and counts them in
-        `ExecResult.left_running`, so nothing it started can act after its exit."""
+        `ExecResult.left_running`, so nothing it started can act after its exit
+        (`ExecResult.orphaned` counts those that outlived their parent but ended before)."""
         self._check_usable()
         argv = to_argv(cmd)
         limit = self._exec_limit(timeout)
@@ -573,7 +574,8 @@ class ServerSandbox(Sandbox):
                 cancelled=bool(reply.get("cancelled")),
                 stdout_bytes=int(reply["out_total"]),
                 stderr_bytes=int(reply["err_total"]),
-                left_running=_left_running(reply) if end_all else None,
+                left_running=_count(reply, "others") if end_all else None,
+                orphaned=_count(reply, "orphans") if end_all else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._broken = f"its server sent a malformed exec reply ({type(e).__name__}: {e})"
@@ -632,10 +634,10 @@ class ServerSandbox(Sandbox):
         )
 
 
-def _left_running(reply: dict[str, Any]) -> int | None:
-    """The server's count of processes it killed at the command's exit (None: it is not PID 1)."""
-    others = int(reply.get("others", -1))
-    return None if others < 0 else others
+def _count(reply: dict[str, Any], key: str) -> int | None:
+    """One of the server's process counts (`others`, `orphans`); None when it is not PID 1."""
+    value = int(reply.get(key, -1))
+    return None if value < 0 else value
 
 
 @atexit.register

@@ -368,6 +368,7 @@ static int sigchld_fd = -1; /* signalfd for SIGCHLD: wakes the loops when any ch
 static pid_t cur_pid;       /* the command running now (0: none) */
 static int cur_status;      /* its wait status, once cur_done */
 static int cur_done;
+static int cur_orphans;     /* orphans (re-parented to PID 1) reaped while it ran */
 
 /* Collects every exited child. As PID 1 of the sandbox, orphans are re-parented to this
  * process: reaping them at once means no zombie lingers (a zombie still counts against the
@@ -383,6 +384,8 @@ static void reap(void) {
         if (pid == cur_pid && !cur_done) {
             cur_status = status;
             cur_done = 1;
+        } else if (cur_pid && !cur_done) {
+            cur_orphans++;
         }
     }
 }
@@ -633,6 +636,7 @@ static void run_command(const spawn_t *s, const value_t *stdin_v, double timeout
     }
     if (pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0) die("pipe");
     cur_done = 0;
+    cur_orphans = 0;
     cur_pid = spawn(s, stdin_p[0], out_p[1], err_p[1]);
     int spawn_err = spawn_errno;
     close(stdin_p[0]);
@@ -945,6 +949,7 @@ static void op_exec(const value_t *req, buf_t *reply) {
             w_str(reply, "timed_out"); w_bool(reply, res.timed_out);
             w_str(reply, "cancelled"); w_bool(reply, res.cancelled);
             w_str(reply, "others"); w_int(reply, res.others);
+            w_str(reply, "orphans"); w_int(reply, getpid() == 1 ? cur_orphans : -1);
             for (int k = 0; k < 2; k++) {
                 unsigned char *tail = capture_tail(caps[k]);
                 w_str(reply, names[k][0]); w_bytes(reply, caps[k]->head.p, caps[k]->head.len);

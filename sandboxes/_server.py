@@ -34,6 +34,8 @@ _SIGKILL = 9
 _READ = 1 << 16
 _IS_INIT = os.getpid() == 1
 _exited = {}  # pid -> wait status, for children reaped by the PID-1 sweep
+_current = [0]  # the running command's pid (0: none)
+_orphans = [0]  # orphans reaped while it ran
 _scripts = [0]
 
 
@@ -85,6 +87,8 @@ def _reap_orphans():
         if pid == 0:
             return
         _exited[pid] = status
+        if _current[0] and pid != _current[0]:
+            _orphans[0] += 1
 
 
 class _Capture:
@@ -320,6 +324,7 @@ def _exec(req, inp):
                 os.close(fd)
         return _failed(pid, started)
     _apply_limits(pid, req)
+    _current[0], _orphans[0] = pid, 0
     limit = int(req.get("limit", 1 << 16))
     caps = {out_r: _Capture(limit), err_r: _Capture(limit)}
     readers = [out_r, err_r]
@@ -347,6 +352,8 @@ def _exec(req, inp):
     while True:
         if status is None:
             status = _try_wait(pid)
+            if status is not None:
+                _current[0] = 0
             if status is not None and req.get("end_all"):
                 # Nothing the command left behind runs on past its exit (e.g. to rewrite a
                 # file the host reads next); the count says whether anything was there.
@@ -430,6 +437,7 @@ def _exec(req, inp):
         "err_total": err.total,
         "duration": time.monotonic() - started,
         "others": others,
+        "orphans": _orphans[0] if _IS_INIT else -1,
     }
 
 

@@ -226,6 +226,10 @@ class ExecResult:
     """With `exec(..., end_all=True)`: how many other processes of the sandbox were still
     running when the command exited (all of them were killed at that moment); None when not
     asked, or where the command server is not the sandbox's PID 1 (then nothing is killed)."""
+    orphaned: int | None = None
+    """With `exec(..., end_all=True)`: how many processes the command started outlived their
+    parent and ended while it ran (re-parented to the server, PID 1, which reaped them); None
+    like `left_running`."""
 
     @property
     def status(self) -> ExecStatus:

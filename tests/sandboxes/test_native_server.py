@@ -295,9 +295,27 @@ def test_sandbox_end_all_kills_what_the_command_left_at_its_exit(
         return ended, after, plain, (await sb.exec("cat /tmp/late")).stdout
 
     ended, after, plain, late = _sandbox_run(kind, monkeypatch, body)
-    assert ended.exit_code == 3 and ended.left_running == 2, ended
+    assert ended.exit_code == 3 and ended.left_running == 2 and ended.orphaned == 0, ended
     assert "late" not in after and "sleep" not in after, after  # no file, no sleep left
     assert plain.left_running is None and late == "late\n"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", KINDS)
+def test_sandbox_end_all_counts_processes_that_outlived_their_parent(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A detached child that ends before the command does (re-parented to PID 1, which reaps
+    it) is counted in `orphaned`; children the command waits for are not."""
+
+    async def body(sb: Any) -> tuple[Any, Any]:
+        waited = await sb.exec("sleep 0.1 & sleep 0.1 & wait; echo $(true)", end_all=True)
+        detached = await sb.exec("(setsid sleep 0.1 &); sleep 0.5", end_all=True)
+        return waited, detached
+
+    waited, detached = _sandbox_run(kind, monkeypatch, body)
+    assert (waited.orphaned, waited.left_running) == (0, 0), waited
+    assert (detached.orphaned, detached.left_running) == (1, 0), detached
 
 
 @needs_bwrap
