@@ -64,6 +64,13 @@ class TrialError(enum.StrEnum):
     """The reward file is a symlink or not a regular file (not read); no reward."""
     VERIFIER_SANDBOX_ERROR = "verifier_sandbox_error"
     """The verifier's sandbox failed; no reward."""
+    VERIFIER_KILLED = "verifier_killed"
+    """test.sh did not end on its own (a signal killed it, not the timeout); no reward."""
+    VERIFIER_EXIT_NONZERO = "verifier_exit_nonzero"
+    """The task requires test.sh to exit 0 (`require_exit_zero`) and it did not; no reward."""
+    VERIFIER_STRAY_PROCESSES = "verifier_stray_processes"
+    """The task requires that nothing test.sh starts outlives its parent (`require_exit_zero`)
+    and something did; no reward."""
     INTERNAL = "internal_error"
     """Anything else (a bug); see `error_message` and exception.txt."""
 
@@ -145,7 +152,12 @@ class TrialResult:
     environment_notes: tuple[str, ...] = ()
     """What of the task's environment could not be applied (bwrap backend), one line each."""
     verifier_exit_code: int | None = None
-    """test.sh's exit status (ignored for the reward, as in Harbor)."""
+    """test.sh's exit status (ignored for the reward, as in Harbor, unless a signal killed it
+    or the task sets `require_exit_zero`)."""
+    verifier_left_running: int | None = None
+    """Processes test.sh left running when it exited (killed then; None: not counted)."""
+    verifier_orphaned: int | None = None
+    """Processes test.sh started that outlived their parent and ended before it."""
     started_at: float = 0.0
     """Unix time the trial started."""
     environment_setup_s: float = 0.0
@@ -378,6 +390,8 @@ async def run_trial(
         agent_error=agent_error,
         environment_notes=notes,
         verifier_exit_code=verified.exit_code if verified is not None else None,
+        verifier_left_running=verified.left_running if verified is not None else None,
+        verifier_orphaned=verified.orphaned if verified is not None else None,
         duration_s=time.perf_counter() - t0,
         **timings,
     )

@@ -112,25 +112,31 @@ def _killer(program: str) -> str:
 
 
 def test_a_program_that_kills_the_verifier_earns_nothing_in_the_env(tmp_path):
-    """The reward it leaves is not trusted: test.sh did not exit 0."""
+    """The reward it leaves is void: test.sh did not end on its own."""
     spec = make_spec("write-script", SEED)
     task_dir = write_task(spec, tmp_path)
     assert spec.program is not None
     result = asyncio.run(run_probe(task_dir, Probe.CROSS, script=_killer(spec.program)))
     assert result.reward is None
-    assert "not trusted" in result.message
+    assert "verifier_killed" in result.message and "reward it left (1)" in result.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit of Harbor semantics (test.sh's exit status ignored): a program the "
-    "verifier runs shares its uid, writes the reward and kills test.sh",
-)
-def test_a_program_that_kills_the_verifier_forges_plain_harbor_grading(tmp_path):
+def test_a_program_that_kills_the_verifier_earns_nothing_under_plain_harbor_grading(tmp_path):
+    """Plain Harbor semantics (test.sh's exit status ignored, `strict=False`): a killed
+    test.sh still voids its reward (`verifier_killed`); this was the known hole."""
     spec = make_spec("write-script", SEED)
     task_dir = write_task(spec, tmp_path)
     assert spec.program is not None
     result = asyncio.run(
         run_probe(task_dir, Probe.CROSS, script=_killer(spec.program), strict=False)
     )
-    assert not result.reward
+    assert result.reward is None
+    assert "verifier_killed" in result.message
+
+
+def test_generated_tasks_require_exit_zero(tmp_path):
+    """The generated task.toml asks `skyrl harbor run` for the same rule as the env."""
+    from skyrl_gym.envs.harbor.task import load_task
+
+    task_dir = write_task(make_spec("write-script", SEED), tmp_path)
+    assert load_task(task_dir).verifier.require_exit_zero

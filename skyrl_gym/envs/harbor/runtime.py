@@ -27,8 +27,27 @@ find any way to raise its reward:
   `[environment].storage_mb` (else `DEFAULT_DISK_BYTES`), recorded so it is reaped after a
   SIGKILL.
 
-Its exit status is ignored and the reward comes from `reward.json` (a flat object of
-numbers, which wins) or `reward.txt` (one number).
+The reward comes from `reward.json` (a flat object of numbers, which wins) or `reward.txt`
+(one number). As in Harbor, test.sh's exit status is otherwise ignored, with two exceptions
+for a test.sh that runs the agent's programs (they share its uid):
+
+- `exec` makes test.sh the command server's own child, so its status is exact: a test.sh
+  that did not end on its own (a signal killed it, not the timeout) gives no reward
+  (`verifier_killed`), whatever reward file it left; a program can no longer write reward 1
+  and then kill test.sh.
+- The moment test.sh exits, the server (the sandbox's PID 1) kills every process it left
+  running and counts them (`VerifierResult.left_running`): the reward files are frozen as
+  they were at its exit. It also counts the orphans it reaped meanwhile (processes that
+  outlived their parent: `VerifierResult.orphaned`). A task that sets `[verifier]
+  require_exit_zero = true` (our extension; or `HarborRuntime(require_exit_zero=True)`)
+  counts the reward only when test.sh exited 0 and nothing it started outlived its parent
+  (`verifier_exit_nonzero`, `verifier_stray_processes`): a program that detached to rewrite
+  reward.txt after the verdict earns nothing, whether it was still running at test.sh's exit
+  or had ended just before. Without it, such a writer still forges the reward: Harbor's
+  semantics cannot tell it from a server a test.sh legitimately left behind.
+- The grading sandbox's /proc is read-only, so no process opens /proc/PID/mem for writing:
+  a program cannot rewrite test.sh's memory to make it exit 0 with its own verdict (ptrace
+  and process_vm_writev are refused by the seccomp filter).
 
 What a task author must still do: the verifier can only be as safe as `test.sh` is. Never
 import or execute the agent's files in a way that lets them change the grading: do not put
@@ -36,7 +55,8 @@ import or execute the agent's files in a way that lets them change the grading: 
 subprocess, or load it by path as data), do not `source` files from `/app`, and treat what you
 read there as data. If the check runs the agent's programs, run them first (with a timeout),
 make sure none is left running (they run as the same user and could rewrite
-`/logs/verifier`), and write the reward file last, with a fixed path and plain `open(..., "w")`.
+`/logs/verifier`), write the reward file last, with a fixed path and plain `open(..., "w")`,
+end with `exit 0`, and set `[verifier] require_exit_zero = true`.
 
 Backends:
 - `bwrap`: the host's root filesystem read-only (or `rootfs`); the Dockerfile is read, not
@@ -138,6 +158,15 @@ class VerifierError(enum.StrEnum):
     """reward.json or reward.txt is a symlink or not a regular file; it was not read."""
     SANDBOX_ERROR = "verifier_sandbox_error"
     """The verifier's sandbox failed (could not start, died)."""
+    KILLED = "verifier_killed"
+    """test.sh did not end on its own: a signal killed it (not the timeout), e.g. an agent's
+    program it ran, which could have written the reward file first. Its reward is void."""
+    EXIT_NONZERO = "verifier_exit_nonzero"
+    """`require_exit_zero`: test.sh exited with a status other than 0. Its reward is void."""
+    STRAY_PROCESSES = "verifier_stray_processes"
+    """`require_exit_zero`: a process test.sh started outlived its parent (still running when
+    test.sh exited, or ended as an orphan before); it could have rewritten the reward file
+    after the verdict. Its reward is void."""
 
 
 class RewardFileError(ValueError):
@@ -243,6 +272,12 @@ class VerifierResult:
     """Wall time of the verifier phase."""
     output_tail: str = ""
     """The end of test.sh's combined output (the full text is test-stdout.txt)."""
+    left_running: int | None = None
+    """How many processes test.sh left running when it exited; all were killed at that moment,
+    before anything was read (None where not counted: the docker backend)."""
+    orphaned: int | None = None
+    """How many processes test.sh started outlived their parent but ended before test.sh did
+    (None where not counted)."""
 
     @property
     def reward(self) -> float | None:
@@ -251,14 +286,22 @@ class VerifierResult:
 
 
 class _BoundBwrap(BwrapSandbox):
-    """A bwrap sandbox with extra host directories bound read-write at given paths."""
+    """A bwrap sandbox with extra host directories bound read-write at given paths, and
+    optionally a read-only `/proc`."""
 
-    def __init__(self, spec: SandboxSpec, binds: Mapping[str, Path]):
+    def __init__(self, spec: SandboxSpec, binds: Mapping[str, Path], *, read_only_proc: bool):
         super().__init__(spec)
         self._binds = dict(binds)
+        self._read_only_proc = read_only_proc
 
     def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
         argv = super()._server_argv(workspace, python_args)
+        if self._read_only_proc:
+            # No process can open /proc/PID/mem (or any /proc file) for writing: a program
+            # test.sh runs has its uid and could otherwise rewrite test.sh's memory (ptrace
+            # and process_vm_writev are already refused by the seccomp filter).
+            at = argv.index("--proc") + 2
+            argv = [*argv[:at], "--remount-ro", "/proc", *argv[at:]]
         at = argv.index("--chdir")
         extra = [
             a
@@ -346,6 +389,10 @@ class HarborRuntime:
     disk_bytes: int | None = None
     """Size cap of the trial's scratch directory (working directory, logs, tests); None: the
     task's `[environment].storage_mb`, else `DEFAULT_DISK_BYTES`."""
+    require_exit_zero: bool | None = None
+    """Count the reward only when test.sh exited 0 and nothing it started outlived its parent
+    (True), or as Harbor does whatever its exit status (False); None: the task's
+    `[verifier].require_exit_zero`. A killed test.sh voids the reward either way."""
 
     def __post_init__(self) -> None:
         self.backend = Backend(self.backend)
@@ -420,10 +467,12 @@ class HarborRuntime:
             env=dict(env),
         )
 
-    async def _open(self, binds: Mapping[str, Path], env: Mapping[str, str]) -> Sandbox:
+    async def _open(
+        self, binds: Mapping[str, Path], env: Mapping[str, str], *, grading: bool = False
+    ) -> Sandbox:
         spec = self._spec(env)
         if self.backend is Backend.BWRAP:
-            sandbox: Sandbox = _BoundBwrap(spec, binds)
+            sandbox: Sandbox = _BoundBwrap(spec, binds, read_only_proc=grading)
             try:
                 await sandbox.start()
             except BaseException:
@@ -791,10 +840,10 @@ class HarborRuntime:
         timeout = task.verifier.timeout_s
         verifier_dir = _fresh_dir(self.verifier_logs_dir)  # stale rewards never count
         # The script is run through its own #! line: the docker sandbox's /tmp is noexec.
+        # `exec`: test.sh's interpreter is the command server's own child, so the status the
+        # server reports is test.sh's own (a signal that killed it is not hidden behind a shell).
         run = self.script_command(task.tests_dir / "test.sh", f"{TESTS}/test.sh")
-        command = (
-            f"chmod +x {TESTS}/test.sh 2>/dev/null; ({run}) > {VERIFIER_LOGS}/test-stdout.txt 2>&1"
-        )
+        command = f"chmod +x {TESTS}/test.sh 2>/dev/null; exec {run} > {VERIFIER_LOGS}/test-stdout.txt 2>&1"
         # The same hardened environment is the sandbox's and the command's, so no variable
         # of the agent phase's environment is left over underneath it.
         env = self.verifier_env()
@@ -812,14 +861,18 @@ class HarborRuntime:
                     ARTIFACTS: self.artifacts_dir,
                     TESTS: tests,
                 }
-                sandbox = await self._open(binds, env)
+                sandbox = await self._open(binds, env, grading=True)
             else:
                 sandbox = await self._open({}, env)
                 await sandbox.upload(task.tests_dir, self._real(TESTS))
-            ran = await asyncio.wait_for(
-                sandbox.exec([self._shell, "-c", command], timeout=timeout, env=env),
-                timeout + 30,
-            )
+            argv = [self._shell, "-c", command]
+            if isinstance(sandbox, BwrapSandbox):
+                # The moment test.sh exits, the server (PID 1) kills whatever it left running,
+                # so nothing can rewrite the reward files after its verdict; it says how many.
+                call = sandbox.exec(argv, timeout=timeout, env=env, end_all=True)
+            else:
+                call = sandbox.exec(argv, timeout=timeout, env=env)
+            ran = await asyncio.wait_for(call, timeout + 30)
             if self.backend is Backend.DOCKER:
                 with contextlib.suppress(Exception):
                     await sandbox.download(self._real(VERIFIER_LOGS), verifier_dir.parent)
@@ -858,11 +911,58 @@ class HarborRuntime:
                 duration_s=duration,
                 output_tail=output,
             )
+        left, orphaned = ran.left_running, ran.orphaned
         try:
             rewards = read_rewards(verifier_dir)
         except RewardFileError as e:
-            return VerifierResult(None, e.kind, str(e), ran.exit_code, duration, output)
-        return VerifierResult(rewards, None, "", ran.exit_code, duration, output)
+            rewards, problem = None, e
+        counts = {"left_running": left, "orphaned": orphaned}
+        void = self._void_reason(ran.exit_code, ran.oom_killed, left, orphaned)
+        if void is not None:
+            kind, message = void
+            if rewards is not None:
+                message += f"; the reward it left ({primary_reward(rewards):g}) is void"
+            return VerifierResult(None, kind, message, ran.exit_code, duration, output, **counts)
+        if rewards is None:
+            return VerifierResult(
+                None, problem.kind, str(problem), ran.exit_code, duration, output, **counts
+            )
+        return VerifierResult(rewards, None, "", ran.exit_code, duration, output, **counts)
+
+    @property
+    def strict_verifier(self) -> bool:
+        """True when the reward counts only if test.sh exited 0 and nothing it started
+        outlived its parent (`require_exit_zero`, else the task's
+        `[verifier].require_exit_zero`)."""
+        if self.require_exit_zero is not None:
+            return self.require_exit_zero
+        return self.task.verifier.require_exit_zero
+
+    def _void_reason(
+        self, exit_code: int, oom_killed: bool, left: int | None, orphaned: int | None
+    ) -> tuple[VerifierError, str] | None:
+        """Why test.sh's reward file is not its verdict, or None when it is."""
+        if exit_code < 0:
+            how = " (out of memory)" if oom_killed else ""
+            return (
+                VerifierError.KILLED,
+                f"test.sh did not end on its own: signal {-exit_code}{how} killed it",
+            )
+        if not self.strict_verifier:
+            return None
+        if exit_code != 0:
+            return (
+                VerifierError.EXIT_NONZERO,
+                f"test.sh exited {exit_code} and the task requires exit 0 (require_exit_zero)",
+            )
+        if left or orphaned:
+            return (
+                VerifierError.STRAY_PROCESSES,
+                f"processes test.sh started outlived their parent ({left or 0} still running "
+                f"at its exit, killed then; {orphaned or 0} ended before it): they could have "
+                "rewritten the reward after its verdict (require_exit_zero)",
+            )
+        return None
 
     async def close(self) -> None:
         """Close any open sandbox and delete the trial's scratch files. Idempotent."""

@@ -71,6 +71,12 @@ class VerifierSettings:
     """Environment of test.sh, after `${VAR}` / `${VAR:-default}` substitution from the host."""
     user: str | None = None
     """User the verifier runs as (None: the environment's default)."""
+    require_exit_zero: bool = False
+    """Our extension (`[verifier] require_exit_zero = true`): the reward counts only when
+    test.sh exited 0 and nothing it started outlived its parent. Harbor ignores test.sh's
+    exit status; a task whose test.sh runs the agent's programs sets this (and waits for or
+    kills what they start before its verdict), so a program that detaches to rewrite the
+    reward file after the verdict earns nothing."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,12 @@ class _Section:
             raise self._fail(key, f"must be a non-negative integer, got {value!r}")
         return value
 
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self._fail(key, f"must be true or false, got {value!r}")
+        return value
+
     def string(self, key: str, default: str | None = None) -> str | None:
         value = self.data.get(key, default)
         if value is not None and not isinstance(value, str):
@@ -348,6 +360,7 @@ def load_task(path: str | os.PathLike[str]) -> HarborTask:
             or DEFAULT_VERIFIER_TIMEOUT_S,
             env=verifier.env(),
             user=verifier.string("user"),
+            require_exit_zero=verifier.boolean("require_exit_zero", False),
         ),
         environment=env_settings,
         solution_env=solution.env(),

@@ -20,6 +20,7 @@ is the registry's (`max_turns`, 6 by default). `info["episode"]` carries `family
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import weakref
@@ -29,6 +30,7 @@ from typing import Any, ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn
 from skyrl_gym.envs.harbor.env import HarborEnv
+from skyrl_gym.envs.harbor.runtime import HarborRuntime
 from skyrl_gym.envs.terminal_gen.families import make_spec
 from skyrl_gym.envs.terminal_gen.generate import SPLITS, resolve_families, write_task
 from skyrl_gym.envs.terminal_gen.verifier import trusted_reward
@@ -114,6 +116,9 @@ class TerminalGenEnv(HarborEnv):
         """Use `BRIEF_PROMPT` as the whole system message (no tool list)."""
         self.example = example
         """Append `EXAMPLE` (one worked task) to the system message."""
+        # Graded as the generated task.toml asks (and forced here for folders without it):
+        # the reward counts only when test.sh exited 0 and nothing it started outlived its parent.
+        self.make_runtime = functools.partial(HarborRuntime, require_exit_zero=True)
         self._scratch = Path(tempfile.mkdtemp(prefix="skyrl-terminal-gen-"))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._scratch, True)
 
@@ -164,8 +169,8 @@ class TerminalGenEnv(HarborEnv):
         return observations, 0.0, False, False, turn.info
 
     async def ascore(self, task: dict[str, Any], answer: str) -> float:
-        """The verifier's reward, counted only when test.sh ran to its end
-        (`verifier.trusted_reward`): a program that kills the verifier earns nothing."""
+        """The verifier's reward, counted only when test.sh ran to its end (exit 0, nothing it
+        started outlived its parent: `require_exit_zero`): a program that kills the verifier earns nothing."""
         assert self.runtime is not None
         result = await self.runtime.verify()
         self.verifier_result = result
@@ -174,10 +179,6 @@ class TerminalGenEnv(HarborEnv):
 
     def episode_info(self) -> dict[str, Any]:
         info = super().episode_info()
-        result = self.verifier_result
-        if result is not None and result.reward is not None and result.exit_code != 0:
-            info["verifier_error"] = "verifier_not_finished"
-            info["verifier_message"] = f"test.sh exited {result.exit_code}; reward not trusted"
         if self.task is not None:
             spec = make_spec(self.task["family"], int(self.task["seed"]))
             info.update(

@@ -73,10 +73,10 @@ async def run_probe(
 ) -> ProbeResult:
     """Play `probe` on the task at `task_dir` and grade it. `script` is the shell text the
     `cross` probe runs (another seed's solve.sh). `strict` counts a reward only when test.sh
-    exited 0 (`verifier.trusted_reward`, as the `terminal-gen` env does); without it the
-    reward is read as Harbor reads it."""
+    exited 0 and nothing it started outlived its parent (`require_exit_zero`, as the `terminal-gen` env does);
+    without it the reward is read as Harbor reads it (a killed test.sh still gives none)."""
     task = load_task(task_dir)
-    runtime = HarborRuntime(task, backend=backend)
+    runtime = HarborRuntime(task, backend=backend, require_exit_zero=strict)
     try:
         sandbox = await runtime.start(with_solution=probe is Probe.ORACLE)
         if probe is Probe.ORACLE:
@@ -94,10 +94,10 @@ async def run_probe(
         result = await runtime.verify()
     finally:
         await runtime.close()
-    reward = trusted_reward(result) if strict else result.reward
+    reward = trusted_reward(result)
     message = ""
-    if reward is None and result.reward is not None:
-        message = f"test.sh exited {result.exit_code}: its reward file is not trusted"
+    if reward is None and result.error is not None:
+        message = f"{result.error.value}: {result.message}"
     elif (reward or 0.0) != probe.expected:
         message = result.message or result.output_tail[-500:]
     return ProbeResult(task_dir.name, probe, reward, message)

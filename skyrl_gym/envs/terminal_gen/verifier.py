@@ -15,15 +15,19 @@ tests, hardened environment; see `skyrl_gym.envs.harbor.runtime`):
   verdict.
 - Expected values are embedded in the script (hidden until grading), never read from /app.
 
-- It always ends with `exit 0`, and `trusted_reward` (what the `terminal-gen` env and the
-  generation checks use) accepts a reward only when test.sh exited 0.
+- It always ends with `exit 0`, and the generated task.toml sets `[verifier]
+  require_exit_zero = true`, so the runtime (`HarborRuntime`, in the `terminal-gen` env, the
+  generation checks and `skyrl harbor run` alike) counts a reward only when test.sh exited 0
+  and nothing it started outlived its parent.
 
-Limit: a program the verifier runs has this script's uid, so it can write a reward file and
-then kill this script. Under plain Harbor semantics (`skyrl harbor run`, which ignores
-test.sh's exit status) that forges the reward; `trusted_reward` refuses it, because a killed
-test.sh does not exit 0. The attack tests record both outcomes. (The same uid could also
-write this shell's memory through /proc/PID/mem; only a verifier uid the agent's program does
-not share closes that for good.)
+A program the verifier runs has this script's uid. It can write a reward file and then kill
+this script: the runtime voids that reward for every Harbor task (`verifier_killed`). It can
+leave a writer behind: `reap` kills it before the verdict, and either way it outlived its
+parent, which `require_exit_zero` voids (`verifier_stray_processes`; the runtime's command
+server, PID 1, reaps every orphan and kills whatever is left the moment this script exits).
+It cannot write this shell's memory: the grading sandbox's /proc is read-only, so
+/proc/PID/mem does not open for writing (ptrace and process_vm_writev are refused by the
+seccomp filter).
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from skyrl_gym.envs.terminal_gen.families import TaskSpec
 
 
 def trusted_reward(result: VerifierResult) -> float | None:
-    """The verifier's reward when test.sh ran to its end (exit 0), else None.
+    """The verifier's reward when test.sh ran to its end (exit 0, nothing it started
+    outlived its parent), else None.
 
     Generated verifiers always end with `exit 0`: any other status means the script was
-    killed or broken before its verdict, so a reward file left then is not its verdict."""
-    if result.reward is None or result.exit_code != 0:
-        return None
+    killed or broken before its verdict, so a reward file left then is not its verdict. The
+    runtime enforces this itself (`require_exit_zero`, set by every generated task and forced
+    by the `terminal-gen` env and `validate.run_probe`), so a result it graded carries no
+    reward otherwise and `result.error` says why; this only reads it."""
     return result.reward
 
 
