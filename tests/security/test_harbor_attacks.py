@@ -2,8 +2,10 @@
 
 `tests/security/harbor_attacks/` holds one task per attack (see its README): start-up hooks
 for the verifier's Python (vector 1), a detached process waiting for the verifier (vector 1),
-symlinked verifier files (vector 3), the host's loopback (vector 4) and a search of the host's
-filesystem for the hidden tests and the SDK's bundled tasks (vector 2). They run through the
+symlinked verifier files (vector 3), the host's loopback (vector 4), a search of the host's
+filesystem for the hidden tests and the SDK's bundled tasks (vector 2), and programs that
+test.sh runs attacking the grading from inside it (kill test.sh after writing reward 1, a
+writer left behind, test.sh's /proc/PID/mem; see also test_verifier_processes.py). They run through the
 real CLI, `skyrl harbor run -a oracle`, once per test module, with a root-only secret planted
 on the host and a server on the host's 127.0.0.1 that hands out the loopback task's answer.
 Every task must score 0 (or no reward at all), the secret must appear in no file of the job's
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import secrets
 import shutil
 import subprocess
@@ -43,6 +46,18 @@ ATTEMPTED = {
     "symlinked-reward": "tool written",
     "host-loopback": "",  # prints whether it got through; checked by the server's log
     "host-search": "search done",
+    "verifier-killer": "killer written",
+    "lingering-writer": "writer written",
+    "orphan-rewriter": "rewriter written",
+    "proc-mem-writer": "mem writer written",
+}
+# The grading-phase attacks (test.sh runs the program they install): the verifier error each
+# must end in, and what test-stdout.txt must show.
+GRADING_PHASE = {
+    "verifier-killer": ("verifier_killed", ""),
+    "lingering-writer": ("verifier_stray_processes", "greet.sh printed: goodbye"),
+    "orphan-rewriter": ("verifier_stray_processes", "greet.sh printed: goodbye"),
+    "proc-mem-writer": (None, "mem refused: Read-only file system"),
 }
 
 
@@ -127,6 +142,20 @@ def test_oracle_attack_scores_zero(attack_job: AttackJob, task: str) -> None:
     result = attack_job.trial(task)
     assert ATTEMPTED[task] in attack_job.oracle_log(task), (result, attack_job.cli_output)
     assert not result["reward"], result  # 0.0, or None: no valid reward at all
+
+
+@pytest.mark.parametrize("task", sorted(GRADING_PHASE))
+def test_grading_phase_attacks_end_in_their_verifier_error(attack_job: AttackJob, task: str):
+    """A program test.sh runs (same uid) wrote reward 1 and killed test.sh, left a writer, or
+    tried test.sh's /proc/PID/mem: `skyrl harbor run`'s result.json says which defence held."""
+    result = attack_job.trial(task)
+    error, shown = GRADING_PHASE[task]
+    assert result["error"] == error, result
+    if error is None:
+        assert result["reward"] == 0.0, result
+    if shown and platform.machine() == "x86_64":
+        log = attack_job.out / result["trial_name"] / "verifier" / "test-stdout.txt"
+        assert shown in log.read_text(), log.read_text()
 
 
 def test_no_host_file_content_in_the_job_output(attack_job: AttackJob) -> None:

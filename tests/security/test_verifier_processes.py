@@ -1,0 +1,206 @@
+"""Programs that test.sh runs share its uid: what they can do to the grading, and what the
+runtime allows.
+
+Many Harbor tasks' test.sh runs the agent's program. That program can write reward.txt and
+kill test.sh, leave a writer that rewrites reward.txt after test.sh's verdict, or rewrite
+test.sh's own memory through /proc/PID/mem. The attack task folders are in
+`tests/security/harbor_attacks/` (their `solution/solve.sh` installs the attacking program);
+here each is graded through `HarborRuntime` both as its task.toml asks and under plain Harbor
+semantics (`require_exit_zero=False`), next to legitimate tasks whose grading must stay as in
+Harbor: a non-zero exit after a reward, a server left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+from pathlib import Path
+
+import pytest
+
+from skyrl_gym.envs.harbor import runtime as harbor_runtime
+from skyrl_gym.envs.harbor.env import HarborEnv
+from skyrl_gym.envs.harbor.runtime import HarborRuntime, VerifierError, VerifierResult
+from skyrl_gym.envs.harbor.task import load_task
+from skyrl_sdk.agents.rollout import rollout
+from skyrl_sdk.agents.scripted import ScriptedPolicy
+from tests.harbor.conftest import ANSWER, arun, bash_call, make_task, needs_bwrap
+
+pytestmark = needs_bwrap
+
+ATTACKS = Path(__file__).with_name("harbor_attacks")
+STRICT_TOML = """\
+schema_version = "1.4"
+[verifier]
+timeout_sec = 30.0
+require_exit_zero = true
+[environment]
+network_mode = "no-network"
+"""
+
+
+def _grade(task_dir: Path, agent: str = "bash /solution/solve.sh", **options) -> VerifierResult:
+    """Run `agent` in the task's agent phase (solution/ at /solution), then its verifier."""
+
+    async def go() -> VerifierResult:
+        runtime = HarborRuntime(load_task(task_dir), **options)
+        try:
+            sandbox = await runtime.start(with_solution=True)
+            await sandbox.exec([runtime.shell, "-c", agent], timeout=60)
+            return await runtime.verify()
+        finally:
+            await runtime.close()
+
+    return arun(go(), 180)
+
+
+# ---- Harbor semantics kept ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "want"),
+    [
+        ("echo 0 > /logs/verifier/reward.txt; exit 1", 0.0),  # a failing pytest run
+        ("echo 1 > /logs/verifier/reward.txt; exit 3", 1.0),  # Harbor ignores the status
+    ],
+)
+def test_a_non_zero_exit_keeps_the_reward_by_default(tmp_path, script, want):
+    task = make_task(tmp_path, "exits-non-zero", test_sh=script)
+    result = _grade(task)
+    assert (result.reward, result.error, result.exit_code) == (want, None, int(script[-1]))
+    assert result.left_running == 0 and result.orphaned == 0
+
+
+def test_require_exit_zero_voids_a_non_zero_exit(tmp_path):
+    script = "echo 1 > /logs/verifier/reward.txt; exit 3"
+    task = make_task(tmp_path, "strict", toml=STRICT_TOML, test_sh=script)
+    assert load_task(task).verifier.require_exit_zero
+    result = _grade(task)
+    assert result.reward is None and result.error is VerifierError.EXIT_NONZERO, result
+    assert "reward it left (1) is void" in result.message
+    # The runtime option overrides the task either way.
+    assert _grade(task, require_exit_zero=False).reward == 1.0
+
+
+def test_a_server_left_running_keeps_the_reward_by_default_and_is_killed(tmp_path):
+    """Harbor semantics: a test.sh may leave a server behind. It is killed the moment test.sh
+    exits (counted in `left_running`) and the reward stands; `require_exit_zero` voids it."""
+    script = (
+        "setsid sh -c 'while :; do date > /tmp/alive; sleep 0.05; done' "
+        "</dev/null >/dev/null 2>&1 &\necho 1 > /logs/verifier/reward.txt"
+    )
+    task = make_task(tmp_path, "leaves-a-server", test_sh=script)
+    result = _grade(task)
+    assert (result.reward, result.error, result.left_running) == (1.0, None, 1), result
+    strict = _grade(task, require_exit_zero=True)
+    assert strict.reward is None and strict.error is VerifierError.STRAY_PROCESSES, strict
+
+
+def test_a_malformed_require_exit_zero_is_a_clear_task_error(tmp_path):
+    from skyrl_gym.envs.harbor.task import TaskFormatError
+
+    toml = STRICT_TOML.replace("require_exit_zero = true", 'require_exit_zero = "yes"')
+    task = make_task(tmp_path, "bad", toml=toml)
+    with pytest.raises(TaskFormatError, match=r"\[verifier\]\.require_exit_zero.*true or false"):
+        load_task(task)
+
+
+# ---- the attacks ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("require_exit_zero", [None, False, True])
+def test_a_program_that_writes_the_reward_then_kills_test_sh_earns_nothing(require_exit_zero):
+    """Under every grading mode: test.sh did not end on its own (`verifier_killed`)."""
+    result = _grade(ATTACKS / "verifier-killer", require_exit_zero=require_exit_zero)
+    assert result.reward is None and result.error is VerifierError.KILLED, result
+    assert result.exit_code == -9 and "reward it left (1) is void" in result.message
+
+
+@pytest.mark.parametrize(
+    ("task", "count"), [("lingering-writer", "left_running"), ("orphan-rewriter", "orphaned")]
+)
+def test_a_writer_that_outlives_its_parent_earns_nothing_under_require_exit_zero(task, count):
+    """lingering-writer keeps rewriting reward.txt (still running at test.sh's exit);
+    orphan-rewriter overwrites the verdict once and exits before test.sh does. Both tasks set
+    `require_exit_zero`: both are `verifier_stray_processes`."""
+    assert load_task(ATTACKS / task).verifier.require_exit_zero
+    result = _grade(ATTACKS / task)
+    assert result.reward is None and result.error is VerifierError.STRAY_PROCESSES, result
+    assert getattr(result, count) >= 1 and "greet.sh printed: goodbye" in result.output_tail
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit of Harbor semantics (require_exit_zero off): a writer that test.sh's "
+    "program leaves behind rewrites reward.txt after the verdict, and nothing tells it from a "
+    "server a test.sh legitimately leaves; tasks that run the agent's programs must set "
+    "[verifier] require_exit_zero",
+)
+@pytest.mark.parametrize("task", ["lingering-writer", "orphan-rewriter"])
+def test_a_writer_that_outlives_its_parent_under_plain_harbor_grading(task):
+    result = _grade(ATTACKS / task, require_exit_zero=False)
+    assert not result.reward, result
+
+
+def _rw_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Take the read-only /proc away from the grading sandbox (the control experiment)."""
+    bound = harbor_runtime._BoundBwrap.__init__
+
+    def init(self, spec, binds, *, read_only_proc):
+        bound(self, spec, binds, read_only_proc=False)
+
+    monkeypatch.setattr(harbor_runtime._BoundBwrap, "__init__", init)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the attack's machine code is x86-64")
+@pytest.mark.parametrize("require_exit_zero", [None, False])
+def test_a_program_cannot_write_test_sh_memory(require_exit_zero, monkeypatch):
+    """greet.py opens test.sh's /proc/PID/mem to plant code that writes reward 1 and exits 0.
+    The grading sandbox's /proc is read-only: the open fails and test.sh's own verdict (0)
+    stands. Control: with a writable /proc the same attack forges reward 1 with exit 0."""
+    task = ATTACKS / "proc-mem-writer"
+    result = _grade(task, require_exit_zero=require_exit_zero)
+    assert result.reward == 0.0 and result.exit_code == 0, result
+    assert "mem refused: Read-only file system" in result.output_tail
+    if require_exit_zero is False:
+        _rw_proc(monkeypatch)
+        forged = _grade(task, require_exit_zero=False)
+        assert (forged.reward, forged.exit_code) == (1.0, 0), forged
+
+
+def test_the_harbor_env_reports_a_killed_verifier(tmp_path):
+    """The `harbor` env: reward 0 and `verifier_killed` in the episode's info."""
+    solve = (ATTACKS / "verifier-killer" / "solution" / "solve.sh").read_text()
+    row = {"task_id": "verifier-killer", "path": str(ATTACKS / "verifier-killer")}
+    env = HarborEnv([row])
+    try:
+        traj = arun(rollout(env, ScriptedPolicy([bash_call(solve), ANSWER]), row, max_turns=4), 120)
+        assert traj.reward == 0.0
+        info = env.episode_info()
+        assert info["verifier_error"] == "verifier_killed", info
+        assert "killed" in info["verifier_message"]
+    finally:
+        env.close()
+
+
+def test_grading_runs_in_a_read_only_proc_but_the_agent_phase_does_not(tmp_path):
+    """Only the grading sandbox's /proc is read-only (the agent phase is untouched)."""
+    probe = "touch /proc/self/comm 2>&1 | grep -q 'Read-only' && echo ro || echo rw"
+    task = make_task(
+        tmp_path,
+        "proc-probe",
+        test_sh=f"[ $({probe}) = ro ] && echo 1 > /logs/verifier/reward.txt",
+        solve_sh=f"{probe} > /logs/agent/proc.txt",
+    )
+
+    async def go() -> tuple[str, VerifierResult]:
+        runtime = HarborRuntime(load_task(task))
+        try:
+            sandbox = await runtime.start()
+            seen = (await sandbox.exec(probe)).stdout.strip()
+            return seen, await runtime.verify()
+        finally:
+            await runtime.close()
+
+    seen, result = asyncio.run(go())
+    assert seen == "rw" and result.reward == 1.0, (seen, result)
