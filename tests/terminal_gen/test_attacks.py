@@ -96,8 +96,10 @@ def test_the_agents_program_cannot_forge_the_reward_from_inside_the_verifier(tmp
     assert spec.program is not None
     result = asyncio.run(run_probe(task_dir, Probe.CROSS, script=_program_attack(spec.program)))
     assert not result.reward, result
-    # The attack did run in the grading phase: the test's output shows the program's "0".
-    assert "printed 0" in result.message or result.reward == 0.0
+    # The attack did run in the grading phase: the test's output shows the program's "0", or
+    # the writer it left outlived it (`require_exit_zero` voids the verdict then).
+    ran = ("printed 0", "verifier_stray_processes")
+    assert any(s in result.message for s in ran) or result.reward == 0.0, result
 
 
 def _killer(program: str) -> str:
