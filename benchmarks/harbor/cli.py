@@ -59,6 +59,12 @@ def run_command(
         None, help="bwrap: root filesystem to use instead of the host's."
     ),
     timeout_multiplier: float = typer.Option(1.0, help="Scale agent and verifier timeouts."),
+    require_exit_zero: bool = typer.Option(
+        False,
+        "--require-exit-zero",
+        help="Grade every task as if its task.toml set [verifier] require_exit_zero = true: "
+        "a reward counts only when test.sh exited 0 and nothing it started outlived its parent.",
+    ),
     max_turns: int = typer.Option(30, help="llm agent: assistant turns per trial."),
     max_tokens: int = typer.Option(1024, help="llm agent: tokens per turn."),
 ) -> None:
@@ -92,6 +98,7 @@ def run_command(
             policy=policy,
             rootfs=rootfs,
             timeout_multiplier=timeout_multiplier,
+            require_exit_zero=require_exit_zero,
             max_turns=max_turns,
             max_tokens=max_tokens,
         )

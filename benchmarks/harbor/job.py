@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import json
 import os
 import secrets
@@ -95,6 +96,9 @@ class JobConfig:
     """bwrap: root filesystem to use instead of the host's."""
     timeout_multiplier: float = 1.0
     """Scales the agent and verifier timeouts of every task."""
+    require_exit_zero: bool = False
+    """Grade every task as if its task.toml set `[verifier] require_exit_zero = true` (a
+    reward counts only when test.sh exited 0 and nothing it started outlived its parent)."""
     max_turns: int = 30
     """llm agent: assistant turns per trial."""
     max_tokens: int = 1024
@@ -274,6 +278,8 @@ async def run_trial(
         task = replace(
             task, verifier=replace(task.verifier, timeout_s=task.verifier.timeout_s * scale)
         )
+    if config.require_exit_zero:
+        task = replace(task, verifier=replace(task.verifier, require_exit_zero=True))
     timings = {"environment_setup_s": 0.0, "agent_execution_s": 0.0, "verifier_s": 0.0}
     env = None
     runtime: HarborRuntime | None = None
@@ -291,6 +297,8 @@ async def run_trial(
                 rootfs=config.rootfs,
                 network=config.network,
             )
+            if config.require_exit_zero:
+                env.make_runtime = functools.partial(HarborRuntime, require_exit_zero=True)
             row = env.tasks[0]
             t1 = time.perf_counter()
             outcome = await run_llm(

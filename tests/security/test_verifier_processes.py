@@ -13,7 +13,11 @@ Harbor: a non-zero exit after a reward, a server left running.
 from __future__ import annotations
 
 import asyncio
+import json
 import platform
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,7 @@ from tests.harbor.conftest import ANSWER, arun, bash_call, make_task, needs_bwra
 pytestmark = needs_bwrap
 
 ATTACKS = Path(__file__).with_name("harbor_attacks")
+REPO = Path(__file__).parents[2]
 STRICT_TOML = """\
 schema_version = "1.4"
 [verifier]
@@ -204,3 +209,33 @@ def test_grading_runs_in_a_read_only_proc_but_the_agent_phase_does_not(tmp_path)
 
     seen, result = asyncio.run(go())
     assert seen == "rw" and result.reward == 1.0, (seen, result)
+
+
+def test_skyrl_harbor_run_reports_the_outcome_and_can_require_exit_zero(tmp_path):
+    """`skyrl harbor run`: result.json carries the verifier error and the process counts;
+    `--require-exit-zero` grades every task as if its task.toml asked for it."""
+    tasks = tmp_path / "tasks"
+    make_task(tasks, "exits-3", test_sh="echo 1 > /logs/verifier/reward.txt; exit 3")
+    shutil.copytree(ATTACKS / "verifier-killer", tasks / "verifier-killer")
+    results = {}
+    for flags in ((), ("--require-exit-zero",)):
+        out = tmp_path / f"job{len(flags)}"
+        cli = [sys.executable, "-m", "skyrl_gym", "harbor", "run", "-a", "oracle", "-n", "2"]
+        done = subprocess.run(
+            [*cli, *flags, "-p", str(tasks), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+        )
+        assert (out / "job.json").is_file(), done.stdout + done.stderr
+        for trial in json.loads((out / "job.json").read_text())["trials"]:
+            result = json.loads((out / trial["trial_name"] / "result.json").read_text())
+            results[(result["task"], flags)] = (result["reward"], result["error"])
+        assert "verifier_killed" in done.stdout
+    assert results == {
+        ("exits-3", ()): (1.0, None),
+        ("exits-3", ("--require-exit-zero",)): (None, "verifier_exit_nonzero"),
+        ("verifier-killer", ()): (None, "verifier_killed"),
+        ("verifier-killer", ("--require-exit-zero",)): (None, "verifier_killed"),
+    }
