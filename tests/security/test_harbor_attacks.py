@@ -5,7 +5,8 @@ for the verifier's Python (vector 1), a detached process waiting for the verifie
 symlinked verifier files (vector 3), the host's loopback (vector 4), a search of the host's
 filesystem for the hidden tests and the SDK's bundled tasks (vector 2), and programs that
 test.sh runs attacking the grading from inside it (kill test.sh after writing reward 1, a
-writer left behind, test.sh's /proc/PID/mem; see also test_verifier_processes.py). They run through the
+writer left behind, test.sh's /proc/PID/mem, rewriting test.sh or a test file; see also
+test_verifier_processes.py). They run through the
 real CLI, `skyrl harbor run -a oracle`, once per test module, with a root-only secret planted
 on the host and a server on the host's 127.0.0.1 that hands out the loopback task's answer.
 Every task must score 0 (or no reward at all), the secret must appear in no file of the job's
@@ -50,6 +51,8 @@ ATTEMPTED = {
     "lingering-writer": "writer written",
     "orphan-rewriter": "rewriter written",
     "proc-mem-writer": "mem writer written",
+    "script-rewriter": "appender written",
+    "helper-swapper": "swapper written",
 }
 # The grading-phase attacks (test.sh runs the program they install): the verifier error each
 # must end in, and what test-stdout.txt must show.
@@ -58,6 +61,8 @@ GRADING_PHASE = {
     "lingering-writer": ("verifier_stray_processes", "greet.sh printed: goodbye"),
     "orphan-rewriter": ("verifier_stray_processes", "greet.sh printed: goodbye"),
     "proc-mem-writer": (None, "mem refused: Read-only file system"),
+    "script-rewriter": (None, "greet.sh printed: append refused"),
+    "helper-swapper": (None, "greet.sh printed: swap refused"),
 }
 
 
@@ -146,8 +151,9 @@ def test_oracle_attack_scores_zero(attack_job: AttackJob, task: str) -> None:
 
 @pytest.mark.parametrize("task", sorted(GRADING_PHASE))
 def test_grading_phase_attacks_end_in_their_verifier_error(attack_job: AttackJob, task: str):
-    """A program test.sh runs (same uid) wrote reward 1 and killed test.sh, left a writer, or
-    tried test.sh's /proc/PID/mem: `skyrl harbor run`'s result.json says which defence held."""
+    """A program test.sh runs (same uid) wrote reward 1 and killed test.sh, left a writer,
+    tried test.sh's /proc/PID/mem, or rewrote test.sh or a test file: `skyrl harbor run`'s
+    result.json and test-stdout.txt say which defence held."""
     result = attack_job.trial(task)
     error, shown = GRADING_PHASE[task]
     assert result["error"] == error, result

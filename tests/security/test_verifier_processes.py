@@ -151,8 +151,8 @@ def _rw_proc(monkeypatch: pytest.MonkeyPatch) -> None:
     """Take the read-only /proc away from the grading sandbox (the control experiment)."""
     bound = harbor_runtime._BoundBwrap.__init__
 
-    def init(self, spec, binds, *, read_only_proc):
-        bound(self, spec, binds, read_only_proc=False)
+    def init(self, spec, binds, *, read_only_proc, ro_binds=None):
+        bound(self, spec, binds, read_only_proc=False, ro_binds=ro_binds)
 
     monkeypatch.setattr(harbor_runtime._BoundBwrap, "__init__", init)
 
@@ -171,6 +171,67 @@ def test_a_program_cannot_write_test_sh_memory(require_exit_zero, monkeypatch):
         _rw_proc(monkeypatch)
         forged = _grade(task, require_exit_zero=False)
         assert (forged.reward, forged.exit_code) == (1.0, 0), forged
+
+
+def _writable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bind all of /tests read-write in the grading sandbox (the control experiment)."""
+    bound = harbor_runtime._BoundBwrap.__init__
+
+    def init(self, spec, binds, *, read_only_proc, ro_binds=None):
+        binds = {**binds, **(ro_binds or {})}
+        bound(self, spec, binds, read_only_proc=read_only_proc, ro_binds={})
+
+    monkeypatch.setattr(harbor_runtime._BoundBwrap, "__init__", init)
+
+
+@pytest.mark.parametrize("require_exit_zero", [None, True])
+def test_a_program_cannot_rewrite_the_running_test_sh(require_exit_zero, monkeypatch):
+    """greet.sh appends its own verdict to /tests/test.sh (bash reads a script as it runs
+    it). test.sh is read-only in every grading mode: the append fails and the verdict is 0.
+    Control: with a writable test.sh the appended line runs and forges reward 1."""
+    task = ATTACKS / "script-rewriter"
+    result = _grade(task, require_exit_zero=require_exit_zero)
+    assert (result.reward, result.error) == (0.0, None), result
+    assert "greet.sh printed: append refused" in result.output_tail
+    if require_exit_zero is None:
+        _writable_tests(monkeypatch)
+        assert _grade(task).reward == 1.0
+
+
+def test_a_program_cannot_swap_a_test_file_under_require_exit_zero(monkeypatch):
+    """greet.sh replaces /tests/check.py, which test.sh runs next. The task sets
+    `require_exit_zero`, so all of /tests is read-only. Control: writable, it forges."""
+    task = ATTACKS / "helper-swapper"
+    result = _grade(task)
+    assert (result.reward, result.error) == (0.0, None), result
+    assert "greet.sh printed: swap refused" in result.output_tail
+    _writable_tests(monkeypatch)
+    assert _grade(task).reward == 1.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit of Harbor semantics (require_exit_zero off): /tests stays writable "
+    "(test.sh may write there), so a program test.sh runs can replace a test file, a helper "
+    "or an expected output that test.sh uses after it; such tasks must set "
+    "[verifier] require_exit_zero",
+)
+def test_a_program_that_swaps_a_test_file_under_plain_harbor_grading():
+    assert not _grade(ATTACKS / "helper-swapper", require_exit_zero=False).reward
+
+
+def test_tests_stay_writable_by_default_but_not_under_require_exit_zero(tmp_path):
+    """Harbor semantics: test.sh may write into /tests (a cache, a venv); only test.sh itself
+    is read-only. Under `require_exit_zero` all of /tests is read-only."""
+    script = (
+        "mkdir /tests/.cache && echo 1 > /logs/verifier/reward.txt "
+        "|| echo 0 > /logs/verifier/reward.txt\n"
+        "echo x >> /tests/test.sh || echo 'test.sh read-only'"
+    )
+    task = make_task(tmp_path, "writes-tests", test_sh=script)
+    result = _grade(task)
+    assert result.reward == 1.0 and "test.sh read-only" in result.output_tail, result
+    assert _grade(task, require_exit_zero=True).reward == 0.0
 
 
 def test_the_harbor_env_reports_a_killed_verifier(tmp_path):

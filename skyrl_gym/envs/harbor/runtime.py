@@ -45,6 +45,10 @@ for a test.sh that runs the agent's programs (they share its uid):
   reward.txt after the verdict earns nothing, whether it was still running at test.sh's exit
   or had ended just before. Without it, such a writer still forges the reward: Harbor's
   semantics cannot tell it from a server a test.sh legitimately left behind.
+- In the grading sandbox `/tests/test.sh` is read-only (bash reads a script as it runs it: a
+  program could otherwise append its own verdict), and under `require_exit_zero` all of
+  `/tests` is (no test file, helper or expected output replaced, no conftest.py planted);
+  without it `/tests` stays writable as in Harbor.
 - The grading sandbox's /proc is read-only, so no process opens /proc/PID/mem for writing:
   a program cannot rewrite test.sh's memory to make it exit 0 with its own verdict (ptrace
   and process_vm_writev are refused by the seccomp filter).
@@ -286,12 +290,20 @@ class VerifierResult:
 
 
 class _BoundBwrap(BwrapSandbox):
-    """A bwrap sandbox with extra host directories bound read-write at given paths, and
-    optionally a read-only `/proc`."""
+    """A bwrap sandbox with extra host paths bound at given paths (read-write `binds`, then
+    read-only `ro_binds`, which may lie inside them), and optionally a read-only `/proc`."""
 
-    def __init__(self, spec: SandboxSpec, binds: Mapping[str, Path], *, read_only_proc: bool):
+    def __init__(
+        self,
+        spec: SandboxSpec,
+        binds: Mapping[str, Path],
+        *,
+        read_only_proc: bool,
+        ro_binds: Mapping[str, Path] | None = None,
+    ):
         super().__init__(spec)
         self._binds = dict(binds)
+        self._ro_binds = dict(ro_binds or {})
         self._read_only_proc = read_only_proc
 
     def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
@@ -307,6 +319,11 @@ class _BoundBwrap(BwrapSandbox):
             a
             for inside_path, host in self._binds.items()
             for a in ("--bind", str(host), inside_path)
+        ]
+        extra += [
+            a
+            for inside_path, host in self._ro_binds.items()
+            for a in ("--ro-bind", str(host), inside_path)
         ]
         return argv[:at] + extra + argv[at:]
 
@@ -468,11 +485,16 @@ class HarborRuntime:
         )
 
     async def _open(
-        self, binds: Mapping[str, Path], env: Mapping[str, str], *, grading: bool = False
+        self,
+        binds: Mapping[str, Path],
+        env: Mapping[str, str],
+        *,
+        grading: bool = False,
+        ro_binds: Mapping[str, Path] | None = None,
     ) -> Sandbox:
         spec = self._spec(env)
         if self.backend is Backend.BWRAP:
-            sandbox: Sandbox = _BoundBwrap(spec, binds, read_only_proc=grading)
+            sandbox: Sandbox = _BoundBwrap(spec, binds, read_only_proc=grading, ro_binds=ro_binds)
             try:
                 await sandbox.start()
             except BaseException:
@@ -854,14 +876,23 @@ class HarborRuntime:
                 shutil.rmtree(tests, ignore_errors=True)
                 shutil.copytree(task.tests_dir, tests)  # uploaded only now
                 tests.chmod(0o755)
+                (tests / "test.sh").chmod(0o755)
                 _give(tests)
                 binds = {
                     AGENT_LOGS: self.agent_logs_dir,
                     VERIFIER_LOGS: verifier_dir,
                     ARTIFACTS: self.artifacts_dir,
-                    TESTS: tests,
                 }
-                sandbox = await self._open(binds, env, grading=True)
+                # A program test.sh runs has its uid. test.sh itself is always read-only (bash
+                # reads a script as it goes, so rewriting the rest of it would run the
+                # program's own verdict); under require_exit_zero all of /tests is (no helper
+                # or test file swapped, no conftest.py planted, before test.sh uses it).
+                if self.strict_verifier:
+                    ro_binds = {TESTS: tests}
+                else:
+                    binds[TESTS] = tests
+                    ro_binds = {f"{TESTS}/test.sh": tests / "test.sh"}
+                sandbox = await self._open(binds, env, grading=True, ro_binds=ro_binds)
             else:
                 sandbox = await self._open({}, env)
                 await sandbox.upload(task.tests_dir, self._real(TESTS))
