@@ -5,11 +5,12 @@ One worker thread runs the model; the event loop never blocks on torch.
 **Continuous batching** (the default, `scheduling="continuous"`). The worker keeps a running
 batch of requests and decodes one token for each of them per step. Between two steps it admits
 the requests that arrived meanwhile (up to `max_batch_size` in the batch): each is prefilled on
-its own, then its keys and values join the batch, so a request arriving during a long decode
-starts at the next step instead of waiting for the batch to end. A request leaves the batch the
-moment it finishes or its caller cancels it (a cancelled `generate`, a closed
-`generate_stream`), freeing its slot. Rows of different lengths are left-padded to the longest
-one; each row has its own position ids, so padding never changes what a row computes.
+its own, then its keys and values are written into a free slot of the batch (`kv_slots`), so a
+request arriving during a long decode starts at the next step instead of waiting for the batch
+to end. A request leaves the batch the moment it finishes or its caller cancels it (a cancelled
+`generate`, a closed `generate_stream`), freeing its slot; no other row is copied when one
+joins or leaves. Rows of different lengths are right-aligned, padding masked on their left;
+each row has its own position ids, so padding never changes what a row computes.
 `scheduling="static"` is the older batcher, kept as a baseline: a batch is formed from the
 requests waiting when it starts and runs until its last request finishes (finished rows stay
 in it), and newcomers wait for the next batch.
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.kv_cache import DEFAULT_PREFIX_CACHE_BYTES, KV, PrefixCache, PrefixCacheStats
+from skyrl_sdk.agents.kv_slots import KVSlots
 from skyrl_sdk.agents.policy import (
     Completion,
     FinishReason,
@@ -90,6 +92,9 @@ class EngineStats:
     """Tokens sampled."""
     cancelled: int
     """Requests that left because their caller cancelled them."""
+    batch_copies: int
+    """Times the running batch's keys and values were copied into new buffers (out of room,
+    or a mostly empty batch compacted); a request joining or leaving copies no other row."""
     prefix_cache: PrefixCacheStats
     """The prefix cache's own counters."""
 
@@ -194,12 +199,13 @@ class LocalEngine:
         self._update_applied = threading.Condition(self._update_lock)
         self._closed = False
         self._counts = dict.fromkeys(
-            ("prefills", "prompt", "computed", "reused", "generated", "cancelled"), 0
+            ("prefills", "prompt", "computed", "reused", "generated", "cancelled", "copies"), 0
         )
-        # The running batch (worker thread only): rows, their keys and values left-padded to
-        # one width, the padding mask, each row's next position and next input token.
-        self._rows: list[_Request] = []
-        self._layers: list[Any] | None = None  # see `_kv`
+        # The running batch (worker thread only): one slot per row (None: free, until the next
+        # request takes it), their keys and values right-aligned in `_slots`, the padding mask,
+        # each row's next position and next input token.
+        self._rows: list[_Request | None] = []
+        self._slots: KVSlots | None = None
         self._mask: torch.Tensor | None = None
         self._pos: torch.Tensor | None = None
         self._next: torch.Tensor | None = None
@@ -235,25 +241,14 @@ class LocalEngine:
             prompt_tokens_reused=c["reused"],
             generated_tokens=c["generated"],
             cancelled=c["cancelled"],
+            batch_copies=c["copies"] + (self._slots.copies if self._slots is not None else 0),
             prefix_cache=self.prefix_cache.stats(),
         )
 
     @property
-    def _kv(self) -> KV | None:
-        """The running batch's keys and values per layer, `[rows, kv_heads, width, head_dim]`;
-        held in `_growing_layer`s that decoding steps append to in place."""
-        if self._layers is None:
-            return None
-        return [(layer.keys, layer.values) for layer in self._layers]
-
-    @_kv.setter
-    def _kv(self, kv: KV | None) -> None:
-        self._layers = None if kv is None else [_growing_layer(k, v) for k, v in kv]
-
-    @property
     def running(self) -> int:
         """Requests in the running batch now (finished rows of a static batch included)."""
-        return len(self._rows)
+        return sum(r is not None for r in self._rows)
 
     # -- Policy ---------------------------------------------------------------------------
 
@@ -399,11 +394,17 @@ class LocalEngine:
             else f"{self.name}: generation failed: {type(error).__name__}: {error}"
         )
         for r in rows:
-            if not r.done:
+            if r is not None and not r.done:
                 r.finish = FinishReason.ABORT
                 r.resolve(PolicyError(message))
         if rows is self._rows:
-            self._rows, self._kv, self._mask, self._pos, self._next = [], None, None, None, None
+            self._reset()
+
+    def _reset(self) -> None:
+        """Drop the running batch (every row has left)."""
+        if self._slots is not None:
+            self._counts["copies"] += self._slots.copies
+        self._rows, self._slots, self._mask, self._pos, self._next = [], None, None, None, None
 
     def _fail_queued(self) -> None:
         while True:
@@ -421,7 +422,7 @@ class LocalEngine:
         if self.scheduling is Scheduling.STATIC and self._rows:
             return
         joining: list[tuple[_Request, KV, int]] = []
-        while len(self._rows) + len(joining) < self.max_batch_size:
+        while self.running + len(joining) < self.max_batch_size:
             try:
                 if self._rows or joining:
                     r = self._queue.get_nowait()
@@ -493,46 +494,43 @@ class LocalEngine:
         return self.model(use_cache=True, **inputs)
 
     def _join(self, joining: list[tuple[_Request, KV, int]]) -> None:
-        """Add prefilled requests to the running batch: every row right-aligned to the new
-        width, padding on the left (masked out)."""
+        """Add prefilled requests to the running batch: each takes a free slot (or a new one),
+        right-aligned, with padding on its left masked out. The other rows stay where they
+        are: nothing is copied unless the buffers run out of room (see `kv_slots`)."""
         import torch
 
         lengths = [len(r.prompt) for r, _, _ in joining]
-        old = 0 if self._mask is None else self._mask.shape[1]
-        width = max(old, *lengths)
-        running = self._kv
-        pieces = [] if running is None else [(running, old)]  # (kv, its width), row order
-        pieces += [(row, n) for (_, row, _), n in zip(joining, lengths, strict=True)]
-        rows = len(self._rows) + len(joining)
-        spare = max(64, width // 2)  # room for the next steps: one copy here, none per step
-        layers = []
-        for layer in range(len(joining[0][1])):
-            k0 = pieces[0][0][layer][0]
-            shape = (rows, k0.shape[1], width + spare, k0.shape[3])
-            room = (k0.new_empty(shape), k0.new_empty(shape))
-            start = 0
-            for kv, n in pieces:
-                k, v = kv[layer]
-                end = start + k.shape[0]
-                for buf, x in zip(room, (k, v), strict=True):
-                    buf[start:end, :, : width - n] = 0  # padding: masked, but never NaN
-                    buf[start:end, :, width - n : width] = x
-                start = end
-            grown = _growing_layer(room[0][:, :, :width], room[1][:, :, :width])
-            grown.room = room
-            layers.append(grown)
-        masks = [] if self._mask is None else [_left_pad(self._mask, width - old)]
-        for n in lengths:
-            row_mask = torch.zeros((1, width), dtype=torch.long, device=self.device)
-            row_mask[0, width - n :] = 1
-            masks.append(row_mask)
-        new_pos = torch.tensor(lengths, dtype=torch.long, device=self.device)
-        new_next = torch.tensor([t for _, _, t in joining], dtype=torch.long, device=self.device)
-        self._layers = layers
-        self._mask = torch.cat(masks, 0)
-        self._pos = new_pos if self._pos is None else torch.cat([self._pos, new_pos])
-        self._next = new_next if self._next is None else torch.cat([self._next, new_next])
-        self._rows += [r for r, _, _ in joining]
+        if self._slots is None:
+            width = max(lengths)
+            self._slots = KVSlots([kv for _, kv, _ in joining], width)
+            self._rows = [r for r, _, _ in joining]
+            self._mask = torch.zeros((len(joining), width), dtype=torch.long, device=self.device)
+            for slot, n in enumerate(lengths):
+                self._mask[slot, width - n :] = 1
+            self._pos = torch.tensor(lengths, dtype=torch.long, device=self.device)
+            self._next = torch.tensor([t for _, _, t in joining], device=self.device)
+            return
+        assert self._mask is not None and self._pos is not None and self._next is not None
+        free = [i for i, r in enumerate(self._rows) if r is None]
+        extra = len(joining) - len(free)
+        if extra > 0:
+            free += range(len(self._rows), len(self._rows) + extra)
+            self._slots.add_slots(extra)
+            self._rows += [None] * extra
+            self._mask = torch.cat([self._mask, self._mask.new_zeros((extra, self._slots.width))])
+            self._pos = torch.cat([self._pos, self._pos.new_zeros(extra)])
+            self._next = torch.cat([self._next, self._next.new_zeros(extra)])
+        width = max(self._slots.width, *lengths)
+        if width > self._slots.width:
+            self._mask = _left_pad(self._mask, width - self._slots.width)
+            self._slots.widen(width)
+        for (r, kv, first), n, slot in zip(joining, lengths, free, strict=False):
+            self._slots.write(slot, kv)
+            self._mask[slot] = 0
+            self._mask[slot, width - n :] = 1
+            self._pos[slot] = n
+            self._next[slot] = first
+            self._rows[slot] = r
 
     def _step(self) -> None:
         """One decoding step: every row gets one token; finished and cancelled rows leave
@@ -542,22 +540,26 @@ class LocalEngine:
         assert self._mask is not None and self._pos is not None and self._next is not None
         batch = len(self._rows)
         mask = torch.cat([self._mask, self._mask.new_ones((batch, 1))], 1)
-        assert self._layers is not None
+        assert self._slots is not None
+        self._slots.reserve(1)
         cache = _cache(None)
-        cache.layers.extend(self._layers)  # appended to in place, no copy of the past
+        cache.layers.extend(self._slots.layers())  # written in place, no copy of the past
         out = self._forward(
             cache,
             input_ids=self._next.view(batch, 1),
             attention_mask=mask,
             position_ids=self._pos.view(batch, 1),
         )
+        self._slots.advance(1)
         self._mask = mask
-        self._pos = self._pos + 1
+        # A free slot's position stays 0 (models with learned positions have a bound).
+        alive = torch.tensor([r is not None for r in self._rows], device=self.device)
+        self._pos = (self._pos + 1) * alive
         self.steps += 1
         logits = out.logits[:, -1, :].float()
         next_ids = self._next.clone()
         for row, r in enumerate(self._rows):
-            if r.done:
+            if r is None or r.done:
                 continue
             next_ids[row] = self._sample_into(r, logits[row])
             if r.finish is not None:
@@ -586,43 +588,48 @@ class LocalEngine:
         token) for the next turn, unless new weights were loaded since it started."""
         if not self.prefix_cache.enabled or r.kv_version != self.policy_version:
             return
-        assert self._kv is not None and self._pos is not None
-        n = int(self._pos[row])
-        kv = [
-            (k[row : row + 1, :, -n:].clone(), v[row : row + 1, :, -n:].clone())
-            for k, v in self._kv
-        ]
-        self.prefix_cache.insert([*r.prompt, *r.ids[:-1]], kv)
+        assert self._slots is not None and self._pos is not None
+        self.prefix_cache.insert(
+            [*r.prompt, *r.ids[:-1]], self._slots.row(row, int(self._pos[row]))
+        )
 
     def _leave(self) -> None:
-        """Drop finished and cancelled rows (static: only once all are), then the padding
-        columns no row needs any more."""
+        """Free the slots of finished and cancelled rows (static: only once all are), then
+        drop the padding columns no row needs any more. A batch that has become mostly free
+        slots is compacted (the one copy here)."""
         import torch
 
         for r in self._rows:
-            if r.cancelled and r.finish is None:
+            if r is not None and r.cancelled and r.finish is None:
                 r.finish = FinishReason.ABORT
                 self._counts["cancelled"] += 1
-        keep = [i for i, r in enumerate(self._rows) if r.finish is None]
-        if len(keep) == len(self._rows):
+        live = [i for i, r in enumerate(self._rows) if r is not None and r.finish is None]
+        if len(live) == self.running:
             return
-        if self.scheduling is Scheduling.STATIC and keep:
+        if not live:
+            self._reset()
             return
-        if not keep:
-            self._rows, self._kv, self._mask, self._pos, self._next = [], None, None, None, None
+        if self.scheduling is Scheduling.STATIC:
             return
-        assert self._kv is not None and self._mask is not None
+        assert self._slots is not None and self._mask is not None
         assert self._pos is not None and self._next is not None
-        index = torch.tensor(keep, device=self.device)
-        self._rows = [self._rows[i] for i in keep]
-        self._pos = self._pos.index_select(0, index)
-        self._next = self._next.index_select(0, index)
-        width = int(self._pos.max())  # rows are right-aligned: the longest sets the width
-        self._mask = self._mask.index_select(0, index)[:, -width:]
-        self._kv = [
-            (k.index_select(0, index)[:, :, -width:], v.index_select(0, index)[:, :, -width:])
-            for k, v in self._kv
-        ]
+        for i, r in enumerate(self._rows):
+            if r is not None and r.finish is not None:
+                self._rows[i] = None
+                self._mask[i] = 0  # a free slot attends only to its own new columns
+                self._pos[i] = 0
+        if len(live) <= len(self._rows) // 2:
+            index = torch.tensor(live, device=self.device)
+            self._slots.select(live)
+            self._rows = [self._rows[i] for i in live]
+            self._mask = self._mask.index_select(0, index)
+            self._pos = self._pos.index_select(0, index)
+            self._next = self._next.index_select(0, index)
+        # Rows are right-aligned: the longest live row sets the width.
+        width = max(int(self._pos[i]) for i, r in enumerate(self._rows) if r is not None)
+        if width < self._slots.width:
+            self._mask = self._mask[:, -width:]
+            self._slots.trim(width)
 
     def _finish_reason(self, r: _Request) -> FinishReason | None:
         if r.ids[-1] in r.sampling.stop_token_ids:
@@ -661,48 +668,6 @@ def _cache(kv: KV | None) -> Any:
         layer.keys, layer.values = k, v
         cache.layers.append(layer)
     return cache
-
-
-def _growing_layer(keys: torch.Tensor, values: torch.Tensor) -> Any:
-    """A transformers `DynamicLayer` holding `keys`/`values` that appends new ones into spare
-    room of its own buffer instead of concatenating (which copies the whole past every step):
-    one copy every few dozen steps. The class is built on first use (transformers is heavy)."""
-    global _GrowingLayer
-    if _GrowingLayer is None:
-        _GrowingLayer = _growing_layer_class()
-    return _GrowingLayer(keys, values)
-
-
-_GrowingLayer: Any = None
-
-
-def _growing_layer_class() -> type:
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor):
-            super().__init__()
-            self.lazy_initialization(keys, values)
-            self.keys, self.values = keys, values
-            self.room: tuple[torch.Tensor, torch.Tensor] | None = None
-            """Buffers whose first columns `keys`/`values` are (None: not ours to write)."""
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
-            n, t = self.keys.shape[-2], key_states.shape[-2]
-            if self.room is None or self.room[0].shape[-2] < n + t:
-                capacity = n + t + max(64, (n + t) // 2)
-                shape = (*self.keys.shape[:2], capacity, self.keys.shape[-1])
-                room = (self.keys.new_empty(shape), self.values.new_empty(shape))
-                room[0][:, :, :n] = self.keys
-                room[1][:, :, :n] = self.values
-                self.room = room
-            keys, values = self.room
-            keys[:, :, n : n + t] = key_states
-            values[:, :, n : n + t] = value_states
-            self.keys, self.values = keys[:, :, : n + t], values[:, :, : n + t]
-            return self.keys, self.values
-
-    return GrowingLayer
 
 
 def _kv_of(cache: Any) -> KV:
