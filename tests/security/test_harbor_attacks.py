@@ -53,6 +53,7 @@ ATTEMPTED = {
     "proc-mem-writer": "mem writer written",
     "script-rewriter": "appender written",
     "helper-swapper": "swapper written",
+    "early-exit": "failer written",
 }
 # The grading-phase attacks (test.sh runs the program they install): the verifier error each
 # must end in, and what test-stdout.txt must show.
@@ -63,6 +64,7 @@ GRADING_PHASE = {
     "proc-mem-writer": (None, "mem refused: Read-only file system"),
     "script-rewriter": (None, "greet.sh printed: append refused"),
     "helper-swapper": (None, "greet.sh printed: swap refused"),
+    "early-exit": ("verifier_exit_nonzero", ""),
 }
 
 

@@ -147,6 +147,24 @@ def test_a_writer_that_outlives_its_parent_under_plain_harbor_grading(task):
     assert not result.reward, result
 
 
+def test_a_program_that_stops_test_sh_early_earns_nothing_under_require_exit_zero():
+    """greet.sh writes reward 1 and fails; test.sh (`set -e`) stops before its verdict with
+    status 1. The task sets `require_exit_zero`: `verifier_exit_nonzero`."""
+    result = _grade(ATTACKS / "early-exit")
+    assert result.reward is None and result.error is VerifierError.EXIT_NONZERO, result
+    assert result.exit_code == 1 and "reward it left (1) is void" in result.message
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit of Harbor semantics (test.sh's exit status ignored): a program that "
+    "writes reward 1 and makes test.sh stop early with a non-zero status (set -e) keeps it; "
+    "such tasks must set [verifier] require_exit_zero",
+)
+def test_a_program_that_stops_test_sh_early_under_plain_harbor_grading():
+    assert not _grade(ATTACKS / "early-exit", require_exit_zero=False).reward
+
+
 def _rw_proc(monkeypatch: pytest.MonkeyPatch) -> None:
     """Take the read-only /proc away from the grading sandbox (the control experiment)."""
     bound = harbor_runtime._BoundBwrap.__init__
