@@ -80,6 +80,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
@@ -974,10 +975,14 @@ class HarborRuntime:
     ) -> tuple[VerifierError, str] | None:
         """Why test.sh's reward file is not its verdict, or None when it is."""
         if exit_code < 0:
-            how = " (out of memory)" if oom_killed else ""
+            try:
+                name = f" ({signal.Signals(-exit_code).name})"
+            except ValueError:
+                name = ""
+            how = ", out of memory" if oom_killed else ""
             return (
                 VerifierError.KILLED,
-                f"test.sh did not end on its own: signal {-exit_code}{how} killed it",
+                f"test.sh did not end on its own: signal {-exit_code}{name}{how} killed it",
             )
         if not self.strict_verifier:
             return None
