@@ -163,9 +163,9 @@ class TinkerService:
             err = {"error": f"{type(outcome).__name__}: {outcome}", "category": "server"}
             self.store.finish(request_id, err, failed=True)
         else:
+            self.store.finish(request_id, outcome)  # the poller is answered first
             if mutates and model_id is not None:
                 self.mutated(model_id)
-            self.store.finish(request_id, outcome)
 
     def run(
         self,
@@ -244,8 +244,11 @@ class TinkerService:
         queue = self.queue_for(model_id)
         queue.check(seq_id)
         start = self.run(kind, model_id, fn, mutates=mutates)
+        # The row first: once queued, the worker takes the GIL for its pass, and each write
+        # here would then wait for it (the switch interval) before the reply could leave.
+        high_water = queue.high_water if seq_id is None else max(queue.high_water, seq_id + 1)
+        self.registry.runs.update(model_id, last_request=time.time(), next_seq=high_water)
         queue.submit(seq_id, start)
-        self.registry.runs.update(model_id, last_request=time.time(), next_seq=queue.high_water)
         return {"request_id": start.request_id, "model_id": model_id}  # type: ignore[attr-defined]
 
     def refuse(

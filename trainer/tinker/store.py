@@ -3,9 +3,12 @@ samplers, so that a restarted server knows what existed before it.
 
 Futures: every submitted request gets a row (`pending`); the worker stores its result (`done`,
 JSON) or its error (`failed`); a client may cancel a sampling request (`cancelled`). Long-polls
-wait on an in-process `asyncio.Event`. When a server starts on an existing database, rows still
-`pending` from the previous process become `lost`, and polling them returns an error naming the
-restart instead of an unknown id.
+wait on an in-process `asyncio.Event`. The records of this process's requests are also kept in
+memory (every pending one, and the last `FutureStore.keep` settled ones): a poll reads its
+result there, as Python objects, without a query or a JSON round trip, and a settling worker
+wakes the poller before it writes the row (the write is for restarts, not for the poll). When a
+server starts on an existing database, rows still `pending` from the previous process become
+`lost`, and polling them returns an error naming the restart instead of an unknown id.
 
 Registry: one row per session, training run (model id), checkpoint (tinker:// path) and
 sampler. Weights live in directories under the state dir; the rows say what they are, when
@@ -22,6 +25,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -70,7 +74,9 @@ def _connect(path: Path | str) -> sqlite3.Connection:
 class FutureStore:
     """SQLite-backed futures with asyncio waiters for long-polling (thread-safe writes)."""
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, keep: int = 1024):
+        self.keep = keep
+        """How many settled records stay in memory (older ones are read back from SQLite)."""
         self._db = _connect(path)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS futures (request_id TEXT PRIMARY KEY, kind TEXT NOT NULL,"
@@ -78,6 +84,11 @@ class FutureStore:
         )
         self._lock = threading.Lock()
         self._events: dict[str, asyncio.Event] = {}
+        """Pollers' wake-ups of the pending requests."""
+        self._records: dict[str, FutureRecord] = {}
+        """This process's pending records and its last `keep` settled ones."""
+        self._settled: deque[str] = deque()
+        """The settled ids in `_records`, oldest first."""
         self._loop: asyncio.AbstractEventLoop | None = None
         lost = json.dumps(
             {"error": "the server restarted before this request finished", "category": "server"}
@@ -100,7 +111,10 @@ class FutureStore:
                 "INSERT INTO futures VALUES (?,?,?,?,?,?,?)",
                 (request_id, kind, model_id, FutureState.PENDING.value, None, time.time(), None),
             )
-        self._events[request_id] = asyncio.Event()
+            self._records[request_id] = FutureRecord(
+                request_id, kind, model_id, FutureState.PENDING, None
+            )
+            self._events[request_id] = asyncio.Event()
         return request_id
 
     def finish(self, request_id: str, result: Any, *, failed: bool = False) -> None:
@@ -114,18 +128,31 @@ class FutureStore:
         return self._settle(request_id, FutureState.CANCELLED, error)
 
     def _settle(self, request_id: str, state: FutureState, result: Any) -> bool:
+        """Settle a pending request: in memory and its poller woken first, then the row."""
         with self._lock:
-            changed = self._db.execute(
-                "UPDATE futures SET state=?, result=?, finished=? WHERE request_id=? AND state=?",
-                (state.value, json.dumps(result), time.time(), request_id, FutureState.PENDING),
-            ).rowcount
-        event = self._events.get(request_id)
-        if changed and event is not None and self._loop is not None:
+            record = self._records.get(request_id)
+            if record is None or record.state is not FutureState.PENDING:
+                return False  # unknown to this process, or settled already
+            self._records[request_id] = dataclasses.replace(record, state=state, result=result)
+            self._settled.append(request_id)
+            while len(self._settled) > self.keep:
+                self._records.pop(self._settled.popleft(), None)
+            event = self._events.pop(request_id, None)
+        if event is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(event.set)
-        return bool(changed)
+        encoded = json.dumps(result)
+        with self._lock:
+            self._db.execute(
+                "UPDATE futures SET state=?, result=?, finished=? WHERE request_id=? AND state=?",
+                (state.value, encoded, time.time(), request_id, FutureState.PENDING),
+            )
+        return True
 
     def get(self, request_id: str) -> FutureRecord | None:
-        """The current row of `request_id`, or None if unknown."""
+        """The current record of `request_id`, or None if unknown."""
+        record = self._records.get(request_id)
+        if record is not None:
+            return record
         with self._lock:
             row = self._db.execute(
                 "SELECT request_id, kind, model_id, state, result FROM futures WHERE request_id=?",
@@ -151,7 +178,7 @@ class FutureStore:
         record = self.get(request_id)
         if record is None or record.state is not FutureState.PENDING:
             return record
-        event = self._events.get(request_id)
+        event = self._events.get(request_id)  # None: settled since the read above
         if event is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout)
