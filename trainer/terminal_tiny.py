@@ -1,21 +1,45 @@
-"""A tiny model for the `terminal-gen` env's `echo-word` family (experimental).
+"""A tiny model for the `terminal-gen` env's `echo-word` family (experimental; issue 18 item 5
+is NOT done: no learning test uses it yet, see Status).
 
 `echo-word` asks "Write the word pebble87 into the file notes.txt."; the command that solves
-it copies words from the instruction (`<bash>echo pebble87 > notes.txt</bash>`). A randomly
-initialised model cannot copy, so, as `lookup-tiny` is warmed up on an echo corpus, this
-model is warmed up by next-token training on transcripts of the same shape over *other*
-words and file names (`WARM_WORDS`, `WARM_STEMS`: none is a word or file name of any
-`echo-word` task) plus `repeat W N S` lines over the family's words, then saved with its
-tokenizer as a model directory (`model.source: pretrained`). The warm-up never sees a task
-of the family, so RL would have to learn to copy the family's own words.
+it copies words from the instruction (`<bash>echo pebble87 > notes.txt</bash>`, then
+`<answer>done</answer>`). `terminal_tiny_dir()` builds a tiny Llama (128 wide, 2 layers, tied
+embeddings) with a brief supervised warm-up on the *train split only*: next-token training
+(loss on the reply) on oracle transcripts of `echo-word` tasks with train-split seeds
+(`WARMUP_OFFSET` onwards, so not even an RL run's first tasks), stopped as soon as the model's
+probability of the exact oracle reply, averaged over held-back train transcripts, reaches
+`target` (0.15). That probability is the model's success rate at temperature 1 (up to other
+correct spellings), so the model succeeds sometimes, not always. Held-out tasks (seeds
+1,000,000 onwards) never enter the warm-up; the generator guarantees no held-out instance
+equals a train instance (the same words, stems and numbers recur, in new combinations).
 
-Status, measured (issue 18 item 5 is not done): at 64 wide and 2 layers the warm-up learns
-to copy its own words (loss 0.07, up to 27% of replies exact after 1,500 steps of 32) but
-copies none of the family's words (0% exact on held-out `echo-word` transcripts), so RL from
-this model has no signal yet.
+Status, measured on the loaded 2-core box (session 5):
+- Warm-up: about 700-725 steps of 32 (about 3 minutes here, cached with `build_once`). Held-out
+  success of the warmed-up model at temperature 1 in the trainer's held-out evaluation: 28 of
+  128 (0.219, 95% CI 0.156-0.298); greedy (teacher-forced argmax) 45% of held-out replies
+  exact. Almost all remaining error is the number token (mean log-probability -2.69 there,
+  above -0.05 at every other reply position): the word and the file name are copied.
+- RL from it (AsyncTrainer, synchronous, GRPO, group 8, filter_zero_variance, terminal-gen
+  train split, `brief`, one reply per episode, seed 0) did NOT raise held-out success in any
+  of 11 configurations (start 0.219 in all; end after training): lr 1e-4 x12 steps 0.211;
+  3e-4 x12 0.188; 5e-4 x30 0.180; 1e-3 x12 0.000; 1e-3 + KL 0.05 x30 0.062; 1e-3 + KL 0.5 x24
+  0.148; 3e-3 + KL 1.0 (8 groups) x16 0.016; 16 groups/step: 1e-3 x15 0.156, 3e-3 x15 0.000;
+  LoRA r8 on attention: 3e-3 x20 0.219, 1e-2 x20 0.164; max_tokens 25 (no room past the
+  oracle reply): 1e-3 x24 0.078, 3e-4 x24 0.195. Learner and sampler agree (kl_sampler ~0,
+  ratio 1), so it is not an off-policy bug. What the trained policies do instead: at larger
+  learning rates they stop ending the turn (text after `</answer>`), break the tag
+  (`<answer50`), or repeat words and numbers that earned reward in training (`iris255` in
+  replies to other tasks), i.e. RL on a few tasks per step reinforces the literal tokens of
+  successful replies (tied embeddings, full fine-tune) faster than it improves copying; at
+  smaller ones nothing moves in the steps a test can afford.
+- Tried and dropped for the warm-up: transcripts over *other* words (30 or 500 made-up words,
+  never the family's): the model copies those but 0% of the family's words; the same with the
+  copied tokens' embeddings frozen at their random initial values: no copying at all within
+  800 steps; digits as single tokens (numbers spelled digit by digit): no copying within 1,500
+  steps.
 
-The tokenizer is word-level over a closed vocabulary: each letter run, number, space and
-punctuation mark is one token (unknown words become `<unk>`), and decoding concatenates, so
+The tokenizer is word-level over a closed vocabulary: each letter run, number (0-999), space
+and punctuation mark is one token (unknown words become `<unk>`), and decoding concatenates, so
 replies come back as the exact text the env parses.
 """
 
@@ -28,24 +52,24 @@ from typing import TYPE_CHECKING, Any
 
 from skyrl_gym.cache import build_once, cache_dir
 from skyrl_gym.envs.terminal_gen.env import BRIEF_PROMPT
-from skyrl_gym.envs.terminal_gen.families import STEMS, WORDS
+from skyrl_gym.envs.terminal_gen.families import STEMS, WORDS, make_spec
+from skyrl_gym.envs.terminal_gen.generate import SPLITS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-TERMINAL_TINY_VERSION = "2"
+TERMINAL_TINY_VERSION = "3"
+"""Bump when the tokenizer, the model or the warm-up changes (the cache key)."""
+FAMILY = "echo-word"
+"""The family the model is warmed up on."""
+WARMUP_OFFSET = 100_000
+"""The warm-up's tasks are train-split seeds from this offset on (the RL run's env serves the
+first `per_family` train seeds, far below it)."""
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>")
-WARM_WORDS = (
-    "apple", "banjo", "candle", "dragon", "engine", "forest", "guitar", "hammer", "island",
-    "jacket", "kettle", "ladder", "magnet", "napkin", "orange", "pencil", "rabbit", "saddle",
-    "tablet", "unicorn", "valley", "window", "yogurt", "zipper", "anchor", "bucket", "carpet",
-    "donkey", "feather", "goblet",
-)  # fmt: skip
-WARM_STEMS = ("plan", "todo", "info", "stats", "items", "names", "prices", "scores", "dates")
 PROMPT_WORDS = (
     "system", "user", "assistant", "Write", "the", "word", "into", "file", "txt", "echo",
     "bash", "answer", "done", "observation", "no", "output", "Run", "then", "command", "In",
-    "a", "shell", "in", "app", "Do", "task", "by", "running", "and", "finish", "with", "repeat",
+    "a", "shell", "in", "app", "Do", "task", "by", "running", "and", "finish", "with",
 )  # fmt: skip
 PATTERN = r"[A-Za-z_]+|\d+|[^A-Za-z_\d]"
 """Pre-tokenizer: letter runs, digit runs and single other characters."""
@@ -57,14 +81,14 @@ CHAT_TEMPLATE = (
 
 
 def terminal_tokenizer() -> PreTrainedTokenizerFast:
-    """The closed word-level tokenizer (about 200 ids) with a ChatML template."""
+    """The closed word-level tokenizer (about 1,130 ids) with a ChatML template."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     from skyrl_sdk.agents.tiny import wrap_tokenizer
 
     chars = [c for c in string.printable if c not in "\x0b\x0c\r\t" and not c.isalpha()]
     chars += [str(n) for n in range(10, 1000)]  # numbers 0-999 are one token each
-    words = dict.fromkeys((*PROMPT_WORDS, *WORDS, *STEMS, *WARM_WORDS, *WARM_STEMS))
+    words = dict.fromkeys((*PROMPT_WORDS, *WORDS, *STEMS))
     vocab = {t: i for i, t in enumerate(dict.fromkeys((*SPECIAL, *chars, *words)))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(PATTERN), behavior="isolated")
@@ -74,36 +98,20 @@ def terminal_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def warmup_corpus(n: int, seed: int = 0, repeat_share: float = 0.5) -> list[list[dict[str, str]]]:
-    """`n` transcripts: shaped like `echo-word` episodes over the warm-up words only, or (a
-    `repeat_share` of them) `repeat W N S` -> `W N S` over the family's own words, which
-    teaches copying those words but nothing of the task."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        if rng.random() < repeat_share:
-            said = f"{rng.choice(WORDS)} {rng.randint(10, 999)} {rng.choice(STEMS)}"
-            out.append(
-                [
-                    {"role": "system", "content": BRIEF_PROMPT},
-                    {"role": "user", "content": f"repeat {said}"},
-                    {"role": "assistant", "content": said},
-                ]
-            )
-            continue
-        word = f"{rng.choice(WARM_WORDS)}{rng.randint(10, 999)}"
-        name = f"{rng.choice(WARM_STEMS)}.txt"
-        out.append(
-            [
-                {"role": "system", "content": BRIEF_PROMPT},
-                {"role": "user", "content": f"Write the word {word} into the file {name}."},
-                {
-                    "role": "assistant",
-                    "content": f"<bash>echo {word} > {name}</bash><answer>done</answer>",
-                },
-            ]
-        )
-    return out
+def oracle_transcript(seed: int) -> list[dict[str, str]]:
+    """The brief-prompt episode of `echo-word` task `seed`, answered by its oracle in one reply."""
+    spec = make_spec(FAMILY, seed)
+    command = spec.solution.strip()
+    return [
+        {"role": "system", "content": BRIEF_PROMPT},
+        {"role": "user", "content": spec.instruction},
+        {"role": "assistant", "content": f"<bash>{command}</bash><answer>done</answer>"},
+    ]
+
+
+def warmup_corpus(n: int, offset: int = 0) -> list[list[dict[str, str]]]:
+    """Oracle transcripts of `n` train-split tasks, from seed `WARMUP_OFFSET + offset` on."""
+    return [oracle_transcript(s) for s in SPLITS["train"].seeds(n, WARMUP_OFFSET + offset)]
 
 
 def _encode(tokenizer: Any, chat: list[dict[str, str]]) -> tuple[list[int], int]:
@@ -114,48 +122,53 @@ def _encode(tokenizer: Any, chat: list[dict[str, str]]) -> tuple[list[int], int]
     return tokenizer.encode(full, add_special_tokens=False), start
 
 
-def copy_accuracy(model: Any, tokenizer: Any, chats: list[list[dict[str, str]]]) -> float:
-    """Fraction of `chats` whose whole reply the model gives greedily (teacher-forced argmax)."""
+def reply_probability(model: Any, tokenizer: Any, chats: list[list[dict[str, str]]]) -> float:
+    """Mean probability that the model, sampling at temperature 1, gives each transcript's
+    reply exactly (up to and including `<|im_end|>`)."""
     import torch
 
-    hits = 0
+    total = 0.0
+    was_training = model.training
     model.eval()
     with torch.no_grad():
         for chat in chats:
             ids, start = _encode(tokenizer, chat)
-            logits = model(input_ids=torch.tensor([ids])).logits[0]
-            pred = logits[start - 1 : len(ids) - 2].argmax(-1)
-            hits += bool((pred == torch.tensor(ids[start : len(ids) - 1])).all())
-    model.train()
-    return hits / len(chats)
+            ids = ids[:-1]  # the template's trailing newline after <|im_end|>
+            logits = model(input_ids=torch.tensor([ids])).logits[0, start - 1 : len(ids) - 1]
+            gold = torch.tensor(ids[start:])
+            total += logits.log_softmax(-1).gather(1, gold[:, None]).sum().exp().item()
+    model.train(was_training)
+    return total / len(chats)
 
 
 def warm_up(
     model: Any,
     tokenizer: Any,
     *,
-    steps: int,
+    max_steps: int,
+    target: float,
     seed: int = 0,
     batch_size: int = 32,
     lr: float = 3e-3,
-    check_every: int = 50,
-    target: float = 0.9,
-) -> float:
-    """Next-token training on `warmup_corpus` (loss on the reply only) until the model gives
-    `target` of held-back warm-up replies exactly (at most `steps` steps). Returns that
-    accuracy."""
+    check_every: int = 25,
+) -> tuple[int, float]:
+    """Next-token training on `warmup_corpus` (loss on the reply only) until the mean exact-
+    reply probability on 64 held-back train transcripts reaches `target` (at most `max_steps`
+    steps). Returns (steps taken, that probability)."""
     import torch
 
     torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    probe = warmup_corpus(64, seed + 10_000)
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    probe = warmup_corpus(64)
+    pool = warmup_corpus(4096, offset=64)
     model.train()
-    accuracy = 0.0
-    for step in range(steps):
-        encoded = [_encode(tokenizer, c) for c in warmup_corpus(batch_size, seed * 100_003 + step)]
+    probability = 0.0
+    step = 0
+    while step < max_steps:
+        encoded = [_encode(tokenizer, c) for c in rng.sample(pool, batch_size)]
         width = max(len(ids) for ids, _ in encoded)
-        pad = tokenizer.pad_token_id
-        batch = torch.full((len(encoded), width), pad)
+        batch = torch.full((len(encoded), width), tokenizer.pad_token_id)
         labels = torch.full((len(encoded), width), -100)
         mask = torch.zeros((len(encoded), width), dtype=torch.long)
         for i, (ids, start) in enumerate(encoded):
@@ -166,12 +179,13 @@ def warm_up(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if (step + 1) % check_every == 0:
-            accuracy = copy_accuracy(model, tokenizer, probe)
-            if accuracy >= target:
+        step += 1
+        if step % check_every == 0:
+            probability = reply_probability(model, tokenizer, probe)
+            if probability >= target:
                 break
     model.eval()
-    return accuracy
+    return step, probability
 
 
 def build_llama(
@@ -201,21 +215,32 @@ def build_llama(
 
 
 def terminal_tiny_dir(
-    *, hidden_size: int = 64, num_layers: int = 2, warmup_steps: int = 600, seed: int = 0
+    *,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    max_steps: int = 1500,
+    target: float = 0.15,
+    seed: int = 0,
 ) -> Path:
     """Build (once per machine and settings) the warmed-up tiny model; return its directory
     (`$SKYRL_CACHE/terminal-tiny-v<N>-...`), loadable as `model.source: pretrained`."""
 
     def build(staging: Path) -> None:
-        tokenizer = terminal_tokenizer()
-        model = build_llama(len(tokenizer), hidden_size, num_layers, seed, tokenizer)
-        if warmup_steps:
-            warm_up(model, tokenizer, steps=warmup_steps, seed=seed)
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # deterministic and polite on shared CPUs
+        try:
+            tokenizer = terminal_tokenizer()
+            model = build_llama(len(tokenizer), hidden_size, num_layers, seed, tokenizer)
+            warm_up(model, tokenizer, max_steps=max_steps, target=target, seed=seed)
+        finally:
+            torch.set_num_threads(threads)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
 
     name = (
         f"terminal-tiny-v{TERMINAL_TINY_VERSION}-h{hidden_size}-l{num_layers}"
-        f"-w{warmup_steps}-s{seed}"
+        f"-m{max_steps}-t{target}-s{seed}"
     )
     return build_once(cache_dir() / name, build)
