@@ -21,11 +21,12 @@ Status, measured on the loaded 2-core box (session 5):
   above -0.05 at every other reply position): the word and the file name are copied.
 - RL from it (AsyncTrainer, synchronous, GRPO, group 8, filter_zero_variance, terminal-gen
   train split, `brief`, one reply per episode, seed 0) did NOT raise held-out success in any
-  of 11 configurations (start 0.219 in all; end after training): lr 1e-4 x12 steps 0.211;
+  of 13 configurations (start 0.219 in all; end after training): lr 1e-4 x12 steps 0.211;
   3e-4 x12 0.188; 5e-4 x30 0.180; 1e-3 x12 0.000; 1e-3 + KL 0.05 x30 0.062; 1e-3 + KL 0.5 x24
   0.148; 3e-3 + KL 1.0 (8 groups) x16 0.016; 16 groups/step: 1e-3 x15 0.156, 3e-3 x15 0.000;
   LoRA r8 on attention: 3e-3 x20 0.219, 1e-2 x20 0.164; max_tokens 25 (no room past the
-  oracle reply): 1e-3 x24 0.078, 3e-4 x24 0.195. Learner and sampler agree (kl_sampler ~0,
+  oracle reply): 1e-3 x24 0.078, 3e-4 x24 0.195; 16 groups of 4: 5e-4 x20 0.133, LoRA r8
+  on every linear layer 3e-3 x20 0.188. Learner and sampler agree (kl_sampler ~0,
   ratio 1), so it is not an off-policy bug. What the trained policies do instead: at larger
   learning rates they stop ending the turn (text after `</answer>`), break the tag
   (`<answer50`), or repeat words and numbers that earned reward in training (`iris255` in
