@@ -107,3 +107,21 @@ def test_local_engine_uses_the_shared_sampler_at_the_boundary() -> None:
         assert token == 0
         # the reported logprob is the untruncated one, as vLLM reports it
         assert logprob == pytest.approx(math.log(0.5))
+
+
+def test_draw_frequencies_match_the_probabilities() -> None:
+    """Inverse-CDF draws: each token's frequency over 40,000 seeded draws is its probability
+    (within 4 standard errors), a truncated token is never drawn, and batched rows draw
+    one after another as they would alone."""
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.15, 0.05, 0.0])
+    logits = torch.log(probs)  # -inf for the two impossible tokens
+    n = 40_000
+    draws = sampling.draw(logits.repeat(n, 1), generator=torch.Generator().manual_seed(7))
+    counts = torch.bincount(draws, minlength=len(probs)).double() / n
+    stderr = (probs.double() * (1 - probs.double()) / n).sqrt()
+    assert torch.all((counts - probs.double()).abs() <= 4 * stderr + 1e-12)
+    assert counts[1] == 0 and counts[5] == 0
+    # One uniform number per row: five single-row draws from a generator of the same seed
+    # are the batch's first five.
+    g = torch.Generator().manual_seed(7)
+    assert [int(sampling.draw(logits, generator=g)) for _ in range(5)] == draws[:5].tolist()
