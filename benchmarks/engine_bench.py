@@ -16,7 +16,7 @@ Workloads (SmolLM2-135M-Instruct when it can be had, and the tiny model; float32
    fixed number of turns each, the last and longest episode alone bounds the ratio (4 turns:
    482 static steps against at least 395 for any scheduler), which measures the draw, not the
    engine. The turns both runs completed have the same tokens (checked): per-request seeds
-   do not depend on batching.
+   do not depend on batching. Two rounds of each scheduler, alternating which goes first.
 3. Logprob equality with batching on: 3 episodes stepped together (each turn's requests
    arrive at once and decode in one batch), with and without prefix reuse. The largest
    difference between the two is reported in float32 (next to the float32 noise floor: the
@@ -56,6 +56,9 @@ class EngineBenchSettings:
     """Episodes in flight in workload 2 (also the engines' `max_batch_size`)."""
     concurrent_turns: int = 4
     """Workload 2 measures until the first episode completes this many turns."""
+    concurrent_rounds: int = 2
+    """Workload 2 runs this many rounds of each scheduler, alternating which goes first;
+    tokens/s is the rounds' tokens over their seconds (one run each swings ~10% here)."""
     max_tokens_range: tuple[int, int] = (8, 128)
     """Workload 2 draws each turn's `max_tokens` uniformly from this range (inclusive)."""
     equality_episodes: int = 3
@@ -303,19 +306,21 @@ def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
             asyncio.run(engine.aclose())
     reuse, full = episode["reuse"], episode["full"]
 
-    batching: dict[str, tuple[float, int, list]] = {}
-    for mode in ("continuous", "static"):
-        engine = LocalEngine(
-            model, tokenizer, max_batch_size=s.concurrent_episodes, name=mode, scheduling=mode
-        )
-        try:
-            batching[mode] = _concurrent(engine, s, obs)
-        finally:
-            asyncio.run(engine.aclose())
-    (c_wall, c_tokens, c_ids), (s_wall, s_tokens, s_ids) = (
-        batching["continuous"],
-        batching["static"],
-    )
+    batching: dict[str, list[tuple[float, int, list]]] = {"continuous": [], "static": []}
+    for round_ in range(s.concurrent_rounds):
+        order = ("continuous", "static") if round_ % 2 == 0 else ("static", "continuous")
+        for mode in order:
+            engine = LocalEngine(
+                model, tokenizer, max_batch_size=s.concurrent_episodes, name=mode, scheduling=mode
+            )
+            try:
+                batching[mode].append(_concurrent(engine, s, obs))
+            finally:
+                asyncio.run(engine.aclose())
+    c_runs, s_runs = batching["continuous"], batching["static"]
+    c_wall, c_tokens = sum(r[0] for r in c_runs), sum(r[1] for r in c_runs)
+    s_wall, s_tokens = sum(r[0] for r in s_runs), sum(r[1] for r in s_runs)
+    c_ids, s_ids = c_runs[0][2], s_runs[0][2]
 
     out: dict[str, Any] = {
         "observation_tokens": len(obs),
@@ -335,7 +340,10 @@ def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
         "continuous_tokens_per_s": round(c_tokens / c_wall, 2),
         "static_tokens_per_s": round(s_tokens / s_wall, 2),
         "continuous_vs_static": round((c_tokens / c_wall) / (s_tokens / s_wall), 3),
-        "batching_tokens_equal": _same_turns(c_ids, s_ids),
+        "batching_tokens_equal": all(_same_turns(c[2], st[2]) for c in c_runs for st in s_runs),
+        "continuous_vs_static_rounds": [
+            round((c[1] / c[0]) / (st[1] / st[0]), 3) for c, st in zip(c_runs, s_runs, strict=True)
+        ],
         "turns_completed_continuous": sum(len(x) for x in c_ids),
         "turns_completed_static": sum(len(x) for x in s_ids),
         "turn_s_median_1_4": round(statistics.median(reuse.turn_s[:4]), 4),
@@ -407,7 +415,8 @@ def run(
         f"workload 2: {s.concurrent_episodes} concurrent episodes taking turns back to back, "
         f"max_tokens uniform in {s.max_tokens_range} (seeded), max_batch_size "
         f"{s.concurrent_episodes}; tokens sampled from all in flight until the first completes "
-        f"{s.concurrent_turns} turns",
+        f"{s.concurrent_turns} turns; {s.concurrent_rounds} rounds of each, alternating which "
+        "goes first, tokens/s over all rounds",
         f"workload 3: {s.equality_episodes} episodes x {s.equality_turns} turns decoded as one "
         "batch, logprobs with reuse vs without (noise floor: no reuse vs one unbatched forward)",
         "targets: turn16_vs_turn1 <= 1.5, reuse_speedup_16 >= 1.5, prompt_tokens_ratio_16 >= 5, "
