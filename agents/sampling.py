@@ -64,4 +64,30 @@ def draw(
     """`sample` for logits already divided by a positive temperature (callers that also need
     the scaled distribution's logprobs compute it once)."""
     probs = torch.softmax(truncate(scaled, top_k=top_k, top_p=top_p), dim=-1)
+    if probs.dim() == 1 and probs.shape[0] > 4 * HEAD:
+        return _draw_head_first(probs, generator)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+HEAD = 64
+"""`draw` races exponentials among this many most likely tokens (see `_draw_head_first`)."""
+
+
+def _draw_head_first(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One id from `probs` (`[vocab]`), exactly distributed, without a random number per
+    token of the vocabulary: with probability equal to the mass outside the `HEAD` most likely
+    tokens, draw from those (multinomial); otherwise race exponentials among the head (token
+    i wins with probability p_i / head mass). Over SmolLM2's 49k vocabulary this costs ~0.1 ms
+    plus 1 ms times the tail's mass, against 1 ms for `torch.multinomial`. Both stages keep a
+    draw in place when float rounding moves the logits a little (inverse-CDF sampling over the
+    whole vocabulary does not: every boundary of its cumulative sum drifts)."""
+    head_p, head_ids = torch.topk(probs, HEAD)
+    rest = probs.clone()
+    rest[head_ids] = 0.0
+    tail = float(rest.sum(dtype=torch.float64))
+    total = tail + float(head_p.sum(dtype=torch.float64))
+    u = float(torch.rand((), generator=generator, dtype=torch.float64))
+    if u * total < tail:
+        return torch.multinomial(rest, 1, generator=generator).squeeze(-1)
+    race = torch.empty(HEAD, dtype=torch.float64).exponential_(generator=generator)
+    return head_ids[torch.argmax(head_p.to(torch.float64) / race)]

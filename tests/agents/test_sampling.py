@@ -136,3 +136,23 @@ def test_draws_do_not_move_under_float_rounding_noise() -> None:
         b = sampling.draw(noisy, generator=torch.Generator().manual_seed(i))
         moved += int(a != b)
     assert moved <= 1
+
+
+def test_head_first_draws_are_exact_over_a_large_vocabulary() -> None:
+    """Over a vocabulary large enough for the head-first path: 10 tokens of 6% each, 990 of
+    0.04% (the tail, beyond the 64-token head) and 24 impossible ones. Frequencies over
+    20,000 seeded draws match, per head token and for the tail as a whole."""
+    probs = torch.cat([torch.full((10,), 0.06), torch.full((990,), 0.4 / 990), torch.zeros(24)])
+    assert probs.shape[0] > 4 * sampling.HEAD
+    logits = torch.log(probs)
+    gen = torch.Generator().manual_seed(11)
+    n = 20_000
+    draws = torch.stack([sampling.draw(logits, generator=gen) for _ in range(n)])
+    counts = torch.bincount(draws, minlength=len(probs)).double() / n
+
+    def within(freq: float, p: float) -> bool:
+        return abs(freq - p) <= 4 * (p * (1 - p) / n) ** 0.5
+
+    assert all(within(float(counts[i]), 0.06) for i in range(10))
+    assert within(float(counts[10:1000].sum()), 0.4)
+    assert counts[1000:].sum() == 0
