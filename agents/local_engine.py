@@ -522,7 +522,8 @@ class LocalEngine:
             self._next = torch.cat([self._next, self._next.new_zeros(extra)])
         width = max(self._slots.width, *lengths)
         if width > self._slots.width:
-            self._mask = _left_pad(self._mask, width - self._slots.width)
+            pad = self._mask.new_zeros((len(self._rows), width - self._slots.width))
+            self._mask = torch.cat([pad, self._mask], 1)
             self._slots.widen(width)
         for (r, kv, first), n, slot in zip(joining, lengths, free, strict=False):
             self._slots.write(slot, kv)
@@ -672,19 +673,6 @@ def _cache(kv: KV | None) -> Any:
 
 def _kv_of(cache: Any) -> KV:
     return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def _left_pad(x: torch.Tensor, columns: int) -> torch.Tensor:
-    """`x` with `columns` zero columns in front along its sequence axis (dim 2 for keys and
-    values, dim 1 for masks)."""
-    if columns <= 0:
-        return x
-    import torch
-
-    dim = 2 if x.dim() == 4 else 1
-    shape = list(x.shape)
-    shape[dim] = columns
-    return torch.cat([x.new_zeros(shape), x], dim)
 
 
 def _sample_top(

@@ -53,7 +53,7 @@ class DemoPreset:
     and the staleness."""
 
 
-def _half_the_cores() -> int:
+def half_the_cores() -> int:
     """Half the CPUs this process may run on (at least 1)."""
     try:
         cpus = len(os.sched_getaffinity(0))
@@ -66,6 +66,25 @@ SMOLLM2_LORA_LAYERS = range(22, 30)
 """SmolLM2's top 8 (of 30) layers get adapters: backward stops below them, which halves the
 learner's time per step, and the top layers are enough to pick the reply's format."""
 
+
+def smollm2_lora_model() -> dict[str, Any]:
+    """The `model` section of both SmolLM2 demos (lookup and terminal): LoRA r=8 on the
+    attention projections of `SMOLLM2_LORA_LAYERS`."""
+    return {
+        "source": "smollm2",
+        "lora": {
+            "enabled": True,
+            "r": 8,
+            "alpha": 16.0,
+            "target_modules": [
+                f"layers.{i}.self_attn.{proj}"
+                for i in SMOLLM2_LORA_LAYERS
+                for proj in ("q_proj", "k_proj", "v_proj", "o_proj")
+            ],
+        },
+    }
+
+
 PRESETS: dict[str, DemoPreset] = {
     "smollm2": DemoPreset(
         name="smollm2",
@@ -74,19 +93,7 @@ PRESETS: dict[str, DemoPreset] = {
         steps=12,
         staleness=1,
         config={
-            "model": {
-                "source": "smollm2",
-                "lora": {
-                    "enabled": True,
-                    "r": 8,
-                    "alpha": 16.0,
-                    "target_modules": [
-                        f"layers.{i}.self_attn.{proj}"
-                        for i in SMOLLM2_LORA_LAYERS
-                        for proj in ("q_proj", "k_proj", "v_proj", "o_proj")
-                    ],
-                },
-            },
+            "model": smollm2_lora_model(),
             "env": {"id": "lookup-chat", "max_turns": 3},
             "rollout": {"group_size": 6, "max_tokens": 12, "temperature": 1.0},
             "algorithm": {"filter_zero_variance": True},
@@ -95,7 +102,7 @@ PRESETS: dict[str, DemoPreset] = {
             # each. On 2 cores, two threads each oversubscribe the CPU, and OpenMP then makes
             # a batched decoding step up to 20 times slower (4 s instead of 0.18 s, measured
             # on a busy 2-core machine).
-            "trainer": {"groups_per_step": 2, "torch_threads": _half_the_cores()},
+            "trainer": {"groups_per_step": 2, "torch_threads": half_the_cores()},
             # 64 episodes on 16 items never trained on, before and after training, at the
             # training temperature: the report's headline.
             "heldout": {"env_kwargs": {"split": "heldout"}, "episodes": 64},

@@ -41,6 +41,7 @@ from typing import Any
 import skyrl_gym
 from skyrl_gym.core import Messages
 from skyrl_gym.envs.terminal_gen.env import TerminalGenEnv
+from skyrl_sdk.trainer.demo import half_the_cores, smollm2_lora_model
 
 ENV_ID = "terminal-gen-demo"
 """The demo's env id (registered when this module is imported)."""
@@ -81,19 +82,7 @@ skyrl_gym.register(
 )
 
 PRESET: dict[str, Any] = {
-    "model": {
-        "source": "smollm2",
-        "lora": {
-            "enabled": True,
-            "r": 8,
-            "alpha": 16.0,
-            "target_modules": [
-                f"layers.{i}.self_attn.{proj}"
-                for i in range(22, 30)
-                for proj in ("q_proj", "k_proj", "v_proj", "o_proj")
-            ],
-        },
-    },
+    "model": smollm2_lora_model(),
     "env": {
         "id": ENV_ID,
         "kwargs": {"split": "train", "families": list(FAMILIES), "per_family": 128},
@@ -103,7 +92,7 @@ PRESET: dict[str, Any] = {
     "rollout": {"group_size": 8, "max_tokens": 40, "temperature": 1.0},
     "algorithm": {"filter_zero_variance": True},
     "optim": {"lr": 3e-3},
-    "trainer": {"groups_per_step": 2, "max_staleness": 1, "torch_threads": 1},
+    "trainer": {"groups_per_step": 2, "max_staleness": 1, "torch_threads": half_the_cores()},
     # 104 episodes on 104 distinct held-out tasks, at the training temperature.
     "heldout": {
         "env_kwargs": {"split": "heldout", "per_family": 104},

@@ -133,14 +133,12 @@ def test_random_joins_and_leaves_match_each_request_alone(tiny_dir) -> None:
 
     try:
         got, want = asyncio.run(staggered()), asyncio.run(serial())
-        stats = batched.stats()
     finally:
         asyncio.run(batched.aclose())
         asyncio.run(alone.aclose())
     for g, w in zip(got, want, strict=True):
         assert g.token_ids == w.token_ids
         assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs, strict=True)) < 1e-5
-    assert stats.steps > 0
 
 
 def test_a_newcomer_takes_a_finished_rows_slot_without_a_copy(tiny_dir) -> None:

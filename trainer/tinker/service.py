@@ -163,9 +163,11 @@ class TinkerService:
             err = {"error": f"{type(outcome).__name__}: {outcome}", "category": "server"}
             self.store.finish(request_id, err, failed=True)
         else:
-            self.store.finish(request_id, outcome)  # the poller is answered first
-            if mutates and model_id is not None:
-                self.mutated(model_id)
+            try:
+                self.store.finish(request_id, outcome)  # the poller is answered first
+            finally:  # the model changed whether or not its result could be recorded
+                if mutates and model_id is not None:
+                    self.mutated(model_id)
 
     def run(
         self,
