@@ -33,7 +33,6 @@ from skyrl_gym.envs.harbor.env import HarborEnv
 from skyrl_gym.envs.harbor.runtime import HarborRuntime
 from skyrl_gym.envs.terminal_gen.families import make_spec
 from skyrl_gym.envs.terminal_gen.generate import SPLITS, resolve_families, write_task
-from skyrl_gym.envs.terminal_gen.verifier import trusted_reward
 from skyrl_gym.tasks import TaskRow
 from skyrl_gym.tool_env import Tooling
 from skyrl_sdk.sandboxes import Backend, Sandbox
@@ -174,7 +173,7 @@ class TerminalGenEnv(HarborEnv):
         assert self.runtime is not None
         result = await self.runtime.verify()
         self.verifier_result = result
-        reward = trusted_reward(result)
+        reward = result.reward  # None unless test.sh exited 0 (require_exit_zero)
         return 0.0 if reward is None else reward
 
     def episode_info(self) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from skyrl_gym.envs.harbor.runtime import AGENT_LOGS, SOLUTION, HarborRuntime
 from skyrl_gym.envs.harbor.task import load_task
-from skyrl_gym.envs.terminal_gen.verifier import trusted_reward
 from skyrl_sdk.sandboxes import Backend
 
 
@@ -94,7 +93,7 @@ async def run_probe(
         result = await runtime.verify()
     finally:
         await runtime.close()
-    reward = trusted_reward(result)
+    reward = result.reward  # None unless test.sh exited 0 when `strict`
     message = ""
     if reward is None and result.error is not None:
         message = f"{result.error.value}: {result.message}"

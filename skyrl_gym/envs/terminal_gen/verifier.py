@@ -32,21 +32,7 @@ seccomp filter).
 
 from __future__ import annotations
 
-from skyrl_gym.envs.harbor.runtime import VerifierResult
 from skyrl_gym.envs.terminal_gen.families import TaskSpec
-
-
-def trusted_reward(result: VerifierResult) -> float | None:
-    """The verifier's reward when test.sh ran to its end (exit 0, nothing it started
-    outlived its parent), else None.
-
-    Generated verifiers always end with `exit 0`: any other status means the script was
-    killed or broken before its verdict, so a reward file left then is not its verdict. The
-    runtime enforces this itself (`require_exit_zero`, set by every generated task and forced
-    by the `terminal-gen` env and `validate.run_probe`), so a result it graded carries no
-    reward otherwise and `result.error` says why; this only reads it."""
-    return result.reward
-
 
 HELPERS = r"""
 ok=1
