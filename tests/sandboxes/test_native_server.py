@@ -295,7 +295,9 @@ def test_sandbox_end_all_kills_what_the_command_left_at_its_exit(
         return ended, after, plain, (await sb.exec("cat /tmp/late")).stdout
 
     ended, after, plain, late = _sandbox_run(kind, monkeypatch, body)
-    assert ended.exit_code == 3 and ended.left_running == 2 and ended.orphaned == 0, ended
+    # `sleep 30` and the writer's shell, plus the writer's `sleep 0.3` when that shell has
+    # already forked it by the time `exit 3` runs (it has, on a loaded host).
+    assert ended.exit_code == 3 and ended.left_running in (2, 3) and ended.orphaned == 0, ended
     assert "late" not in after and "sleep" not in after, after  # no file, no sleep left
     assert plain.left_running is None and late == "late\n"
 
