@@ -129,7 +129,7 @@ class KVSlots:
         `update` writes the new columns at `hi` and returns the columns in use through them.
         Call `reserve` before and `advance` after."""
         cls = _slot_layer_class()
-        return [cls(self, i) for i in range(self._num_layers)]
+        return [cls(self, i, k, v) for i, (k, v) in enumerate(self.kv())]
 
     def _move(self, slots: Sequence[int], *, left: int, right: int) -> None:
         """New buffers with `left` spare columns before the columns in use and `right` columns
@@ -165,12 +165,13 @@ def _slot_layer_class() -> type:
     class SlotLayer(DynamicLayer):
         """One layer of a `KVSlots` as a transformers cache layer."""
 
-        def __init__(self, slots: KVSlots, index: int):
+        def __init__(self, slots: KVSlots, index: int, keys: Any, values: Any):
+            # What `lazy_initialization` sets, without its two throwaway tensors: a decoding
+            # step builds one of these per layer.
             super().__init__()
             self._slots, self._index = slots, index
-            keys, values = slots.kv()[index]
-            self.lazy_initialization(keys, values)
-            self.keys, self.values = keys, values
+            self.device, self.keys, self.values = keys.device, keys, values
+            self.is_initialized = True
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
             s = self._slots

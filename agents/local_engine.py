@@ -31,6 +31,9 @@ pause does), and each token records the version that produced it. Loading new we
 the prefix cache, and a sequence whose keys and values mix versions is not stored, so a new
 request never reuses keys and values computed with old weights.
 
+**CPU.** The model's linear layers multiply a decoding step's few rows split over every
+core (`split_linear`; MKL would run them on one), in the worker thread only.
+
 **Seeds.** A request with `SamplingParams.seed` samples from its own `torch.Generator`, so it
 gets the same tokens alone, batched with others, streamed or not.
 """
@@ -59,6 +62,7 @@ from skyrl_sdk.agents.policy import (
     SamplingParams,
     TokenChunk,
 )
+from skyrl_sdk.agents.split_linear import split_small_linears, use_split_linears
 
 if TYPE_CHECKING:
     import torch
@@ -180,6 +184,10 @@ class LocalEngine:
         self.policy_version = policy_version
         """Version of the weights now loaded (bumped by `update_weights`)."""
         self.device = next(model.parameters()).device
+        if self.device.type == "cpu":
+            # Decoding steps multiply a few rows by every weight: spread those over all cores
+            # (in the worker thread only; see `split_linear`).
+            split_small_linears(model)
         self.max_context_tokens: int | None = getattr(model.config, "max_position_embeddings", None)
         """The model's context length (None if the config does not say)."""
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
@@ -373,6 +381,7 @@ class LocalEngine:
         import torch
 
         torch.set_grad_enabled(False)
+        use_split_linears()
         while True:
             if self._closed:
                 self._fail_rows(self._rows)

@@ -1,0 +1,125 @@
+"""`split_linear`: small-batch products split over the cores, only where the engine asks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from skyrl_sdk.agents import split_linear as sl  # noqa: E402
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the products that took the split (the layers look `split_linear` up per call)."""
+    taken: list[int] = []
+    real = sl.split_linear
+
+    def counting(x: Any, weight: Any, bias: Any) -> Any:
+        y = real(x, weight, bias)
+        if y is not None:
+            taken.append(x.numel() // weight.shape[1])
+        return y
+
+    monkeypatch.setattr(sl, "split_linear", counting)
+    return taken
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
+def test_split_product_equals_linear_up_to_rounding(two_threads: None, rows: int) -> None:
+    torch.manual_seed(rows)
+    weight, bias = torch.randn(512, 256), torch.randn(512)
+    x = torch.randn(1, rows, 256)
+    with torch.no_grad():
+        y = sl.split_linear(x, weight, bias)
+        assert y is not None and y.shape == (1, rows, 512)
+        # Sums of 256 products of unit normals: float32 rounding is ~1e-5 here.
+        torch.testing.assert_close(
+            y, torch.nn.functional.linear(x, weight, bias), atol=1e-4, rtol=1e-5
+        )
+        assert sl.split_linear(x, weight, None) is not None
+
+
+def test_split_declines_what_it_does_not_speed_up(two_threads: None) -> None:
+    weight = torch.randn(512, 256)
+    with torch.no_grad():
+        assert sl.split_linear(torch.randn(sl.MAX_SPLIT_ROWS + 1, 256), weight, None) is None
+        assert sl.split_linear(torch.randn(1, 16), torch.randn(32, 16), None) is None  # small
+        assert sl.split_linear(torch.randn(1, 256), torch.randn(511, 256), None) is None  # odd
+        half = torch.randn(1, 256, dtype=torch.float16)
+        assert sl.split_linear(half, weight.half(), None) is None
+    trained = weight.clone().requires_grad_(True)
+    assert sl.split_linear(torch.randn(1, 256), trained, None) is None  # autograd stays exact
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        assert sl.split_linear(torch.randn(1, 256), weight, None) is None  # nothing to split over
+
+
+def test_layers_split_only_in_threads_that_ask(two_threads: None, counted: list[int]) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8))
+    keys = list(model.state_dict())
+    assert sl.split_small_linears(model) == 2
+    assert all(isinstance(m, torch.nn.Linear) for m in (model[0], model[2]))
+    assert list(model.state_dict()) == keys
+    x = torch.randn(2, 256)
+    with torch.no_grad():
+        here = model(x)
+    assert counted == []  # this thread never asked
+
+    out: list[Any] = []
+
+    def worker() -> None:
+        sl.use_split_linears()
+        with torch.no_grad():
+            out.append(model(x))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert counted == [2]  # the big layer split; the 512x8 one is below MIN_SPLIT_WEIGHTS
+    torch.testing.assert_close(out[0], here, atol=1e-4, rtol=1e-5)
+
+
+def test_engine_decodes_the_same_tokens_with_split_products(
+    two_threads: None, counted: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.policy import SamplingParams
+    from skyrl_sdk.agents.tiny import tiny_model_dir
+
+    monkeypatch.setattr(sl, "MIN_SPLIT_WEIGHTS", 0)  # the tiny model's layers are small
+    path = tiny_model_dir()
+
+    async def sample(split: bool) -> list[Any]:
+        if not split:
+            monkeypatch.setattr(sl, "split_linear", lambda *_: None)
+        engine = LocalEngine.from_pretrained(path, max_batch_size=4)
+        prompt = list(engine.renderer.prompt([{"role": "user", "content": "hello"}]).token_ids)
+        try:
+            return await asyncio.gather(
+                *[engine.generate(prompt, SamplingParams(max_tokens=12, seed=s)) for s in range(3)]
+            )
+        finally:
+            await engine.aclose()
+
+    split = asyncio.run(sample(True))
+    assert counted and max(counted) <= sl.MAX_SPLIT_ROWS  # decoding steps took the split
+    plain = asyncio.run(sample(False))
+    for a, b in zip(split, plain, strict=True):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
