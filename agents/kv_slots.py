@@ -82,12 +82,15 @@ class KVSlots:
             for k, v in self._buffers
         ]  # fmt: skip
 
-    def write(self, slot: int, kv: KV) -> None:
-        """Put one row's keys and values (n <= width columns) into `slot`, right-aligned."""
+    def write(self, slot: int, kv: KV, end: int | None = None) -> None:
+        """Put one row's keys and values (n columns) into `slot`, ending at column `end`
+        (default `hi`: right-aligned; they must stay within `[lo, capacity)`)."""
+        end = self.hi if end is None else end
         for (k_buf, v_buf), (k, v) in zip(self._buffers, kv, strict=True):
             n = k.shape[2]
-            k_buf[slot, :, self.hi - n : self.hi] = k[0]
-            v_buf[slot, :, self.hi - n : self.hi] = v[0]
+            assert self.lo <= end - n and end <= self.capacity
+            k_buf[slot, :, end - n : end] = k[0]
+            v_buf[slot, :, end - n : end] = v[0]
 
     def widen(self, width: int) -> None:
         """Grow the columns in use to `width` by moving `lo` left (copying into new buffers

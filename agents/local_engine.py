@@ -7,7 +7,10 @@ batch of requests and decodes one token for each of them per step. Between two s
 the requests that arrived meanwhile (up to `max_batch_size` in the batch): each is prefilled on
 its own, then its keys and values are written into a free slot of the batch (`kv_slots`), so a
 request arriving during a long decode starts at the next step instead of waiting for the batch
-to end. A request leaves the batch the moment it finishes or its caller cancels it (a cancelled
+to end. While a batch runs, a newcomer is not prefilled on its own: its uncached prompt tokens
+ride in the next decoding step, packed after the running rows' tokens (`packed_step`;
+`mixed_steps=False` turns this off), so the running rows do not wait for its prefill. A
+request leaves the batch the moment it finishes or its caller cancels it (a cancelled
 `generate`, a closed `generate_stream`), freeing its slot; no other row is copied when one
 joins or leaves. Rows of different lengths are right-aligned, padding masked on their left;
 each row has its own position ids, so padding never changes what a row computes.
@@ -54,6 +57,13 @@ from typing import TYPE_CHECKING, Any
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.kv_cache import DEFAULT_PREFIX_CACHE_BYTES, KV, PrefixCache, PrefixCacheStats
 from skyrl_sdk.agents.kv_slots import KVSlots
+from skyrl_sdk.agents.packed_step import (
+    MAX_MIXED_CHUNK,
+    MixPlan,
+    mixed_attention,
+    mixed_layers,
+    supports_mixed_steps,
+)
 from skyrl_sdk.agents.policy import (
     Completion,
     FinishReason,
@@ -96,6 +106,8 @@ class EngineStats:
     """Tokens sampled."""
     cancelled: int
     """Requests that left because their caller cancelled them."""
+    mixed_steps: int
+    """Decoding steps that also prefilled a request joining the batch (`packed_step`)."""
     batch_copies: int
     """Times the running batch's keys and values were copied into new buffers (out of room,
     or a mostly empty batch compacted); a request joining or leaving copies no other row."""
@@ -171,6 +183,7 @@ class LocalEngine:
         policy_version: int = 0,
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
         scheduling: Scheduling | str = Scheduling.CONTINUOUS,
+        mixed_steps: bool = True,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -183,6 +196,11 @@ class LocalEngine:
         """How batches are formed (continuous by default)."""
         self.policy_version = policy_version
         """Version of the weights now loaded (bumped by `update_weights`)."""
+        self.mixed_steps = (
+            mixed_steps and self.scheduling is Scheduling.CONTINUOUS and supports_mixed_steps(model)
+        )
+        """Whether a request joining a running batch is prefilled in the batch's next decoding
+        step (`packed_step`) rather than in a pass of its own before it."""
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":
             # Decoding steps multiply a few rows by every weight: spread those over all cores
@@ -207,7 +225,17 @@ class LocalEngine:
         self._update_applied = threading.Condition(self._update_lock)
         self._closed = False
         self._counts = dict.fromkeys(
-            ("prefills", "prompt", "computed", "reused", "generated", "cancelled", "copies"), 0
+            (
+                "prefills",
+                "prompt",
+                "computed",
+                "reused",
+                "generated",
+                "cancelled",
+                "copies",
+                "mixed",
+            ),
+            0,
         )
         # The running batch (worker thread only): one slot per row (None: free, until the next
         # request takes it), their keys and values right-aligned in `_slots`, the padding mask,
@@ -249,6 +277,7 @@ class LocalEngine:
             prompt_tokens_reused=c["reused"],
             generated_tokens=c["generated"],
             cancelled=c["cancelled"],
+            mixed_steps=c["mixed"],
             batch_copies=c["copies"] + (self._slots.copies if self._slots is not None else 0),
             prefix_cache=self.prefix_cache.stats(),
         )
@@ -388,12 +417,14 @@ class LocalEngine:
                 self._fail_queued()
                 return
             self._apply_update()  # between two steps, never inside one
-            self._admit()
+            mix = self._admit()
             if not self._rows:
                 continue
             try:
-                self._step()
+                self._step() if mix is None else self._mixed_step(*mix)
             except Exception as e:  # a failed step fails its requests, not the engine
+                if mix is not None and not mix[0].done:
+                    self._fail_rows([mix[0]], e)
                 self._fail_rows(self._rows, e)
 
     def _fail_rows(self, rows: list[_Request], error: Exception | None = None) -> None:
@@ -425,12 +456,15 @@ class LocalEngine:
                 r.finish = FinishReason.ABORT
                 r.resolve(PolicyError(f"{self.name} is closed"))
 
-    def _admit(self) -> None:
+    def _admit(self) -> tuple[_Request, int, KV | None] | None:
         """Prefill the requests that arrived (continuous: up to the free slots; static: only
-        when the batch is empty) and add them to the running batch."""
+        when the batch is empty) and add them to the running batch. With a batch running and
+        mixed steps on, the first request that needs a forward pass is handed back instead
+        (with its reusable prefix), to be prefilled inside the next decoding step."""
         if self.scheduling is Scheduling.STATIC and self._rows:
-            return
+            return None
         joining: list[tuple[_Request, KV, int]] = []
+        mix: tuple[_Request, int, KV | None] | None = None
         while self.running + len(joining) < self.max_batch_size:
             try:
                 if self._rows or joining:
@@ -449,8 +483,14 @@ class LocalEngine:
             # Weights queued before this request arrived are loaded before it starts (a
             # trainer that publishes, then samples, gets tokens of the new version).
             self._apply_update()
+            found = self._lookup(r)
+            reuse, past, cached_logits = found
+            mixable = cached_logits is None and len(r.prompt) - reuse <= MAX_MIXED_CHUNK
+            if self.mixed_steps and self._rows and not joining and mixable:
+                mix = (r, reuse, past)
+                break
             try:
-                kv, logits = self._prefill(r)
+                kv, logits = self._prefill(r, found)
                 first = self._sample_into(r, logits)
             except Exception as e:
                 r.finish = FinishReason.ABORT
@@ -460,25 +500,23 @@ class LocalEngine:
                 joining.append((r, kv, first))
         if joining:
             self._join(joining)
+        return mix
 
-    def _prefill(self, r: _Request) -> tuple[KV, torch.Tensor]:
-        """Keys and values of `r.prompt` (from the longest cached prefix, then a forward pass
-        over the rest) and the logits of its last position."""
+    def _prefill(
+        self, r: _Request, found: tuple[int, KV | None, torch.Tensor | None]
+    ) -> tuple[KV, torch.Tensor]:
+        """Keys and values of `r.prompt` (from the longest cached prefix, `found` by `_lookup`,
+        then a forward pass over the rest) and the logits of its last position."""
         import torch
 
-        if r.sampling.seed is not None:
-            r.generator = torch.Generator(device=self.device).manual_seed(r.sampling.seed)
-        r.kv_version = self.policy_version
+        self._start(r)
         n = len(r.prompt)
-        self._counts["prompt"] += n
-        ids = torch.tensor(r.prompt, dtype=torch.long)
-        match = self.prefix_cache.lookup(ids) if self.prefix_cache.enabled else None
-        whole = match is not None and match.length == n == match.entry.tokens.numel()
-        if whole and match.entry.next_logits is not None:  # the same prompt: no forward pass
+        reuse, past, logits = found
+        if logits is not None:  # the same prompt: no forward pass
+            assert past is not None
             self._counts["reused"] += n
-            return match.entry.kv, match.entry.next_logits
-        reuse = min(match.length, n - 1) if match is not None else 0
-        past = [(k[:, :, :reuse], v[:, :, :reuse]) for k, v in match.entry.kv] if reuse else None
+            return past, logits
+        ids = torch.tensor(r.prompt, dtype=torch.long)
         cache = _cache(past)
         out = self._forward(
             cache,
@@ -494,6 +532,33 @@ class LocalEngine:
             # A group's other requests find the whole prompt here, logits included.
             self.prefix_cache.insert(r.prompt, kv, logits)
         return kv, logits
+
+    def _start(self, r: _Request) -> None:
+        """Admission bookkeeping: `r`'s sampler and the weights its keys and values start with."""
+        import torch
+
+        if r.sampling.seed is not None:
+            r.generator = torch.Generator(device=self.device).manual_seed(r.sampling.seed)
+        r.kv_version = self.policy_version
+        self._counts["prompt"] += len(r.prompt)
+
+    def _lookup(self, r: _Request) -> tuple[int, KV | None, torch.Tensor | None]:
+        """What the prefix cache holds for `r.prompt`: (tokens reused, their keys and values,
+        and the next-token logits when the whole prompt is cached with them)."""
+        import torch
+
+        if not self.prefix_cache.enabled:
+            return 0, None, None
+        n = len(r.prompt)
+        match = self.prefix_cache.lookup(torch.tensor(r.prompt, dtype=torch.long))
+        if match is None:
+            return 0, None, None
+        whole = match.length == n == match.entry.tokens.numel()
+        if whole and match.entry.next_logits is not None:
+            return n, match.entry.kv, match.entry.next_logits
+        reuse = min(match.length, n - 1)
+        past = [(k[:, :, :reuse], v[:, :, :reuse]) for k, v in match.entry.kv] if reuse else None
+        return reuse, past, None
 
     def _forward(self, cache: Any, **inputs: Any) -> Any:
         """One forward pass that appends to `cache` (a `DynamicCache`, updated in place)."""
@@ -574,6 +639,89 @@ class LocalEngine:
             next_ids[row] = self._sample_into(r, logits[row])
             if r.finish is not None:
                 self._store(row, r)
+        self._next = next_ids
+        self._leave()
+
+    def _mixed_step(self, newcomer: _Request, reuse: int, past: KV | None) -> None:
+        """A decoding step that also prefills `newcomer` (see `packed_step`): one packed pass
+        over the running rows' next tokens and the newcomer's uncached prompt tokens. The
+        newcomer takes a free slot, its reused prefix written so that its row ends where the
+        others do; it samples its first token from this pass and decodes with the rest from
+        the next step on."""
+        import torch
+
+        assert self._slots is not None and self._mask is not None
+        assert self._pos is not None and self._next is not None
+        r, n = newcomer, len(newcomer.prompt)
+        chunk = n - reuse
+        self._start(r)
+        free = [i for i, row in enumerate(self._rows) if row is None]
+        if not free:
+            self._slots.add_slots(1)
+            self._rows.append(None)
+            self._mask = torch.cat([self._mask, self._mask.new_zeros((1, self._slots.width))])
+            self._pos = torch.cat([self._pos, self._pos.new_zeros(1)])
+            self._next = torch.cat([self._next, self._next.new_zeros(1)])
+            free = [len(self._rows) - 1]
+        slot = free[0]
+        if n - 1 > self._slots.width:  # its row, less the column this step adds, must fit
+            pad = self._mask.new_zeros((len(self._rows), n - 1 - self._slots.width))
+            self._mask = torch.cat([pad, self._mask], 1)
+            self._slots.widen(n - 1)
+        self._slots.reserve(1)
+        if past is not None:
+            self._slots.write(slot, past, end=self._slots.hi + 1 - chunk)
+        decoding = [i for i, row in enumerate(self._rows) if row is not None]
+        index = torch.tensor(decoding, dtype=torch.long, device=self.device)
+        batch = len(self._rows)
+        mask = torch.cat([self._mask, self._mask.new_ones((batch, 1))], 1)
+        plan = MixPlan(self._slots, index, slot, reuse, chunk, mask.bool()[:, None, None, :])
+        ids = torch.tensor(r.prompt[reuse:], dtype=torch.long, device=self.device)
+        positions = torch.arange(reuse, n, device=self.device)
+        cache = _cache(None)
+        cache.layers.extend(mixed_layers(plan))
+        keep = torch.arange(len(decoding) + 1, device=self.device)
+        keep[-1] = len(decoding) + chunk - 1  # each decoding row's position, the chunk's last
+        with mixed_attention(self.model):
+            out = self.model(
+                input_ids=torch.cat([self._next[index], ids]).view(1, -1),
+                position_ids=torch.cat([self._pos[index], positions]).view(1, -1),
+                attention_mask=mask.new_ones((1, 1, 1, 1), dtype=torch.bool),  # unused
+                use_cache=True,
+                logits_to_keep=keep,
+                skyrl_mix=plan,
+                **{self._cache_arg: cache},
+            )
+        self._slots.advance(1)
+        mask[slot] = 0
+        mask[slot, mask.shape[1] - n :] = 1
+        self._mask = mask
+        alive = torch.tensor([row is not None for row in self._rows], device=self.device)
+        self._pos = (self._pos + 1) * alive
+        self._pos[slot] = n
+        self.steps += 1
+        self._counts["mixed"] += 1
+        self._counts["prefills"] += 1
+        self._counts["computed"] += chunk
+        self._counts["reused"] += reuse
+        logits = out.logits[0].float()
+        next_ids = self._next.clone()
+        for j, row in enumerate(decoding):
+            q = self._rows[row]
+            if q is None or q.done:
+                continue
+            next_ids[row] = self._sample_into(q, logits[j])
+            if q.finish is not None:
+                self._store(row, q)
+        first = self._sample_into(r, logits[-1])
+        if self.prefix_cache.enabled:  # a group's other requests find the whole prompt here
+            self.prefix_cache.insert(r.prompt, self._slots.row(slot, n), logits[-1])
+        if r.finish is None:
+            self._rows[slot] = r
+            next_ids[slot] = first
+        else:  # done with its first token: the slot stays free
+            self._mask[slot] = 0
+            self._pos[slot] = 0
         self._next = next_ids
         self._leave()
 
