@@ -1,43 +1,43 @@
-"""A tiny model for the `terminal-gen` env's `echo-word` family (experimental; issue 18 item 5
-is NOT done: no learning test uses it yet, see Status).
+"""A tiny model for the `terminal-gen` env's `echo-word` family, for the learning test
+(`tests/trainer/test_terminal_tiny_learning.py`, issue 18 item 5).
 
 `echo-word` asks "Write the word pebble87 into the file notes.txt."; the command that solves
 it copies words from the instruction (`<bash>echo pebble87 > notes.txt</bash>`, then
 `<answer>done</answer>`). `terminal_tiny_dir()` builds a tiny Llama (128 wide, 2 layers, tied
-embeddings) with a brief supervised warm-up on the *train split only*: next-token training
-(loss on the reply) on oracle transcripts of `echo-word` tasks with train-split seeds
-(`WARMUP_OFFSET` onwards, so not even an RL run's first tasks), stopped as soon as the model's
-probability of the exact oracle reply, averaged over held-back train transcripts, reaches
-`target` (0.15). That probability is the model's success rate at temperature 1 (up to other
-correct spellings), so the model succeeds sometimes, not always. Held-out tasks (seeds
-1,000,000 onwards) never enter the warm-up; the generator guarantees no held-out instance
-equals a train instance (the same words, stems and numbers recur, in new combinations).
+embeddings; value and output projections start as the identity, a copying prior, see
+`build_llama`) and warms it up on the *train split only*: next-token training (loss on the
+reply) on `echo-word` tasks with train-split seeds (`WARMUP_OFFSET` onwards, so not even an
+RL run's first tasks), answered by a mixed-quality demonstrator: the oracle's reply in
+`ORACLE_SHARE` (30%) of transcripts, otherwise a plausible wrong reply that copies the same
+words (`wrong_replies`: print the word, write it to `<word>.txt`, `cat` or `touch` the file,
+`ls`). The warm-up stops once the model's probability of the exact oracle reply, averaged over
+64 held-back train transcripts, reaches `target` (0.2): the model then copies well and picks
+the oracle's command about as often as its demonstrator did, so it succeeds sometimes, not
+always. Held-out tasks (seeds 1,000,000 onwards) never enter the warm-up; the generator
+guarantees no held-out instance equals a train instance (the same words, stems and numbers
+recur, in new combinations).
 
-Status, measured on the loaded 2-core box (session 5):
-- Warm-up: about 700-725 steps of 32 (about 3 minutes here, cached with `build_once`). Held-out
-  success of the warmed-up model at temperature 1 in the trainer's held-out evaluation: 28 of
-  128 (0.219, 95% CI 0.156-0.298); greedy (teacher-forced argmax) 45% of held-out replies
-  exact. Almost all remaining error is the number token (mean log-probability -2.69 there,
-  above -0.05 at every other reply position): the word and the file name are copied.
-- RL from it (AsyncTrainer, synchronous, GRPO, group 8, filter_zero_variance, terminal-gen
-  train split, `brief`, one reply per episode, seed 0) did NOT raise held-out success in any
-  of 13 configurations (start 0.219 in all; end after training): lr 1e-4 x12 steps 0.211;
-  3e-4 x12 0.188; 5e-4 x30 0.180; 1e-3 x12 0.000; 1e-3 + KL 0.05 x30 0.062; 1e-3 + KL 0.5 x24
-  0.148; 3e-3 + KL 1.0 (8 groups) x16 0.016; 16 groups/step: 1e-3 x15 0.156, 3e-3 x15 0.000;
-  LoRA r8 on attention: 3e-3 x20 0.219, 1e-2 x20 0.164; max_tokens 25 (no room past the
-  oracle reply): 1e-3 x24 0.078, 3e-4 x24 0.195; 16 groups of 4: 5e-4 x20 0.133, LoRA r8
-  on every linear layer 3e-3 x20 0.188. Learner and sampler agree (kl_sampler ~0,
-  ratio 1), so it is not an off-policy bug. What the trained policies do instead: at larger
-  learning rates they stop ending the turn (text after `</answer>`), break the tag
-  (`<answer50`), or repeat words and numbers that earned reward in training (`iris255` in
-  replies to other tasks), i.e. RL on a few tasks per step reinforces the literal tokens of
-  successful replies (tied embeddings, full fine-tune) faster than it improves copying; at
-  smaller ones nothing moves in the steps a test can afford.
-- Tried and dropped for the warm-up: transcripts over *other* words (30 or 500 made-up words,
-  never the family's): the model copies those but 0% of the family's words; the same with the
-  copied tokens' embeddings frozen at their random initial values: no copying at all within
-  800 steps; digits as single tokens (numbers spelled digit by digit): no copying within 1,500
-  steps.
+Why a mixed demonstrator: what RL can improve in a few steps is a *choice* the model already
+makes sometimes, and one that is the same across tasks (write the word into the named file,
+not print it or touch the file), so it carries over to held-out tasks. A previous version
+(session 5) warmed up on oracle replies only, stopped at 15% exact-reply probability: its
+errors were almost all the copied number (990 possible tokens), and GRPO did not raise
+held-out success in 13 configurations (lr 1e-4 to 1e-2, KL, LoRA, groups of 4 to 16): it
+reinforced the literal words and numbers of rewarded replies instead of better copying.
+
+Measured on the loaded 2-core box, one torch thread (session 6): the warm-up stops after 325
+steps of 32 (about 65 s on a quiet core; cached with `build_once`) at exact-reply probability
+0.213. The learning test then runs GRPO (AsyncTrainer, synchronous, group 8, 4 groups per
+step, lr 3e-4, filter_zero_variance, 12 steps, one reply per episode) on the train split and
+evaluates 128 held-out tasks at temperature 1 before and after: success 0.188 -> 0.484 with
+RL seed 0 (the test's), 0.172 -> 0.484 with seed 1, 0.250 -> 0.523 with seed 2 (+27 to +31
+points; the 95% Wilson intervals do not overlap in any). The test takes about 95 s with the
+model cached and about 4 minutes with the warm-up on a busy box.
+
+Tried and dropped for the warm-up: random value/output projections (no copying at all within
+700 steps, with or without query/key biases; a GPT-2 with learned positions: none within 275);
+lr 5e-3 (no copying within 900 steps); transcripts over *other* words (the model copies those
+but 0% of the family's words); digits as single tokens (no copying within 1,500 steps).
 
 The tokenizer is word-level over a closed vocabulary: each letter run, number (0-999), space
 and punctuation mark is one token (unknown words become `<unk>`), and decoding concatenates, so
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,10 +60,13 @@ from skyrl_gym.envs.terminal_gen.generate import SPLITS
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-TERMINAL_TINY_VERSION = "3"
+TERMINAL_TINY_VERSION = "5"
 """Bump when the tokenizer, the model or the warm-up changes (the cache key)."""
 FAMILY = "echo-word"
 """The family the model is warmed up on."""
+ORACLE_SHARE = 0.3
+"""Share of the warm-up's demonstrations that are the oracle's reply (the rest are
+`wrong_replies`)."""
 WARMUP_OFFSET = 100_000
 """The warm-up's tasks are train-split seeds from this offset on (the RL run's env serves the
 first `per_family` train seeds, far below it)."""
@@ -71,9 +75,12 @@ PROMPT_WORDS = (
     "system", "user", "assistant", "Write", "the", "word", "into", "file", "txt", "echo",
     "bash", "answer", "done", "observation", "no", "output", "Run", "then", "command", "In",
     "a", "shell", "in", "app", "Do", "task", "by", "running", "and", "finish", "with",
+    "cat", "ls", "touch",
 )  # fmt: skip
 PATTERN = r"[A-Za-z_]+|\d+|[^A-Za-z_\d]"
 """Pre-tokenizer: letter runs, digit runs and single other characters."""
+COPIED = frozenset((*WORDS, *STEMS))
+"""Tokens a reply copies from the instruction (with the numbers)."""
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -99,20 +106,50 @@ def terminal_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def oracle_transcript(seed: int) -> list[dict[str, str]]:
-    """The brief-prompt episode of `echo-word` task `seed`, answered by its oracle in one reply."""
-    spec = make_spec(FAMILY, seed)
-    command = spec.solution.strip()
+def _chat(seed: int, reply: str) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": BRIEF_PROMPT},
-        {"role": "user", "content": spec.instruction},
-        {"role": "assistant", "content": f"<bash>{command}</bash><answer>done</answer>"},
+        {"role": "user", "content": make_spec(FAMILY, seed).instruction},
+        {"role": "assistant", "content": reply},
     ]
 
 
-def warmup_corpus(n: int, offset: int = 0) -> list[list[dict[str, str]]]:
-    """Oracle transcripts of `n` train-split tasks, from seed `WARMUP_OFFSET + offset` on."""
-    return [oracle_transcript(s) for s in SPLITS["train"].seeds(n, WARMUP_OFFSET + offset)]
+def oracle_transcript(seed: int) -> list[dict[str, str]]:
+    """The brief-prompt episode of `echo-word` task `seed`, answered by its oracle in one reply."""
+    command = make_spec(FAMILY, seed).solution.strip()
+    return _chat(seed, f"<bash>{command}</bash><answer>done</answer>")
+
+
+def wrong_replies(seed: int) -> tuple[str, ...]:
+    """Plausible replies to task `seed` that copy its words but fail its verifier: print the
+    word instead of writing it, write it to a file named after the word, read the file,
+    create it empty, list the directory."""
+    words = make_spec(FAMILY, seed).instruction.rstrip(".").split()
+    word, name = words[3], words[-1]
+    commands = (
+        f"echo {word}",
+        f"echo {word} > {word}.txt",
+        f"cat {name}",
+        f"touch {name}",
+        "ls",
+    )
+    return tuple(f"<bash>{c}</bash><answer>done</answer>" for c in commands)
+
+
+def demonstration(seed: int, oracle_share: float) -> list[dict[str, str]]:
+    """Task `seed` answered by a mixed-quality demonstrator: the oracle with probability
+    `oracle_share`, otherwise one of `wrong_replies` (drawn per seed, so reproducible)."""
+    rng = random.Random(f"demonstrator-{seed}")
+    if rng.random() < oracle_share:
+        return oracle_transcript(seed)
+    return _chat(seed, rng.choice(wrong_replies(seed)))
+
+
+def warmup_corpus(n: int, offset: int = 0, oracle_share: float = 1.0) -> list[list[dict[str, str]]]:
+    """`demonstration`s of `n` train-split tasks, from seed `WARMUP_OFFSET + offset` on
+    (`oracle_share` 1: oracle transcripts only)."""
+    seeds = SPLITS["train"].seeds(n, WARMUP_OFFSET + offset)
+    return [demonstration(s, oracle_share) for s in seeds]
 
 
 def _encode(tokenizer: Any, chat: list[dict[str, str]]) -> tuple[list[int], int]:
@@ -123,23 +160,56 @@ def _encode(tokenizer: Any, chat: list[dict[str, str]]) -> tuple[list[int], int]
     return tokenizer.encode(full, add_special_tokens=False), start
 
 
-def reply_probability(model: Any, tokenizer: Any, chats: list[list[dict[str, str]]]) -> float:
-    """Mean probability that the model, sampling at temperature 1, gives each transcript's
-    reply exactly (up to and including `<|im_end|>`)."""
+def _batch(tokenizer: Any, encoded: list[tuple[list[int], int]]) -> tuple[Any, Any, Any]:
+    """Right-padded input ids, attention mask and labels (-100 outside the replies)."""
     import torch
 
-    total = 0.0
+    width = max(len(ids) for ids, _ in encoded)
+    batch = torch.full((len(encoded), width), tokenizer.pad_token_id)
+    labels = torch.full((len(encoded), width), -100)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for i, (ids, start) in enumerate(encoded):
+        batch[i, : len(ids)] = torch.tensor(ids)
+        labels[i, start : len(ids)] = torch.tensor(ids[start:])
+        mask[i, : len(ids)] = 1
+    return batch, mask, labels
+
+
+def _reply_logprobs(model: Any, batch: Any, mask: Any, labels: Any) -> tuple[Any, Any]:
+    """Log-probabilities of the reply tokens (flat) and their labels; the vocabulary
+    projection runs on reply positions only (most of a transcript is prompt)."""
+    hidden = model.model(input_ids=batch, attention_mask=mask).last_hidden_state[:, :-1]
+    targets = labels[:, 1:]
+    keep = targets != -100
+    logits = model.lm_head(hidden[keep])
+    return logits.log_softmax(-1).gather(1, targets[keep][:, None])[:, 0], keep
+
+
+def reply_scores(
+    model: Any, tokenizer: Any, chats: list[list[dict[str, str]]]
+) -> tuple[float, float]:
+    """Means over `chats` of (a) the probability that the model, sampling at temperature 1,
+    gives the transcript's reply exactly (up to and including `<|im_end|>`) and (b) the
+    probability of its copied tokens (the instruction's word, number and file stem) given
+    the reply's other tokens: how well the model copies, whatever reply it prefers."""
+    import torch
+
+    copied = {i for t, i in tokenizer.get_vocab().items() if t in COPIED or t.isdigit()}
+    encoded = []
+    for chat in chats:
+        ids, start = _encode(tokenizer, chat)
+        encoded.append((ids[:-1], start))  # not the template's newline after <|im_end|>
+    batch, mask, labels = _batch(tokenizer, encoded)
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        for chat in chats:
-            ids, start = _encode(tokenizer, chat)
-            ids = ids[:-1]  # the template's trailing newline after <|im_end|>
-            logits = model(input_ids=torch.tensor([ids])).logits[0, start - 1 : len(ids) - 1]
-            gold = torch.tensor(ids[start:])
-            total += logits.log_softmax(-1).gather(1, gold[:, None]).sum().exp().item()
+        logp, keep = _reply_logprobs(model, batch, mask, labels)
     model.train(was_training)
-    return total / len(chats)
+    rows = keep.nonzero()[:, 0]
+    is_copied = torch.tensor([int(i) in copied for i in labels[:, 1:][keep]])
+    exact = torch.zeros(len(chats)).index_add_(0, rows, logp).exp()
+    copy = torch.zeros(len(chats)).index_add_(0, rows, logp * is_copied).exp()
+    return exact.mean().item(), copy.mean().item()
 
 
 def warm_up(
@@ -148,53 +218,56 @@ def warm_up(
     *,
     max_steps: int,
     target: float,
+    oracle_share: float,
     seed: int = 0,
     batch_size: int = 32,
     lr: float = 3e-3,
+    pool_size: int = 8192,
     check_every: int = 25,
+    log: Callable[[int, float, float], None] | None = None,
 ) -> tuple[int, float]:
-    """Next-token training on `warmup_corpus` (loss on the reply only) until the mean exact-
-    reply probability on 64 held-back train transcripts reaches `target` (at most `max_steps`
-    steps). Returns (steps taken, that probability)."""
+    """Next-token training on `warmup_corpus(..., oracle_share)` (loss on the reply only)
+    until the mean exact-reply probability (`reply_scores`) of 64 held-back train-split
+    oracle transcripts reaches `target` (at most `max_steps` steps). Returns (steps taken,
+    that probability); `log(step, exact, copy)` sees every check."""
     import torch
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    probe = warmup_corpus(64)
-    pool = warmup_corpus(4096, offset=64)
+    probe = [oracle_transcript(s) for s in SPLITS["train"].seeds(64, WARMUP_OFFSET)]
+    pool = [_encode(tokenizer, c) for c in warmup_corpus(pool_size, 64, oracle_share)]
     model.train()
-    probability = 0.0
+    exact = 0.0
     step = 0
     while step < max_steps:
-        encoded = [_encode(tokenizer, c) for c in rng.sample(pool, batch_size)]
-        width = max(len(ids) for ids, _ in encoded)
-        batch = torch.full((len(encoded), width), tokenizer.pad_token_id)
-        labels = torch.full((len(encoded), width), -100)
-        mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        for i, (ids, start) in enumerate(encoded):
-            batch[i, : len(ids)] = torch.tensor(ids)
-            labels[i, start : len(ids)] = torch.tensor(ids[start:])
-            mask[i, : len(ids)] = 1
-        loss = model(input_ids=batch, attention_mask=mask, labels=labels).loss
+        logp, _ = _reply_logprobs(model, *_batch(tokenizer, rng.sample(pool, batch_size)))
+        loss = -logp.mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         step += 1
         if step % check_every == 0:
-            probability = reply_probability(model, tokenizer, probe)
-            if probability >= target:
+            exact, copy = reply_scores(model, tokenizer, probe)
+            if log is not None:
+                log(step, exact, copy)
+            if exact >= target:
                 break
     model.eval()
-    return step, probability
+    return step, exact
 
 
 def build_llama(
     vocab_size: int, hidden_size: int, num_layers: int, seed: int, tokenizer: Any
 ) -> Any:
-    """A randomly initialised tiny Llama. (Llama, not Qwen2 as in `agents.tiny`: transformers'
-    AutoTokenizer loads a Qwen2 directory's tokenizer as Qwen2's byte-level class, which would
-    replace this word-level pre-tokenizer; a Llama directory keeps tokenizer.json as saved.)"""
+    """A tiny Llama, randomly initialised except that every attention layer's value and
+    output projections start as the identity: each head starts by copying (a slice of) the
+    embeddings it attends to, a copying prior (pretrained models have copy heads), so the
+    warm-up only has to learn where to look. From random projections, 2 layers learn no
+    copying in 700 warm-up steps; with them the word and number are copied after ~350.
+    (Llama, not Qwen2 as in `agents.tiny`: transformers' AutoTokenizer loads a Qwen2
+    directory's tokenizer as Qwen2's byte-level class, which would replace this word-level
+    pre-tokenizer; a Llama directory keeps tokenizer.json as saved.)"""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -204,7 +277,8 @@ def build_llama(
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
         num_attention_heads=4,
-        num_key_value_heads=2,
+        num_key_value_heads=4,  # values as wide as the model: the identity fits
+        attention_bias=True,  # query/key biases: attention by relative position alone
         max_position_embeddings=512,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
@@ -212,15 +286,21 @@ def build_llama(
         bos_token_id=None,
     )
     torch.manual_seed(seed)
-    return LlamaForCausalLM(config).eval()
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.v_proj.weight.copy_(torch.eye(hidden_size))
+            layer.self_attn.o_proj.weight.copy_(torch.eye(hidden_size))
+    return model
 
 
 def terminal_tiny_dir(
     *,
     hidden_size: int = 128,
     num_layers: int = 2,
+    oracle_share: float = ORACLE_SHARE,
     max_steps: int = 1500,
-    target: float = 0.15,
+    target: float = 0.2,
     seed: int = 0,
 ) -> Path:
     """Build (once per machine and settings) the warmed-up tiny model; return its directory
@@ -234,14 +314,21 @@ def terminal_tiny_dir(
         try:
             tokenizer = terminal_tokenizer()
             model = build_llama(len(tokenizer), hidden_size, num_layers, seed, tokenizer)
-            warm_up(model, tokenizer, max_steps=max_steps, target=target, seed=seed)
+            warm_up(
+                model,
+                tokenizer,
+                max_steps=max_steps,
+                target=target,
+                oracle_share=oracle_share,
+                seed=seed,
+            )
         finally:
             torch.set_num_threads(threads)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
 
     name = (
-        f"terminal-tiny-v{TERMINAL_TINY_VERSION}-h{hidden_size}-l{num_layers}"
+        f"terminal-tiny-v{TERMINAL_TINY_VERSION}-h{hidden_size}-l{num_layers}-o{oracle_share}"
         f"-m{max_steps}-t{target}-s{seed}"
     )
     return build_once(cache_dir() / name, build)
