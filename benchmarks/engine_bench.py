@@ -17,6 +17,8 @@ Workloads (SmolLM2-135M-Instruct when it can be had, and the tiny model; float32
    482 static steps against at least 395 for any scheduler), which measures the draw, not the
    engine. The turns both runs completed have the same tokens (checked): per-request seeds
    do not depend on batching. Two rounds of each scheduler, alternating which goes first.
+   The continuous engine prefills each new turn inside the next decoding step of the others
+   (mixed steps, its default); the static one prefills the turns of a batch before it starts.
 3. Logprob equality with batching on: 3 episodes stepped together (each turn's requests
    arrive at once and decode in one batch), with and without prefix reuse. The largest
    difference between the two is reported in float32 (next to the float32 noise floor: the
@@ -153,6 +155,8 @@ def _concurrent(
     engine: Any, s: EngineBenchSettings, obs: list[int]
 ) -> tuple[float, int, list[list[tuple[int, ...]]]]:
     """Workload 2: (seconds measured, tokens sampled in them, each episode's completed turns).
+    A continuous engine prefills each new turn inside a decoding step of the others
+    (`EngineStats.mixed_steps`); the static one prefills it when its batch starts.
 
     Every episode takes turns back to back; turn t of episode i has `max_tokens` drawn from a
     generator seeded by (seed, i), so both schedulers see the same requests in the same order.
@@ -307,6 +311,7 @@ def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
     reuse, full = episode["reuse"], episode["full"]
 
     batching: dict[str, list[tuple[float, int, list]]] = {"continuous": [], "static": []}
+    mixed = {"continuous": 0, "static": 0}
     for round_ in range(s.concurrent_rounds):
         order = ("continuous", "static") if round_ % 2 == 0 else ("static", "continuous")
         for mode in order:
@@ -315,6 +320,7 @@ def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
             )
             try:
                 batching[mode].append(_concurrent(engine, s, obs))
+                mixed[mode] += engine.stats().mixed_steps
             finally:
                 asyncio.run(engine.aclose())
     c_runs, s_runs = batching["continuous"], batching["static"]
@@ -344,6 +350,7 @@ def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
         "continuous_vs_static_rounds": [
             round((c[1] / c[0]) / (st[1] / st[0]), 3) for c, st in zip(c_runs, s_runs, strict=True)
         ],
+        "mixed_steps_continuous": mixed["continuous"],
         "turns_completed_continuous": sum(len(x) for x in c_ids),
         "turns_completed_static": sum(len(x) for x in s_ids),
         "turn_s_median_1_4": round(statistics.median(reuse.turn_s[:4]), 4),

@@ -42,6 +42,7 @@ def test_engine_bench_reports_every_key_with_its_baselines(capsys) -> None:
     assert result["prompt_tokens_computed_no_reuse"] > 2 * result["prompt_tokens_computed"]
     # Same seeds, same tokens, whatever the path or the batching.
     assert result["episode_tokens_equal"] and result["batching_tokens_equal"]
+    assert result["mixed_steps_continuous"] > 0  # new turns joined running batches
     assert result["tokens_equal_fp32"] and result["tokens_equal_fp64"]
     assert result["reused_tokens_fp32"] > 0
     assert result["logprob_diff_fp32"] < 1e-5 and result["logprob_diff_fp64"] < 1e-9
