@@ -19,14 +19,14 @@ from skyrl_gym.envs.terminal_gen.generate import SPLITS
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.timeout(900),  # a first run also builds the model (about a minute, cached)
+    pytest.mark.timeout(900),  # a first run also builds the model (about 3 minutes, cached)
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap"),
 ]
 pytest.importorskip("tokenizers")
 
 SEED = 0
 HELDOUT_EPISODES = 128
-STEPS = 12
+STEPS = 20
 
 
 def _config(out, model_dir):
