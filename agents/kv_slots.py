@@ -70,6 +70,15 @@ class KVSlots:
     def capacity(self) -> int:
         return self._buffers[0][0].shape[2]
 
+    @property
+    def num_layers(self) -> int:
+        return self._num_layers
+
+    def buffers(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's whole key and value buffers (every slot, every column)."""
+        k_buf, v_buf = self._buffers[layer]
+        return k_buf, v_buf
+
     def kv(self) -> KV:
         """Every layer's keys and values in use (views, `[slots, kv_heads, width, head_dim]`)."""
         return [(k[:, :, self.lo : self.hi], v[:, :, self.lo : self.hi]) for k, v in self._buffers]
@@ -86,9 +95,9 @@ class KVSlots:
         """Put one row's keys and values (n columns) into `slot`, ending at column `end`
         (default `hi`: right-aligned; they must stay within `[lo, capacity)`)."""
         end = self.hi if end is None else end
+        n = kv[0][0].shape[2]
+        assert self.lo <= end - n and end <= self.capacity
         for (k_buf, v_buf), (k, v) in zip(self._buffers, kv, strict=True):
-            n = k.shape[2]
-            assert self.lo <= end - n and end <= self.capacity
             k_buf[slot, :, end - n : end] = k[0]
             v_buf[slot, :, end - n : end] = v[0]
 

@@ -516,11 +516,10 @@ class LocalEngine:
             assert past is not None
             self._counts["reused"] += n
             return past, logits
-        ids = torch.tensor(r.prompt, dtype=torch.long)
         cache = _cache(past)
         out = self._forward(
             cache,
-            input_ids=ids[reuse:].view(1, -1).to(self.device),
+            input_ids=torch.tensor([r.prompt[reuse:]], dtype=torch.long, device=self.device),
             position_ids=torch.arange(reuse, n, device=self.device).view(1, -1),
         )
         kv = _kv_of(cache)
@@ -584,21 +583,10 @@ class LocalEngine:
             self._pos = torch.tensor(lengths, dtype=torch.long, device=self.device)
             self._next = torch.tensor([t for _, _, t in joining], device=self.device)
             return
+        free = self._free_slots(len(joining))
+        self._widen(max(lengths))
         assert self._mask is not None and self._pos is not None and self._next is not None
-        free = [i for i, r in enumerate(self._rows) if r is None]
-        extra = len(joining) - len(free)
-        if extra > 0:
-            free += range(len(self._rows), len(self._rows) + extra)
-            self._slots.add_slots(extra)
-            self._rows += [None] * extra
-            self._mask = torch.cat([self._mask, self._mask.new_zeros((extra, self._slots.width))])
-            self._pos = torch.cat([self._pos, self._pos.new_zeros(extra)])
-            self._next = torch.cat([self._next, self._next.new_zeros(extra)])
-        width = max(self._slots.width, *lengths)
-        if width > self._slots.width:
-            pad = self._mask.new_zeros((len(self._rows), width - self._slots.width))
-            self._mask = torch.cat([pad, self._mask], 1)
-            self._slots.widen(width)
+        width = self._slots.width
         for (r, kv, first), n, slot in zip(joining, lengths, free, strict=False):
             self._slots.write(slot, kv)
             self._mask[slot] = 0
@@ -606,6 +594,33 @@ class LocalEngine:
             self._pos[slot] = n
             self._next[slot] = first
             self._rows[slot] = r
+
+    def _free_slots(self, count: int) -> list[int]:
+        """`count` free slots of the running batch, adding slots if there are too few."""
+        import torch
+
+        assert self._slots is not None and self._mask is not None
+        assert self._pos is not None and self._next is not None
+        free = [i for i, r in enumerate(self._rows) if r is None][:count]
+        extra = count - len(free)
+        if extra > 0:
+            free += range(len(self._rows), len(self._rows) + extra)
+            self._slots.add_slots(extra)
+            self._rows += [None] * extra
+            self._mask = torch.cat([self._mask, self._mask.new_zeros((extra, self._slots.width))])
+            self._pos = torch.cat([self._pos, self._pos.new_zeros(extra)])
+            self._next = torch.cat([self._next, self._next.new_zeros(extra)])
+        return free
+
+    def _widen(self, width: int) -> None:
+        """At least `width` columns in use (new ones are padding, on the left)."""
+        import torch
+
+        assert self._slots is not None and self._mask is not None
+        if width > self._slots.width:
+            pad = self._mask.new_zeros((len(self._rows), width - self._slots.width))
+            self._mask = torch.cat([pad, self._mask], 1)
+            self._slots.widen(width)
 
     def _step(self) -> None:
         """One decoding step: every row gets one token; finished and cancelled rows leave
@@ -631,16 +646,22 @@ class LocalEngine:
         alive = torch.tensor([r is not None for r in self._rows], device=self.device)
         self._pos = (self._pos + 1) * alive
         self.steps += 1
-        logits = out.logits[:, -1, :].float()
+        self._next = self._sample_rows(range(batch), out.logits[:, -1, :].float())
+        self._leave()
+
+    def _sample_rows(self, rows: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        """Each running row of `rows` samples its next token from its line of `logits`;
+        finished rows keep their keys and values (`_store`). Returns the next input ids."""
+        assert self._next is not None
         next_ids = self._next.clone()
-        for row, r in enumerate(self._rows):
+        for line, row in enumerate(rows):
+            r = self._rows[row]
             if r is None or r.done:
                 continue
-            next_ids[row] = self._sample_into(r, logits[row])
+            next_ids[row] = self._sample_into(r, logits[line])
             if r.finish is not None:
                 self._store(row, r)
-        self._next = next_ids
-        self._leave()
+        return next_ids
 
     def _mixed_step(self, newcomer: _Request, reuse: int, past: KV | None) -> None:
         """A decoding step that also prefills `newcomer` (see `packed_step`): one packed pass
@@ -655,19 +676,9 @@ class LocalEngine:
         r, n = newcomer, len(newcomer.prompt)
         chunk = n - reuse
         self._start(r)
-        free = [i for i, row in enumerate(self._rows) if row is None]
-        if not free:
-            self._slots.add_slots(1)
-            self._rows.append(None)
-            self._mask = torch.cat([self._mask, self._mask.new_zeros((1, self._slots.width))])
-            self._pos = torch.cat([self._pos, self._pos.new_zeros(1)])
-            self._next = torch.cat([self._next, self._next.new_zeros(1)])
-            free = [len(self._rows) - 1]
-        slot = free[0]
-        if n - 1 > self._slots.width:  # its row, less the column this step adds, must fit
-            pad = self._mask.new_zeros((len(self._rows), n - 1 - self._slots.width))
-            self._mask = torch.cat([pad, self._mask], 1)
-            self._slots.widen(n - 1)
+        (slot,) = self._free_slots(1)
+        self._widen(n - 1)  # its row, less the column this step adds, must fit
+        assert self._mask is not None and self._pos is not None and self._next is not None
         self._slots.reserve(1)
         if past is not None:
             self._slots.write(slot, past, end=self._slots.hi + 1 - chunk)
@@ -705,14 +716,7 @@ class LocalEngine:
         self._counts["computed"] += chunk
         self._counts["reused"] += reuse
         logits = out.logits[0].float()
-        next_ids = self._next.clone()
-        for j, row in enumerate(decoding):
-            q = self._rows[row]
-            if q is None or q.done:
-                continue
-            next_ids[row] = self._sample_into(q, logits[j])
-            if q.finish is not None:
-                self._store(row, q)
+        next_ids = self._sample_rows(decoding, logits)
         first = self._sample_into(r, logits[-1])
         if self.prefix_cache.enabled:  # a group's other requests find the whole prompt here
             self.prefix_cache.insert(r.prompt, self._slots.row(slot, n), logits[-1])

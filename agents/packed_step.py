@@ -136,7 +136,7 @@ def mixed_attention(model: Any) -> Iterator[None]:
 def mixed_layers(plan: MixPlan) -> list[Any]:
     """transformers cache layers over `plan.slots` for one mixed step."""
     cls = _mixed_layer_class()
-    return [cls(plan, i) for i in range(len(plan.slots._buffers))]
+    return [cls(plan, i) for i in range(plan.slots.num_layers)]
 
 
 @functools.cache
@@ -150,7 +150,7 @@ def _mixed_layer_class() -> type:
         def __init__(self, plan: MixPlan, index: int):
             super().__init__()
             self._plan, self._index = plan, index
-            k_buf, v_buf = plan.slots._buffers[index]
+            k_buf, v_buf = plan.slots.buffers(index)
             self.device, self.keys, self.values = k_buf.device, k_buf, v_buf
             self.is_initialized = True
 
