@@ -44,4 +44,8 @@ def test_bench_rollout_json_line() -> None:
     assert result["vs_bare_instant"] == pytest.approx(
         result["instant_episodes_per_s"] / result["bare_episodes_per_s"], rel=0.01
     )
-    assert 0 < result["vs_bare_cpu"] < result["vs_bare_instant_cpu"]
+    # Which of the two policies costs less CPU is a timing, and timings belong to the bench's
+    # table, not to a test (under a loaded CI host they crossed: 0.434 against 0.415). The loop
+    # does the bare loop's work and more, so neither ratio can be far above 1.
+    assert 0 < result["vs_bare_cpu"] < 1.5
+    assert 0 < result["vs_bare_instant_cpu"] < 1.5
