@@ -7,12 +7,23 @@ core's memory bandwidth. Cutting each weight matrix into as many blocks of outpu
 as there are threads and multiplying the blocks as one batched product (`torch.bmm`, which
 torch spreads over the batch) puts every core to work: on this repository's 2-core machine
 the weight products of a bs1 step take 33 ms instead of 45, of a bs8 step 63 instead of 90
-(`skyrl bench engine` measures the effect end to end). The result equals `F.linear` up to
-float rounding (the order of additions within a block may differ); rows beyond
-`MAX_SPLIT_ROWS` (prefill) keep `F.linear`, which threads well there.
+(`skyrl bench engine` measures the effect end to end). For whole row tiles (below) the result
+equals `F.linear`'s bit for bit; rows beyond `MAX_SPLIT_ROWS` (prefill) keep `F.linear`,
+which threads well there.
 
-`split_small_linears(model)` gives the model's `nn.Linear` layers a forward that takes this
-path, and only in a thread that called `use_split_linears()` (the engine's worker): the same
+Row tiles. MKL computes a product's rows in tiles of `ROW_TILE`; the rows left over past the
+last full tile take another kernel, whose sums round differently. So the same token's row
+would come out of a 3-row decoding step a few float32 ulps away from the same row inside a
+600-row prefill, and a reused prefix's keys and values would drift from a full recompute's.
+In the engine's worker every product of more than one row is padded with zero rows to a whole
+number of tiles: then a row's result does not depend on how many rows it was multiplied with
+(checked bit for bit in the tests), and the padding costs nothing measurable (2-3 and 5-7 rows
+run at least as fast as 4 and 8; the tail kernel is the slow one). A single row keeps MKL's
+matrix-vector kernel, twice as fast as a padded tile: a lone request decodes at full speed,
+and its rows alone are not batch-invariant.
+
+`split_small_linears(model)` gives the model's `nn.Linear` layers a forward that takes these
+paths, and only in a thread that called `use_split_linears()` (the engine's worker): the same
 model trained or scored in any other thread computes exactly what it did before.
 """
 
@@ -30,6 +41,8 @@ MAX_SPLIT_ROWS = 8
 """Products with more rows than this keep `F.linear` (MKL threads those well)."""
 MIN_SPLIT_WEIGHTS = 1 << 16
 """Weight matrices smaller than this keep `F.linear` (the split's own overhead would win)."""
+ROW_TILE = 4
+"""Rows per tile of MKL's float32 matrix product on x86 (see the module docstring)."""
 
 _thread = threading.local()
 
@@ -38,6 +51,20 @@ def use_split_linears(enabled: bool = True) -> None:
     """Let the calling thread's forward passes take the split path (`LocalEngine`'s worker
     calls this once)."""
     _thread.enabled = enabled
+
+
+def tiled_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """`x` as a 2-D matrix of rows padded with zero rows to a whole number of `ROW_TILE`s
+    (a single row stays alone), and the number of real rows."""
+    import torch
+
+    in_features = x.shape[-1]
+    rows = x.numel() // in_features if in_features else 0
+    flat = x.reshape(rows, in_features)
+    pad = -rows % ROW_TILE if rows > 1 else 0
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad, in_features)])
+    return flat, rows
 
 
 def split_linear(
@@ -64,8 +91,12 @@ def split_linear(
         return None
     flat = x.reshape(1, rows, in_features).expand(parts, rows, in_features)
     blocks = weight.view(parts, out_features // parts, in_features).transpose(1, 2)
-    y = torch.bmm(flat, blocks).transpose(0, 1).reshape(*x.shape[:-1], out_features)
-    return y if bias is None else y + bias
+    if bias is None:
+        y = torch.bmm(flat, blocks)
+    else:  # the bias goes in first, as in `F.linear`'s addmm: the sums round the same way
+        shifts = bias.view(parts, 1, out_features // parts).expand(parts, rows, -1)
+        y = torch.baddbmm(shifts, flat, blocks)
+    return y.transpose(0, 1).reshape(*x.shape[:-1], out_features)
 
 
 @functools.cache
@@ -74,14 +105,19 @@ def _split_linear_class() -> type:
     from torch.nn import functional
 
     class SplitLinear(torch.nn.Linear):
-        """`nn.Linear` whose forward takes `split_linear` in threads that enabled it."""
+        """`nn.Linear` whose forward, in threads that enabled it, multiplies whole row tiles
+        and takes `split_linear` where it applies."""
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if getattr(_thread, "enabled", False):
-                y = split_linear(x, self.weight, self.bias)
-                if y is not None:
-                    return y
-            return functional.linear(x, self.weight, self.bias)
+            if not getattr(_thread, "enabled", False) or (
+                torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+            ):
+                return functional.linear(x, self.weight, self.bias)
+            flat, rows = tiled_rows(x)
+            y = split_linear(flat, self.weight, self.bias)
+            if y is None:
+                y = functional.linear(flat, self.weight, self.bias)
+            return y[:rows].reshape(*x.shape[:-1], y.shape[-1])
 
     return SplitLinear
 

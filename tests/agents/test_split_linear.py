@@ -91,8 +91,51 @@ def test_layers_split_only_in_threads_that_ask(two_threads: None, counted: list[
     thread = threading.Thread(target=worker)
     thread.start()
     thread.join()
-    assert counted == [2]  # the big layer split; the 512x8 one is below MIN_SPLIT_WEIGHTS
+    # The big layer split (2 rows padded to a tile); the 512x8 one is below MIN_SPLIT_WEIGHTS.
+    assert counted == [sl.ROW_TILE]
     torch.testing.assert_close(out[0], here, atol=1e-4, rtol=1e-5)
+
+
+def _in_worker(fn: Any) -> Any:
+    """`fn()` in a thread that asked for the engine's linears, with autograd off."""
+    out: list[Any] = []
+
+    def worker() -> None:
+        sl.use_split_linears()
+        with torch.no_grad():
+            out.append(fn())
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_is_the_same_bits_whatever_it_is_multiplied_with(threads: int) -> None:
+    """In the engine's worker a row's product does not depend on how many rows share it (2 to
+    19 rows, split or not, against a 300-row prefill): reused keys and values equal a full
+    recompute's. A lone row keeps the faster matrix-vector kernel (rounding may differ)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(threads)
+        layers = [torch.nn.Linear(256, 512), torch.nn.Linear(256, 512, bias=False)]
+        for layer in layers:
+            sl.split_small_linears(layer)
+        x = torch.randn(300, 256)
+
+        def products() -> list[tuple[Any, list[Any]]]:
+            return [(layer(x), [layer(x[:m]) for m in range(1, 20)]) for layer in layers]
+
+        for (full, parts), layer in zip(_in_worker(products), layers, strict=True):
+            with torch.no_grad():
+                assert torch.equal(full, torch.nn.functional.linear(x, layer.weight, layer.bias))
+            for m, part in enumerate(parts[1:], start=2):
+                assert torch.equal(part, full[:m]), f"{m} rows"
+            torch.testing.assert_close(parts[0], full[:1], atol=1e-4, rtol=1e-5)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_engine_decodes_the_same_tokens_with_split_products(
