@@ -53,18 +53,10 @@ def use_split_linears(enabled: bool = True) -> None:
     _thread.enabled = enabled
 
 
-def tiled_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """`x` as a 2-D matrix of rows padded with zero rows to a whole number of `ROW_TILE`s
-    (a single row stays alone), and the number of real rows."""
-    import torch
-
-    in_features = x.shape[-1]
-    rows = x.numel() // in_features if in_features else 0
-    flat = x.reshape(rows, in_features)
-    pad = -rows % ROW_TILE if rows > 1 else 0
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(pad, in_features)])
-    return flat, rows
+def _padding(x: torch.Tensor) -> int:
+    """Zero rows that bring `x`'s rows to a whole number of `ROW_TILE`s (none for one row)."""
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return -rows % ROW_TILE if rows > 1 else 0
 
 
 def split_linear(
@@ -113,11 +105,16 @@ def _split_linear_class() -> type:
                 torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
             ):
                 return functional.linear(x, self.weight, self.bias)
-            flat, rows = tiled_rows(x)
+            pad = _padding(x)
+            if not pad:
+                y = split_linear(x, self.weight, self.bias)
+                return functional.linear(x, self.weight, self.bias) if y is None else y
+            flat = x.reshape(-1, x.shape[-1])
+            flat = torch.cat([flat, flat.new_zeros(pad, flat.shape[1])])
             y = split_linear(flat, self.weight, self.bias)
             if y is None:
                 y = functional.linear(flat, self.weight, self.bias)
-            return y[:rows].reshape(*x.shape[:-1], y.shape[-1])
+            return y[:-pad].reshape(*x.shape[:-1], y.shape[-1])
 
     return SplitLinear
 

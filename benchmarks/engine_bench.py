@@ -16,7 +16,8 @@ Workloads (SmolLM2-135M-Instruct when it can be had, and the tiny model; float32
    fixed number of turns each, the last and longest episode alone bounds the ratio (4 turns:
    482 static steps against at least 395 for any scheduler), which measures the draw, not the
    engine. The turns both runs completed have the same tokens (checked): per-request seeds
-   do not depend on batching. Two rounds of each scheduler, alternating which goes first.
+   do not depend on batching. Four rounds of each scheduler, alternating which goes first
+   (the machine's speed drifts by 10-20% over a minute: one pair's ratio ranged 1.46-1.66).
    The continuous engine prefills each new turn inside the next decoding step of the others
    (mixed steps, its default); the static one prefills the turns of a batch before it starts.
 3. Logprob equality with batching on: 3 episodes stepped together (each turn's requests
@@ -58,9 +59,9 @@ class EngineBenchSettings:
     """Episodes in flight in workload 2 (also the engines' `max_batch_size`)."""
     concurrent_turns: int = 4
     """Workload 2 measures until the first episode completes this many turns."""
-    concurrent_rounds: int = 2
+    concurrent_rounds: int = 4
     """Workload 2 runs this many rounds of each scheduler, alternating which goes first;
-    tokens/s is the rounds' tokens over their seconds (one run each swings ~10% here)."""
+    tokens/s is the rounds' tokens over their seconds (one pair's ratio swings ~10% here)."""
     max_tokens_range: tuple[int, int] = (8, 128)
     """Workload 2 draws each turn's `max_tokens` uniformly from this range (inclusive)."""
     equality_episodes: int = 3
