@@ -53,10 +53,39 @@ def use_split_linears(enabled: bool = True) -> None:
     _thread.enabled = enabled
 
 
-def _padding(x: torch.Tensor) -> int:
-    """Zero rows that bring `x`'s rows to a whole number of `ROW_TILE`s (none for one row)."""
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    return -rows % ROW_TILE if rows > 1 else 0
+def weight_blocks(weight: torch.Tensor) -> torch.Tensor | None:
+    """`weight` (`[out, in]`) as `[parts, in, out / parts]` views, one block of output features
+    per thread, or None when the split does not apply to it (GPU, fewer than 2 threads, a
+    small, odd-shaped or half-precision weight)."""
+    import torch
+
+    out_features, in_features = weight.shape
+    parts = math.gcd(out_features, torch.get_num_threads())
+    if (
+        weight.device.type != "cpu"
+        or weight.dtype not in (torch.float32, torch.float64)
+        or parts < 2
+        or weight.numel() < MIN_SPLIT_WEIGHTS
+        or not weight.is_contiguous()
+    ):
+        return None
+    return weight.view(parts, out_features // parts, in_features).transpose(1, 2)
+
+
+def multiply_blocks(
+    x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """`x @ weight.T + bias` from `weight_blocks(weight)`: one batched product over the blocks."""
+    import torch
+
+    parts, in_features, width = blocks.shape
+    rows = x.numel() // in_features
+    flat = x.reshape(1, rows, in_features).expand(parts, rows, in_features)
+    if bias is None:
+        y = torch.bmm(flat, blocks)
+    else:  # the bias goes in first, as in `F.linear`'s addmm: the sums round the same way
+        y = torch.baddbmm(bias.view(parts, 1, width).expand(parts, rows, width), flat, blocks)
+    return y.transpose(0, 1).reshape(*x.shape[:-1], parts * width)
 
 
 def split_linear(
@@ -67,28 +96,17 @@ def split_linear(
     weight, autograd on)."""
     import torch
 
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
-        return None
-    out_features, in_features = weight.shape
-    rows = x.numel() // in_features if in_features else 0
-    parts = math.gcd(out_features, torch.get_num_threads())
+    rows = x.numel() // weight.shape[1] if weight.shape[1] else 0
+    blocks = weight_blocks(weight)
     if (
-        parts < 2
+        blocks is None
         or not 0 < rows <= MAX_SPLIT_ROWS
-        or weight.numel() < MIN_SPLIT_WEIGHTS
-        or weight.dtype != x.dtype
-        or not weight.is_contiguous()
+        or x.dtype != weight.dtype
+        or x.device != weight.device
         or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
     ):
         return None
-    flat = x.reshape(1, rows, in_features).expand(parts, rows, in_features)
-    blocks = weight.view(parts, out_features // parts, in_features).transpose(1, 2)
-    if bias is None:
-        y = torch.bmm(flat, blocks)
-    else:  # the bias goes in first, as in `F.linear`'s addmm: the sums round the same way
-        shifts = bias.view(parts, 1, out_features // parts).expand(parts, rows, -1)
-        y = torch.baddbmm(shifts, flat, blocks)
-    return y.transpose(0, 1).reshape(*x.shape[:-1], out_features)
+    return multiply_blocks(x, blocks, bias)
 
 
 @functools.cache
@@ -98,23 +116,37 @@ def _split_linear_class() -> type:
 
     class SplitLinear(torch.nn.Linear):
         """`nn.Linear` whose forward, in threads that enabled it, multiplies whole row tiles
-        and takes `split_linear` where it applies."""
+        and splits a few rows' product over the threads where `weight_blocks` applies."""
+
+        _blocks_for: tuple[Any, ...] | None = None
+        _blocks: torch.Tensor | None = None
+
+        def _weight_blocks(self) -> torch.Tensor | None:
+            # A decoding step calls ~200 of these: the blocks are views worked out once per
+            # weight storage and thread count (in-place weight updates show through views).
+            # A new dtype, device or shape is a new storage: its address is key enough.
+            w = self.weight
+            key = (w.data_ptr(), torch.get_num_threads())
+            if key != self._blocks_for:
+                self._blocks_for, self._blocks = key, weight_blocks(w)
+            return self._blocks
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if not getattr(_thread, "enabled", False) or (
-                torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-            ):
+            if not getattr(_thread, "enabled", False) or torch.is_grad_enabled():
                 return functional.linear(x, self.weight, self.bias)
-            pad = _padding(x)
-            if not pad:
-                y = split_linear(x, self.weight, self.bias)
-                return functional.linear(x, self.weight, self.bias) if y is None else y
-            flat = x.reshape(-1, x.shape[-1])
-            flat = torch.cat([flat, flat.new_zeros(pad, flat.shape[1])])
-            y = split_linear(flat, self.weight, self.bias)
-            if y is None:
+            in_features = x.shape[-1]
+            rows = x.numel() // in_features if in_features else 0
+            pad = -rows % ROW_TILE if rows > 1 else 0
+            flat = x
+            if pad:
+                flat = x.reshape(rows, in_features)
+                flat = torch.cat([flat, flat.new_zeros(pad, in_features)])
+            blocks = self._weight_blocks() if rows + pad <= MAX_SPLIT_ROWS else None
+            if blocks is not None and x.dtype == blocks.dtype:
+                y = multiply_blocks(flat, blocks, self.bias)
+            else:
                 y = functional.linear(flat, self.weight, self.bias)
-            return y[:-pad].reshape(*x.shape[:-1], y.shape[-1])
+            return y[:rows].reshape(*x.shape[:-1], y.shape[-1]) if pad else y
 
     return SplitLinear
 

@@ -26,17 +26,16 @@ def two_threads() -> Iterator[None]:
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the products that took the split (the layers look `split_linear` up per call)."""
+    """Rows of each product that took the split (the layers look `multiply_blocks` up per
+    call)."""
     taken: list[int] = []
-    real = sl.split_linear
+    real = sl.multiply_blocks
 
-    def counting(x: Any, weight: Any, bias: Any) -> Any:
-        y = real(x, weight, bias)
-        if y is not None:
-            taken.append(x.numel() // weight.shape[1])
-        return y
+    def counting(x: Any, blocks: Any, bias: Any) -> Any:
+        taken.append(x.numel() // blocks.shape[1])
+        return real(x, blocks, bias)
 
-    monkeypatch.setattr(sl, "split_linear", counting)
+    monkeypatch.setattr(sl, "multiply_blocks", counting)
     return taken
 
 
@@ -150,7 +149,7 @@ def test_engine_decodes_the_same_tokens_with_split_products(
 
     async def sample(split: bool) -> list[Any]:
         if not split:
-            monkeypatch.setattr(sl, "split_linear", lambda *_: None)
+            monkeypatch.setattr(sl, "weight_blocks", lambda *_: None)
         engine = LocalEngine.from_pretrained(path, max_batch_size=4)
         prompt = list(engine.renderer.prompt([{"role": "user", "content": "hello"}]).token_ids)
         try:
@@ -166,3 +165,24 @@ def test_engine_decodes_the_same_tokens_with_split_products(
     for a, b in zip(split, plain, strict=True):
         assert a.token_ids == b.token_ids
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+
+
+def test_new_weights_show_in_the_split_product(two_threads: None) -> None:
+    """The split's weight blocks are cached views: weights changed in place show through
+    them, and weights replaced by a new tensor are split anew."""
+    layer = torch.nn.Linear(256, 512)
+    sl.split_small_linears(layer)
+    x = torch.randn(3, 256)
+
+    def product() -> Any:
+        out = _in_worker(lambda: layer(x))
+        with torch.no_grad():
+            torch.testing.assert_close(out, layer(x), atol=1e-4, rtol=1e-5)
+        return out
+
+    first = product()
+    with torch.no_grad():
+        layer.weight.mul_(2)  # in place, as `load_state_dict` and weight syncs do
+    assert not torch.allclose(product(), first)
+    layer.weight.data = torch.randn(512, 256)  # a new storage
+    product()
