@@ -211,6 +211,6 @@ def test_a_sample_arriving_during_a_long_one_is_answered_first(
         time.sleep(0.005)
     short = client.sample(prompt, 1, types.SamplingParams(max_tokens=2, stop=[], seed=0))
     assert len(short.result().sequences[0].tokens) == 2
-    assert not long.done()  # answered while the long one still decodes
+    assert not long.future().done()  # answered while the long one still decodes
     assert base.joins == joins + 1
     assert len(long.result().sequences[0].tokens) == 1500
