@@ -156,3 +156,43 @@ def test_head_first_draws_are_exact_over_a_large_vocabulary() -> None:
     assert all(within(float(counts[i]), 0.06) for i in range(10))
     assert within(float(counts[10:1000].sum()), 0.4)
     assert counts[1000:].sum() == 0
+
+
+def _nucleus_by_full_sort(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The definition, by sorting the whole vocabulary."""
+    values, order = torch.sort(logits, dim=-1, descending=True)
+    cumulative = torch.softmax(values, dim=-1).cumsum(dim=-1)
+    before = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], dim=-1)
+    drop = before >= top_p
+    drop[..., 0] = False
+    return logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
+
+
+@pytest.mark.parametrize("scale", [0.3, 1.0, 4.0, 12.0])  # flat (falls back) .. peaked
+@pytest.mark.parametrize("top_p", [0.1, 0.5, 0.9, 0.99])
+def test_top_p_from_candidates_equals_the_full_sort(
+    monkeypatch: pytest.MonkeyPatch, scale: float, top_p: float
+) -> None:
+    monkeypatch.setattr(sampling, "NUCLEUS_CANDIDATES", 16)
+    generator = torch.Generator().manual_seed(int(scale * 100 + top_p * 10))
+    logits = torch.randn(6, 500, generator=generator) * scale
+    for rows in (logits, logits[0]):  # a batch, and one row
+        for top_k in (0, 40):
+            expected = _nucleus_by_full_sort(sampling.truncate(rows, top_k=top_k), top_p)
+            assert torch.equal(sampling.truncate(rows, top_k=top_k, top_p=top_p), expected)
+
+
+def test_top_p_skips_the_whole_sort_when_the_candidates_hold_the_nucleus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    logits = torch.randn(2, 50_000, generator=torch.Generator().manual_seed(0)) * 8
+    expected = _nucleus_by_full_sort(logits, 0.9)
+    assert sampling.NUCLEUS_CANDIDATES < 50_000
+
+    def no_sort(*args: object, **kwargs: object) -> None:
+        raise AssertionError("sorted the whole vocabulary")
+
+    monkeypatch.setattr(torch, "sort", no_sort)
+    assert torch.equal(sampling.truncate(logits, top_p=0.9), expected)
+    with pytest.raises(AssertionError, match="whole vocabulary"):  # flat rows need the sort
+        sampling.truncate(torch.zeros(1, 50_000), top_p=0.9)
