@@ -98,6 +98,9 @@ class _Session:
     turns: list[Turn] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     tail: tuple[int, ...] = ()
+    alternatives: list[Answer] = field(default_factory=list)
+    """The other choices of the request answered last (n > 1): the next request shows which
+    one the client took."""
     calls: int = 0
     updated_at: float = 0.0
     written: int = 0
@@ -120,6 +123,31 @@ class _Session:
             started_at=self.started_at,
             duration_s=max(0.0, self.updated_at - self.started_at),
         )
+
+
+def _extends(prompt: tuple[int, ...], ids: tuple[int, ...]) -> bool:
+    return len(prompt) >= len(ids) and prompt[: len(ids)] == ids
+
+
+def _turn(answer: Answer, index: int, segment: int) -> Turn:
+    """An answered request as a captured turn (its observation is filled in by the next)."""
+    c = answer.completion
+    return Turn(
+        index=index,
+        segment=segment,
+        action=answer.action,
+        token_ids=c.token_ids,
+        logprobs=c.logprobs,
+        policy_versions=c.versions(),
+        finish_reason=c.finish_reason,
+        observation=(),
+        observation_ids=(),
+        reward=0.0,
+        tool_calls=answer.tool_calls,
+        parse_error=answer.parse_error,
+        llm_s=answer.llm_s,
+        text_only=c.text_only,
+    )
 
 
 def _observation(messages: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -224,8 +252,12 @@ class SessionStore:
             session = self._get(session_id)
             c = answer.completion
             prompt = answer.prompt_ids
+            if session.turns and not _extends(prompt, session.tail):
+                self._take_alternative(session, prompt)
+            # Keep only this request's other choices (streamed, they may come first).
+            session.alternatives = [a for a in session.alternatives if a.prompt_ids == prompt]
             tail = session.tail
-            if session.turns and len(prompt) >= len(tail) and prompt[: len(tail)] == tail:
+            if session.turns and _extends(prompt, tail):
                 last = session.turns[-1]
                 session.turns[-1] = replace(
                     last,
@@ -241,23 +273,7 @@ class SessionStore:
                 session.segments.append(
                     Segment(prompt, answer.messages, len(session.turns), start)  # type: ignore[arg-type]
                 )
-            turn = Turn(
-                index=len(session.turns),
-                segment=segment,
-                action=answer.action,
-                token_ids=c.token_ids,
-                logprobs=c.logprobs,
-                policy_versions=c.versions(),
-                finish_reason=c.finish_reason,
-                observation=(),
-                observation_ids=(),
-                reward=0.0,
-                tool_calls=answer.tool_calls,
-                parse_error=answer.parse_error,
-                llm_s=answer.llm_s,
-                text_only=c.text_only,
-            )
-            session.turns.append(turn)
+            session.turns.append(_turn(answer, len(session.turns), segment))
             session.tail = prompt + c.token_ids
             session.updated_at = time.time()
             if answer.reply_key is not None:
@@ -266,6 +282,29 @@ class SessionStore:
                 return lambda: None
             snapshot = session.trajectory()
             return lambda: self._write(session, snapshot)
+
+    def alternative(self, session_id: str, answer: Answer) -> None:
+        """Keep another choice of a request whose choice 0 is (or will be) `record`ed: if the
+        client's next request continues from it instead, it becomes that turn."""
+        with self._lock:
+            session = self._get(session_id)
+            session.alternatives = [
+                *(a for a in session.alternatives if a.prompt_ids == answer.prompt_ids),
+                answer,
+            ]
+
+    @staticmethod
+    def _take_alternative(session: _Session, prompt: tuple[int, ...]) -> None:
+        """Make the last turn the choice that `prompt` continues from, if it is one of the
+        last request's other choices (else `prompt` starts a new segment, as any edit does)."""
+        last = session.turns[-1]
+        asked = session.tail[: len(session.tail) - len(last.token_ids)]
+        for other in session.alternatives:
+            taken = other.prompt_ids + other.completion.token_ids
+            if other.prompt_ids == asked and _extends(prompt, taken):
+                session.turns[-1] = _turn(other, last.index, last.segment)
+                session.tail = taken
+                return
 
     def trajectory(self, session_id: str) -> Trajectory | None:
         """The session's captured turns so far (None: no turn yet)."""

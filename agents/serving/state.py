@@ -158,31 +158,30 @@ class Server:
 
     async def capture(self, plan: Plan, index: int, r: Reply, llm_s: float) -> None:
         """Record choice 0 as the session's turn, on disk before the answer is sent (written
-        from a worker thread, so a long session's file does not stall other requests);
-        remember other choices' ids."""
+        from a worker thread, so a long session's file does not stall other requests). Other
+        choices are kept as alternatives: the turn becomes the one the client continues from."""
         key = None
         if plan.messages:
             calls = [
                 {"function": {"name": c.name, "arguments": c.arguments}} for c in r.output.calls
             ]
             key = reply_key(r.content or "", calls)
+        answer = Answer(
+            prompt_ids=plan.prompt,
+            messages=plan.messages,
+            completion=r.completion,
+            action=r.text,
+            reply_key=key,
+            tool_calls=r.output.calls,
+            parse_error=r.output.error,
+            llm_s=llm_s,
+        )
         if index > 0:
             if key is not None:
                 self.store.remember(plan.session, key, r.completion.token_ids)
+            self.store.alternative(plan.session, answer)
             return
-        write = self.store.record(
-            plan.session,
-            Answer(
-                prompt_ids=plan.prompt,
-                messages=plan.messages,
-                completion=r.completion,
-                action=r.text,
-                reply_key=key,
-                tool_calls=r.output.calls,
-                parse_error=r.output.error,
-                llm_s=llm_s,
-            ),
-        )
+        write = self.store.record(plan.session, answer)
         if self.store.capture_dir is not None:
             await asyncio.to_thread(write)
 

@@ -564,6 +564,37 @@ def test_n_choices_streamed_and_max_completion_tokens(renderer) -> None:
     assert sorted(texts.values()) == ["a", "b"] and finishes == {0: "stop", 1: "stop"}
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_choice_a_client_continues_from_is_the_captured_turn(renderer, stream) -> None:
+    """With n > 1, the turn is the choice the next request continues from (here choice 1):
+    one segment, that choice's own ids and logprobs, not an edited history."""
+    policy = ScriptedPolicy(["left", "right", "done"], renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server.session_url("n"))
+        messages = [{"role": "user", "content": "pick"}]
+        ask = {"model": "tiny", "messages": messages, "n": 2}
+        if stream:
+            texts = {0: "", 1: ""}
+            for chunk in api.chat.completions.create(**ask, stream=True):
+                for choice in chunk.choices:
+                    texts[choice.index] += choice.delta.content or ""
+            chosen = {"role": "assistant", "content": texts[1]}
+        else:
+            chosen = as_message(api.chat.completions.create(**ask).choices[1].message)
+        assert chosen["content"] == "right"
+        follow = [*messages, chosen, {"role": "user", "content": "go on"}]
+        api.chat.completions.create(model="tiny", messages=follow)
+        trajectory = server.session_trajectory("n")
+    assert trajectory is not None
+    assert [t.action for t in trajectory.turns] == ["right", "done"]
+    assert [s.start for s in trajectory.segments] == [SegmentStart.EPISODE]
+    first = trajectory.turns[0]
+    assert renderer.decode(first.token_ids).startswith("right")
+    assert first.logprobs is not None and len(first.logprobs) == len(first.token_ids)
+    assert trajectory.turns[0].observation[-1]["content"] == "go on"
+    assert trajectory.trainable
+
+
 def test_token_prompts_that_extend_the_last_turn_are_one_segment(renderer) -> None:
     """`/v1/completions` with token ids (how token-native clients call): a prompt that starts
     with the previous prompt plus the sampled ids continues the segment; the ids in between
