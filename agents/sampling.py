@@ -41,16 +41,11 @@ def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     `top_p` in some row. The kept set is the same either way (ties aside, which any sort
     orders arbitrarily): every token past the candidates has at least their mass before it.
     """
-    vocab = logits.shape[-1]
-    candidates = min(NUCLEUS_CANDIDATES, vocab)
-    if candidates < vocab:
-        values, order = torch.topk(logits, candidates, dim=-1)
-        probs = torch.softmax(logits, dim=-1).gather(-1, order)
-        cumulative = probs.cumsum(dim=-1)
-        if not bool((cumulative[..., -1] >= top_p).all()):
-            values, order = torch.sort(logits, dim=-1, descending=True)
-            cumulative = torch.softmax(values, dim=-1).cumsum(dim=-1)
-    else:
+    few = logits.shape[-1] > NUCLEUS_CANDIDATES
+    if few:
+        values, order = torch.topk(logits, NUCLEUS_CANDIDATES, dim=-1)
+        cumulative = torch.softmax(logits, dim=-1).gather(-1, order).cumsum(dim=-1)
+    if not few or not bool((cumulative[..., -1] >= top_p).all()):
         values, order = torch.sort(logits, dim=-1, descending=True)
         cumulative = torch.softmax(values, dim=-1).cumsum(dim=-1)
     # Mass strictly before each token (an exclusive cumsum, exact for the first ones): a token

@@ -88,27 +88,6 @@ def multiply_blocks(
     return y.transpose(0, 1).reshape(*x.shape[:-1], parts * width)
 
 
-def split_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor | None:
-    """`F.linear(x, weight, bias)` computed as one block of output features per thread, or
-    None when the split does not apply (GPU, few threads, many rows, a small or odd-shaped
-    weight, autograd on)."""
-    import torch
-
-    rows = x.numel() // weight.shape[1] if weight.shape[1] else 0
-    blocks = weight_blocks(weight)
-    if (
-        blocks is None
-        or not 0 < rows <= MAX_SPLIT_ROWS
-        or x.dtype != weight.dtype
-        or x.device != weight.device
-        or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
-    ):
-        return None
-    return multiply_blocks(x, blocks, bias)
-
-
 @functools.cache
 def _split_linear_class() -> type:
     import torch
@@ -124,9 +103,10 @@ def _split_linear_class() -> type:
         def _weight_blocks(self) -> torch.Tensor | None:
             # A decoding step calls ~200 of these: the blocks are views worked out once per
             # weight storage and thread count (in-place weight updates show through views).
-            # A new dtype, device or shape is a new storage: its address is key enough.
+            # The cached view keeps its storage alive, so an equal address is the same storage
+            # (a new dtype or device is a new one); the shape covers a reshaped view of it.
             w = self.weight
-            key = (w.data_ptr(), torch.get_num_threads())
+            key = (w.data_ptr(), w.shape, torch.get_num_threads())
             if key != self._blocks_for:
                 self._blocks_for, self._blocks = key, weight_blocks(w)
             return self._blocks

@@ -44,29 +44,41 @@ def test_split_product_equals_linear_up_to_rounding(two_threads: None, rows: int
     torch.manual_seed(rows)
     weight, bias = torch.randn(512, 256), torch.randn(512)
     x = torch.randn(1, rows, 256)
+    blocks = sl.weight_blocks(weight)
+    assert blocks is not None
     with torch.no_grad():
-        y = sl.split_linear(x, weight, bias)
-        assert y is not None and y.shape == (1, rows, 512)
+        y = sl.multiply_blocks(x, blocks, bias)
+        assert y.shape == (1, rows, 512)
         # Sums of 256 products of unit normals: float32 rounding is ~1e-5 here.
         torch.testing.assert_close(
             y, torch.nn.functional.linear(x, weight, bias), atol=1e-4, rtol=1e-5
         )
-        assert sl.split_linear(x, weight, None) is not None
+        assert sl.multiply_blocks(x, blocks, None).shape == (1, rows, 512)
 
 
-def test_split_declines_what_it_does_not_speed_up(two_threads: None) -> None:
+def test_split_declines_what_it_does_not_speed_up(two_threads: None, counted: list[int]) -> None:
     weight = torch.randn(512, 256)
-    with torch.no_grad():
-        assert sl.split_linear(torch.randn(sl.MAX_SPLIT_ROWS + 1, 256), weight, None) is None
-        assert sl.split_linear(torch.randn(1, 16), torch.randn(32, 16), None) is None  # small
-        assert sl.split_linear(torch.randn(1, 256), torch.randn(511, 256), None) is None  # odd
-        half = torch.randn(1, 256, dtype=torch.float16)
-        assert sl.split_linear(half, weight.half(), None) is None
-    trained = weight.clone().requires_grad_(True)
-    assert sl.split_linear(torch.randn(1, 256), trained, None) is None  # autograd stays exact
+    assert sl.weight_blocks(torch.randn(32, 16)) is None  # small
+    assert sl.weight_blocks(torch.randn(511, 256)) is None  # odd
+    assert sl.weight_blocks(weight.half()) is None
+    layer = torch.nn.Linear(256, 512)
+    sl.split_small_linears(layer)
+    many = torch.randn(sl.MAX_SPLIT_ROWS + 1, 256)
+    torch.testing.assert_close(_in_worker(lambda: layer(many)), layer(many).detach())
+    assert counted == []  # prefill rows keep F.linear
+
+    out: list[Any] = []
+
+    def trained() -> None:  # autograd on: the product stays F.linear's, gradients flow
+        sl.use_split_linears()
+        out.append(layer(torch.randn(1, 256)))
+
+    thread = threading.Thread(target=trained)
+    thread.start()
+    thread.join()
+    assert counted == [] and out[0].requires_grad
     torch.set_num_threads(1)
-    with torch.no_grad():
-        assert sl.split_linear(torch.randn(1, 256), weight, None) is None  # nothing to split over
+    assert sl.weight_blocks(weight) is None  # nothing to split over
 
 
 def test_layers_split_only_in_threads_that_ask(two_threads: None, counted: list[int]) -> None:
