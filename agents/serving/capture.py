@@ -34,6 +34,7 @@ from typing import Any
 
 from skyrl_sdk.agents.policy import Completion
 from skyrl_sdk.agents.serving.prompts import SampledReply, reply_key
+from skyrl_sdk.agents.serving.protocol import MAX_N
 from skyrl_sdk.agents.serving.tool_output import parse
 from skyrl_sdk.agents.trajectory import (
     Segment,
@@ -100,7 +101,8 @@ class _Session:
     tail: tuple[int, ...] = ()
     alternatives: list[Answer] = field(default_factory=list)
     """The other choices of the request answered last (n > 1): the next request shows which
-    one the client took."""
+    one the client took. At most `MAX_N - 1`: a client repeating one request keeps only the
+    latest choices, never a growing list."""
     calls: int = 0
     updated_at: float = 0.0
     written: int = 0
@@ -255,7 +257,9 @@ class SessionStore:
             if session.turns and not _extends(prompt, session.tail):
                 self._take_alternative(session, prompt)
             # Keep only this request's other choices (streamed, they may come first).
-            session.alternatives = [a for a in session.alternatives if a.prompt_ids == prompt]
+            session.alternatives = [a for a in session.alternatives if a.prompt_ids == prompt][
+                -(MAX_N - 1) :
+            ]
             tail = session.tail
             if session.turns and _extends(prompt, tail):
                 last = session.turns[-1]
@@ -288,10 +292,8 @@ class SessionStore:
         client's next request continues from it instead, it becomes that turn."""
         with self._lock:
             session = self._get(session_id)
-            session.alternatives = [
-                *(a for a in session.alternatives if a.prompt_ids == answer.prompt_ids),
-                answer,
-            ]
+            same = [a for a in session.alternatives if a.prompt_ids == answer.prompt_ids]
+            session.alternatives = [*same, answer][-(MAX_N - 1) :]
 
     @staticmethod
     def _take_alternative(session: _Session, prompt: tuple[int, ...]) -> None:

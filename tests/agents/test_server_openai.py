@@ -595,6 +595,22 @@ def test_the_choice_a_client_continues_from_is_the_captured_turn(renderer, strea
     assert trajectory.trainable
 
 
+def test_repeating_one_request_with_n_keeps_a_bounded_number_of_alternatives(renderer) -> None:
+    """An adversarial client sending the same n=16 request again and again must not grow the
+    server's memory: only the latest request's other choices are kept."""
+    from skyrl_sdk.agents.serving.protocol import MAX_N
+
+    policy = ScriptedPolicy([f"reply {i}" for i in range(4 * MAX_N)], renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server.session_url("flood"))
+        ask = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": MAX_N}
+        for _ in range(4):
+            api.chat.completions.create(**ask)
+        kept = server.store._sessions["flood"].alternatives  # what the server holds in memory
+    assert len(kept) == MAX_N - 1
+    assert [a.action for a in kept] == [f"reply {i}" for i in range(3 * MAX_N + 1, 4 * MAX_N)]
+
+
 def test_token_prompts_that_extend_the_last_turn_are_one_segment(renderer) -> None:
     """`/v1/completions` with token ids (how token-native clients call): a prompt that starts
     with the previous prompt plus the sampled ids continues the segment; the ids in between
