@@ -24,10 +24,13 @@ from skyrl_sdk.sandboxes.pool import PoolStats, SandboxPool
 from skyrl_sdk.sandboxes.portal import BackgroundLoop, background_loop
 from skyrl_sdk.sandboxes.safe_files import UnsafeFileError, read_regular_file
 from skyrl_sdk.sandboxes.spec import (
+    AGENT_UID,
     DEFAULT_DISK_BYTES,
+    VERIFIER_HOST_UID,
     BackendUnavailable,
     ExecResult,
     ExecStatus,
+    GradingIsolation,
     SandboxError,
     SandboxSpec,
 )
@@ -35,7 +38,9 @@ from skyrl_sdk.sandboxes.tracking import ReapReport, SandboxRecord, reap, record
 from skyrl_sdk.sandboxes.workspace import DiskCap, Workspace, chown_tree
 
 __all__ = [
+    "AGENT_UID",
     "DEFAULT_DISK_BYTES",
+    "VERIFIER_HOST_UID",
     "Backend",
     "BackendUnavailable",
     "BackgroundLoop",
@@ -43,6 +48,7 @@ __all__ = [
     "DiskCap",
     "ExecResult",
     "ExecStatus",
+    "GradingIsolation",
     "PoolStats",
     "ReapReport",
     "Sandbox",

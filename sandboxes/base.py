@@ -12,7 +12,13 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import ClassVar
 
-from skyrl_sdk.sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxError, SandboxSpec
+from skyrl_sdk.sandboxes.spec import (
+    DEFAULT_PATH,
+    ExecResult,
+    GradingIsolation,
+    SandboxError,
+    SandboxSpec,
+)
 
 Command = str | Sequence[str]
 """A shell command line (run with `/bin/sh -c`) or an argv list (run directly)."""
@@ -141,6 +147,13 @@ class Sandbox(abc.ABC):
     def host_workspace(self) -> Path | None:
         """The workspace's directory on the host, where the backend has one."""
         return None
+
+    @property
+    def grading_isolation(self) -> GradingIsolation:
+        """How a grading sandbox keeps agent programs from the verifier's powers
+        (`GradingIsolation`): `NOT_GRADING` unless `spec.grading`; backends that can run
+        agent programs under a uid of their own say `TWO_UID` once started."""
+        return GradingIsolation.SINGLE_UID if self.spec.grading else GradingIsolation.NOT_GRADING
 
     @abc.abstractmethod
     async def exec(

@@ -217,6 +217,9 @@ class BwrapSandbox(ServerSandbox):
             *network.bwrap_binds(spec),
             "--proc",
             "/proc",
+            # Grading: no process may open a /proc file for writing (e.g. /proc/PID/mem of
+            # the verifier's shell, to rewrite its code).
+            *(["--remount-ro", "/proc"] if spec.grading else []),
             "--dev",
             "/dev",
             *_sized(spec.disk_bytes),

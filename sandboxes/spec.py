@@ -22,6 +22,57 @@ DEFAULT_CPU_TIME_S = 600.0
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+AGENT_UID = 65534
+"""The agent's uid (`nobody`), inside a sandbox and on the host: bwrap as root runs agent
+commands as this uid, and a grading sandbox runs the programs it execs from agent-writable
+paths as this uid too (see `GradingIsolation.TWO_UID`)."""
+
+
+def _pick_verifier_uid(passwd: str = "/etc/passwd", group: str = "/etc/group") -> int:
+    """The first of 65533, 65532, ... that names no user or group of this host."""
+    used: set[int] = set()
+    for path in (passwd, group):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    fields = line.split(":")
+                    if len(fields) > 2 and fields[2].strip().isdigit():
+                        used.add(int(fields[2]))
+        except OSError:
+            continue
+    uid = 65533
+    while uid in used and uid > 60000:
+        uid -= 1
+    return uid
+
+
+VERIFIER_HOST_UID = _pick_verifier_uid()
+"""The host uid (and gid) that a two-uid grading sandbox's verifier runs as: its uid 0 inside
+(the command server and every command `exec` starts) maps to this uid on the host, never to
+host root. Files the verifier writes (e.g. a reward file) are owned by it on the host. 65533
+unless this host's /etc/passwd or /etc/group uses it (then the next free uid below)."""
+
+
+class GradingIsolation(enum.Enum):
+    """Which isolation a sandbox gives the programs its grading commands run
+    (`Sandbox.grading_isolation`)."""
+
+    TWO_UID = "two_uid"
+    """`SandboxSpec(grading=True)` with a second uid: the verifier (every command `exec`
+    starts) is uid 0 in a user namespace of its own, host uid `VERIFIER_HOST_UID`, with a few
+    capabilities (to write the agent's files, as root in Docker); every program it execs
+    from an agent-writable path, an interpreter given such a script, git and make in an
+    agent-writable tree, run as `AGENT_UID` with no capabilities: they cannot write the
+    verifier's files, signal or trace it, read its environment or write its memory. /proc
+    is read-only."""
+    SINGLE_UID = "single_uid"
+    """`SandboxSpec(grading=True)` where no second uid is available (not root, no C
+    compiler for the exec shim, another backend): /proc is read-only where the backend can
+    do it, but agent programs run with the verifier's uid. One warning is logged per
+    process; callers add a `single_uid` note to each trial."""
+    NOT_GRADING = "not_grading"
+    """The spec does not ask for grading (`SandboxSpec.grading` is False)."""
+
 
 class SandboxError(RuntimeError):
     """A sandbox could not be started, answered nonsense, or was used after `close()`."""
@@ -111,6 +162,11 @@ class SandboxSpec:
     minimal system: e.g. data a task needs, or a small virtualenv built for sandboxes (never
     the project's own venv: its packages and the checkout it points to would be readable).
     The local backend needs none; docker adds them as read-only volumes."""
+    grading: bool = False
+    """A grading (verifier) sandbox: its commands are the verifier, the workspace the agent's
+    work. /proc is read-only, and on bwrap as root the verifier gets a uid of its own and
+    programs it runs from agent-writable paths run as the agent (`GradingIsolation`; the
+    started sandbox's `grading_isolation` says which one it got)."""
     forward_ports: tuple[int, ...] = ()
     """TCP ports of the host's loopback reachable inside at 127.0.0.1:PORT (and [::1]:PORT),
     with or without `network`; nothing else of the host is. For an agent inside a sandbox
