@@ -1,0 +1,167 @@
+"""Agent programs a grading command runs cannot take over the grading (issue 23, item 1).
+
+Each test is a small verifier, run as a real grading sandbox's command the way a terminal
+check or a Harbor test.sh runs: it makes its result directory, runs the agent's program from
+the workspace, then writes its own verdict (0: the program's output is wrong). The agent's
+program attacks the verifier instead of doing its job:
+
+- it writes reward 1 into the verifier's result directory and replaces the verdict file
+  after the verifier wrote it (a writer left behind);
+- it kills the verifier's shell after planting reward 1, so no verdict of the verifier's
+  own is ever written;
+- it rewrites the verifier shell's memory through /proc/PID/mem (the issue's exit_group
+  rewrite: the shell resumes in code that writes reward 1 and exits 0).
+
+Under `GradingIsolation.TWO_UID` the program runs as `AGENT_UID` and the verifier as uid 0
+of its own user namespace (`VERIFIER_HOST_UID` on the host): each attack fails and the
+verdict is 0. Each test checks the verdict, not merely that a defence is configured.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import pytest
+
+from skyrl_sdk.sandboxes import (
+    AGENT_UID,
+    VERIFIER_HOST_UID,
+    GradingIsolation,
+    SandboxSpec,
+    create_sandbox,
+    grading_env,
+)
+from tests.conftest import arun, needs_bwrap
+
+pytestmark = [
+    needs_bwrap,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the two-uid grading sandbox needs root"),
+]
+
+# The verifier: result dir 0755 (its own), run the agent's program, write the verdict last.
+VERIFIER = """
+mkdir -p -m 0755 /tmp/verifier
+out=$(timeout 10 {run} 2>&1)
+echo "program printed: $out"
+if [ "$out" = "42" ]; then echo 1 > /tmp/verifier/reward.txt; else echo 0 > /tmp/verifier/reward.txt; fi
+sleep 0.5
+"""
+
+# Writes reward 1 into the verifier's result dir and leaves a writer that replaces the
+# verdict once the verifier has written its own.
+WRITER = r"""
+import os, subprocess, sys
+try:
+    open("/tmp/verifier/reward.txt", "w").write("1\n")
+    print("planted")
+except OSError as e:
+    print(f"refused: {e.strerror}")
+subprocess.Popen(
+    [sys.executable, "-c",
+     "import time\nfor _ in range(200):\n time.sleep(0.01)\n try: open('/tmp/verifier/reward.txt','w').write('1\\n')\n except OSError: pass"],
+    start_new_session=True,
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+)
+"""
+
+# Plants reward 1, then kills the verifier's shell so its verdict never comes.
+KILLER = r"""
+import os, signal
+
+def verifier_shell():
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            if b"mkdir -p -m 0755 /tmp/verifier" in open(f"/proc/{name}/cmdline", "rb").read():
+                pids.append(int(name))
+        except (OSError, ValueError):
+            continue
+    return min(pids)
+try:
+    open("/tmp/verifier/reward.txt", "w").write("1\n")
+except OSError as e:
+    print(f"refused: {e.strerror}")
+for pid in (verifier_shell(), 1):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError as e:
+        print(f"kill {pid} refused: {e.strerror}")
+"""
+
+# The issue's attack: find the verifier's shell, read where it resumes from
+# /proc/PID/syscall, write code there that writes reward 1 and calls exit_group(0).
+MEM = r"""
+import os, time
+
+def verifier_shell():
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            if b"mkdir -p -m 0755 /tmp/verifier" in open(f"/proc/{name}/cmdline", "rb").read():
+                pids.append(int(name))
+        except (OSError, ValueError):
+            continue
+    return min(pids)
+CODE = bytes.fromhex(
+    "488d3d2f000000be41020000baa4010000b8020000000f0589c7488d352f000000ba02000000b8010000000f0531ffb8e70000000f052f746d702f76657269666965722f7265776172642e7478740000310a"
+)
+pid = verifier_shell()
+fields = ["running"]
+for _ in range(200):
+    fields = open(f"/proc/{pid}/syscall").read().split()
+    if fields[0].isdigit():
+        break
+    time.sleep(0.01)
+try:
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+    os.pwrite(fd, CODE, int(fields[-1], 16))
+    print("mem written")
+except OSError as e:
+    print(f"mem refused: {e.strerror}")
+"""
+
+
+async def _grade(program: str, run: str) -> tuple[str, str, GradingIsolation]:
+    """Put `program` in the workspace as x.py, run the verifier, return (verdict, log, how)."""
+    spec = SandboxSpec(grading=True, files={"x.py": program}, timeout_s=30)
+    async with create_sandbox(spec) as sb:
+        os.chown(sb.host_workspace / "x.py", AGENT_UID, AGENT_UID)  # the agent's file
+        result = await sb.exec(VERIFIER.format(run=run), env=grading_env())
+        await sb.exec("sleep 1")  # a writer left behind has had its chance
+        try:
+            verdict = (await sb.read_file("/tmp/verifier/reward.txt")).decode().strip()
+        except FileNotFoundError:
+            verdict = "missing"
+        return verdict, result.output, sb.grading_isolation
+
+
+@pytest.mark.xfail(strict=True, reason="issue 23: agent programs share the verifier's uid")
+def test_an_agent_program_cannot_write_the_verifiers_result_dir():
+    verdict, log, how = arun(_grade(WRITER, "python3 /workspace/x.py"))
+    assert how is GradingIsolation.TWO_UID
+    assert verdict == "0", log
+    assert "refused: Permission denied" in log
+
+
+@pytest.mark.xfail(strict=True, reason="issue 23: agent programs share the verifier's uid")
+def test_an_agent_program_cannot_kill_the_verifier():
+    verdict, log, how = arun(_grade(KILLER, "python3 /workspace/x.py"))
+    assert how is GradingIsolation.TWO_UID
+    assert verdict == "0", log
+    assert "kill 1 refused: Operation not permitted" in log
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the planted code is x86-64")
+def test_an_agent_program_cannot_rewrite_the_verifiers_memory():
+    """Read-only /proc (landed with `SandboxSpec.grading`) already refuses the open; under two
+    uids the verifier's memory is also another user's."""
+    verdict, log, _ = arun(_grade(MEM, "python3 /workspace/x.py"))
+    assert verdict == "0", log
+    assert "mem refused" in log and "mem written" not in log
+
+
+def test_verifier_host_uid_is_neither_root_nor_the_agent():
+    assert VERIFIER_HOST_UID not in (0, AGENT_UID)
