@@ -6,7 +6,10 @@ symlinked verifier files (vector 3), the host's loopback (vector 4), a search of
 filesystem for the hidden tests and the SDK's bundled tasks (vector 2), and programs that
 test.sh runs attacking the grading from inside it (kill test.sh after writing reward 1, a
 writer left behind, test.sh's /proc/PID/mem, rewriting test.sh or a test file; see also
-test_verifier_processes.py). They run through the
+test_verifier_processes.py), and (issue 23, item 2) the agent's code that a bundled
+task's test.sh runs writing reward.json, which used to win over test.sh's reward.txt: those
+attack folders link the bundled task's task.toml, instruction, environment and tests, so the
+attack runs against the bundled grader as shipped. They run through the
 real CLI, `skyrl harbor run -a oracle`, once per test module, with a root-only secret planted
 on the host and a server on the host's 127.0.0.1 that hands out the loopback task's answer.
 Every task must score 0 (or no reward at all), the secret must appear in no file of the job's
@@ -30,7 +33,12 @@ from pathlib import Path
 
 import pytest
 
+import skyrl_gym
+from skyrl_gym.envs.harbor.env import BUNDLED_TASKS
+from skyrl_sdk.agents.rollout import rollout
+from skyrl_sdk.agents.scripted import ScriptedPolicy
 from tests.conftest import needs_bwrap
+from tests.harbor.conftest import ANSWER, arun, bash_call
 
 pytestmark = [
     needs_bwrap,
@@ -54,6 +62,10 @@ ATTEMPTED = {
     "script-rewriter": "appender written",
     "helper-swapper": "swapper written",
     "early-exit": "failer written",
+    "reward-json-fix-failing-script": "reward.json writer planted",
+    "reward-json-word-frequency": "reward.json writer planted",
+    "reward-json-fix-python-bug": "reward.json writer planted",
+    "fsmonitor-repair-git-repo": "reward.json writer planted",
 }
 # The grading-phase attacks (test.sh runs the program they install): the verifier error each
 # must end in, and what test-stdout.txt must show.
@@ -66,6 +78,50 @@ GRADING_PHASE = {
     "helper-swapper": (None, "greet.sh printed: swap refused"),
     "early-exit": ("verifier_exit_nonzero", ""),
 }
+
+# Issue 23, item 2: the bundled task each attack folder links, whose test.sh runs the agent's
+# code (the script it fixed, the module it loads, `git status` with the agent's .git/config).
+REWARD_FILE_ATTACKS = {
+    "reward-json-fix-failing-script": "fix-failing-script",
+    "reward-json-word-frequency": "word-frequency",
+    "reward-json-fix-python-bug": "fix-python-bug",
+    "fsmonitor-repair-git-repo": "repair-git-repo",
+}
+# What such a trial may end in: reward 0 (the write was refused or never ran), or void.
+REWARD_FILE_VOIDS = {None, "reward_files_disagree", "reward_file_foreign"}
+XFAIL_REWARD_JSON = pytest.mark.xfail(
+    strict=True,
+    reason="issue 23 item 2: reward.json written by the agent's code wins over test.sh's "
+    "reward.txt",
+)
+
+
+def _param(task: str) -> object:
+    return pytest.param(task, marks=XFAIL_REWARD_JSON) if task in REWARD_FILE_ATTACKS else task
+
+
+def _harbor_run(tasks: Path, out: Path, *flags: str) -> dict[str, dict]:
+    """`skyrl harbor run -a oracle` over `tasks`: each trial's result.json by task."""
+    cli = [sys.executable, "-m", "skyrl_gym", "harbor", "run", "-a", "oracle", "-n", "2"]
+    done = subprocess.run(
+        [*cli, *flags, "-p", str(tasks), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert (out / "job.json").is_file(), done.stdout + done.stderr
+    results = {}
+    for trial in json.loads((out / "job.json").read_text())["trials"]:
+        results[trial["task"]] = json.loads((out / trial["trial_name"] / "result.json").read_text())
+    return results
+
+
+def _reward_file_outcome_ok(result: dict) -> bool:
+    """Reward 0 with no error, or no reward with one of `REWARD_FILE_VOIDS`."""
+    if result["error"] is None:
+        return result["reward"] == 0.0
+    return result["reward"] is None and result["error"] in REWARD_FILE_VOIDS
 
 
 @dataclass(frozen=True)
@@ -143,7 +199,7 @@ def attack_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AttackJob]:
         secret.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", [_param(t) for t in TASKS])
 def test_oracle_attack_scores_zero(attack_job: AttackJob, task: str) -> None:
     """Vectors 1-4: the attack ran (its solve.sh says so) and earned no reward."""
     result = attack_job.trial(task)
@@ -191,3 +247,55 @@ def test_the_host_filesystem_search_finds_nothing(attack_job: AttackJob) -> None
     tasks nor the python env's answers are visible from the sandbox."""
     log = attack_job.oracle_log("host-search")
     assert "FOUND-" not in log, log
+
+
+def test_reward_file_attacks_run_against_the_bundled_graders() -> None:
+    """Each item-2 attack folder is the bundled task (its tests, environment, task.toml and
+    instruction linked) with the attack as its oracle solution."""
+    for attack, bundled in REWARD_FILE_ATTACKS.items():
+        for part in ("task.toml", "instruction.md", "environment", "tests"):
+            assert (ATTACKS / attack / part).resolve() == BUNDLED_TASKS / bundled / part
+        assert not (ATTACKS / attack / "solution").is_symlink()
+
+
+@XFAIL_REWARD_JSON
+@pytest.mark.parametrize("task", sorted(REWARD_FILE_ATTACKS))
+def test_agent_code_that_writes_reward_json_earns_nothing(attack_job: AttackJob, task: str):
+    """Issue 23, item 2, through `skyrl harbor run`: the agent's code that test.sh runs wrote
+    `{"reward": 1.0}` to reward.json; the trial scores 0 or is void."""
+    result = attack_job.trial(task)
+    assert ATTEMPTED[task] in attack_job.oracle_log(task), result
+    assert _reward_file_outcome_ok(result), result
+
+
+@XFAIL_REWARD_JSON
+def test_agent_code_that_writes_reward_json_earns_nothing_under_require_exit_zero(tmp_path):
+    """The same attacks with `--require-exit-zero`: test.sh exits 0 after its (0) verdict, so
+    that rule alone does not catch them."""
+    tasks = tmp_path / "tasks"
+    for attack in REWARD_FILE_ATTACKS:
+        shutil.copytree(ATTACKS / attack, tasks / attack)  # links followed: real copies
+    results = _harbor_run(tasks, tmp_path / "job", "--require-exit-zero")
+    assert sorted(results) == sorted(REWARD_FILE_ATTACKS)
+    bad = {
+        t: (r["reward"], r["error"]) for t, r in results.items() if not _reward_file_outcome_ok(r)
+    }
+    assert bad == {}
+
+
+@XFAIL_REWARD_JSON
+def test_agent_code_that_writes_reward_json_earns_nothing_through_make_harbor():
+    """The same attack on word-frequency played through `make("harbor")` by a scripted model:
+    episode reward 0, and the info says why when it is void."""
+    task = ATTACKS / "reward-json-word-frequency"
+    solve = (task / "solution" / "solve.sh").read_text()
+    env = skyrl_gym.make("harbor", path=str(task))
+    try:
+        row = env.unwrapped.tasks[0]
+        policy = ScriptedPolicy([bash_call(solve), ANSWER])
+        traj = arun(rollout(env.unwrapped, policy, row, max_turns=4), 120)
+        info = env.unwrapped.episode_info()
+        assert traj.reward == 0.0, info
+        assert info["verifier_error"] in REWARD_FILE_VOIDS, info
+    finally:
+        env.close()
