@@ -112,6 +112,16 @@ def test_a_program_the_check_runs_cannot_write_the_checks_memory(task_id: str) -
     assert "mem written" not in check["output"], check
 
 
+@pytest.mark.xfail(
+    strict=True, reason="issue 23 item 1: terminal-009's test imports fib.py into its own process"
+)
+def test_a_module_the_check_imports_cannot_end_the_check_early() -> None:
+    """fib.py exits 0 the moment it is imported: the test must not import it in-process."""
+    reward, check = play("terminal-009", _heredoc("fib.py", "import os\nos._exit(0)\n"))
+    assert reward == 0.0, check
+    assert "fib printed ''" in check["output"], check
+
+
 # terminal-001: the agent writes a wrong count, then edits app.log to agree with it.
 LOG_ATTACK = "echo 0 > errors.txt && sed -i 's/ERROR/error/' app.log"
 
