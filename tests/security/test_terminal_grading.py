@@ -102,9 +102,6 @@ def play(task_id: str, command: str) -> tuple[float, dict[str, Any]]:
         env.close()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 23 item 1: the terminal grading sandbox's /proc is writable"
-)
 @pytest.mark.parametrize("task_id", sorted(MEM_ATTACKS))
 def test_a_program_the_check_runs_cannot_write_the_checks_memory(task_id: str) -> None:
     reward, check = play(task_id, MEM_ATTACKS[task_id])
@@ -112,9 +109,6 @@ def test_a_program_the_check_runs_cannot_write_the_checks_memory(task_id: str) -
     assert "mem written" not in check["output"], check
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 23 item 1: terminal-009's test imports fib.py into its own process"
-)
 def test_a_module_the_check_imports_cannot_end_the_check_early() -> None:
     """fib.py exits 0 the moment it is imported: the test must not import it in-process."""
     reward, check = play("terminal-009", _heredoc("fib.py", "import os\nos._exit(0)\n"))
@@ -126,17 +120,11 @@ def test_a_module_the_check_imports_cannot_end_the_check_early() -> None:
 LOG_ATTACK = "echo 0 > errors.txt && sed -i 's/ERROR/error/' app.log"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 23 item 4: terminal-001's expected value comes from app.log"
-)
 def test_editing_app_log_does_not_move_terminal_001s_expected_value() -> None:
     reward, check = play("terminal-001", LOG_ATTACK)
     assert reward == 0.0, check
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 23 items 1 and 4: the same attacks through `skyrl eval`"
-)
 def test_the_attacks_score_nothing_through_skyrl_eval(tmp_path: Path) -> None:
     attacks = {**MEM_ATTACKS, "terminal-001": LOG_ATTACK}
     with (tmp_path / "tasks.jsonl").open("w") as f:

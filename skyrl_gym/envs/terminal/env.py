@@ -13,6 +13,17 @@ user site-packages are off, `PYTHONSAFEPATH` keeps the workspace (the check's cw
 `sys.path` unless the check puts it there itself, and `PATH` is the system's. The check's exit
 status is all the host reads back; the grading sandbox is closed before it is scored.
 
+The grading sandbox is a `SandboxSpec(grading=True)` one: its /proc is read-only, so a program
+the check runs (`python3 calc.py`, `./sum.sh`) cannot open the check's `/proc/PID/mem` to
+rewrite where its shell resumes (ptrace and process_vm_writev are refused by the seccomp
+filter), and where the sandbox has a second uid (`GradingIsolation.TWO_UID`: bwrap as root)
+programs from the workspace run as the agent's uid, so they cannot signal the check either.
+Where it has not (`SINGLE_UID`), the episode's `info["episode"]["notes"]` says `single_uid`.
+`info["episode"]["check"]["isolation"]` names the isolation either way. What no sandbox can
+isolate is agent code a check imports into its own process: the bundled checks never do
+(terminal-009's test runs `fib` in a child and compares what it prints), and they take
+expected values from the task, never from the workspace (see `make_tasks`).
+
 The workspace is a `Workspace`: size-capped (`disk_bytes`, a tmpfs as root), recorded with its
 owner so `skyrl sandbox reap` removes it after a SIGKILL, and released by `close()` or the next
 `reset()`.
@@ -31,6 +42,7 @@ from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
     Backend,
+    GradingIsolation,
     Sandbox,
     SandboxSpec,
     Workspace,
@@ -43,6 +55,11 @@ from skyrl_sdk.tools.files import file_tools
 
 TASKS_FILE = Path(__file__).with_name("tasks.jsonl")
 GRADER_DIR = "/tmp/grader"
+SINGLE_UID_NOTE = (
+    "single_uid: the check's sandbox had no second uid (not root, no exec shim, or another "
+    "backend), so the programs it ran from the workspace had the check's uid"
+)
+"""The episode's note when its grading sandbox had `GradingIsolation.SINGLE_UID`."""
 
 
 @cache
@@ -111,6 +128,7 @@ class TerminalEnv(SandboxToolEnv):
             workspace_dir=str(self._workspace.path),
             files={},
             network=False,
+            grading=True,  # read-only /proc; agent programs under the agent's uid
         )
         # Leaving the `async with` closes the grading sandbox (killing anything the check
         # started) before the result is used.
@@ -122,15 +140,20 @@ class TerminalEnv(SandboxToolEnv):
                 timeout=self.check_timeout_s,
                 env=grading_env({"GRADER": GRADER_DIR}),
             )
+            isolation = grader.grading_isolation
         self.last_check = {
             "exit_code": result.exit_code,
             "output": result.output[-2000:],
             "timed_out": result.timed_out,
+            "isolation": isolation.value,
         }
         return 1.0 if result.ok else 0.0
 
     def episode_info(self) -> dict[str, Any]:
-        return {"check": self.last_check}
+        info: dict[str, Any] = {"check": self.last_check}
+        if self.last_check and self.last_check["isolation"] == GradingIsolation.SINGLE_UID.value:
+            info["notes"] = [SINGLE_UID_NOTE]
+        return info
 
     def _drop_workspace(self) -> None:
         workspace, self._workspace = self._workspace, None

@@ -2,6 +2,13 @@
 
 The test suite checks, in real sandboxes, that every check fails on the starting workspace and
 passes after the reference `solution` runs.
+
+What a check may trust: the workspace is the agent's, so a check reads the agent's files as the
+answer only. Expected values are computed here, at build time, and written into the check
+(terminal-001 counts the ERROR lines of `LOG`, not of the `app.log` the agent can edit), and
+no check imports the agent's code into the process whose exit status is the verdict:
+terminal-009's test runs `fib` in a child process and compares what it prints (a module
+imported in-process could simply `os._exit(0)`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,32 @@ LOG = "\n".join(
     f"2024-01-{d:02d} {'ERROR' if d % 3 == 0 else 'INFO'} job {d} {'failed' if d % 3 == 0 else 'ok'}"
     for d in range(1, 29)
 )
+LOG_ERRORS = sum("ERROR" in line for line in LOG.splitlines())
+"""terminal-001's expected answer, counted here: the agent can edit app.log."""
+
+# terminal-009: the agent's fib runs in a child process (`fib` is imported there, never
+# into the test itself) and the test compares what it prints with values computed here.
+FIB_CASES = (*range(10), 90)
+
+
+def _fib(n: int) -> int:
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+
+
+FIB_VALUES = " ".join(str(_fib(n)) for n in FIB_CASES)
+FIB_TEST = f"""\
+import subprocess
+import sys
+
+child = "import sys; sys.path.insert(0, '.'); from fib import fib; print(*map(fib, {FIB_CASES}))"
+run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=20)
+got = run.stdout.strip()
+assert got == {FIB_VALUES!r}, f"fib printed {{got!r}} (exit {{run.returncode}}): {{run.stderr[-500:]}}"
+print("ok")
+"""
 
 TASKS = [
     {
@@ -24,7 +57,7 @@ TASKS = [
     {
         "instruction": "Count the lines containing ERROR in app.log and write just that number to errors.txt.",
         "files": {"app.log": LOG + "\n"},
-        "check": 'test "$(tr -d " \\n" < errors.txt)" = "$(grep -c ERROR app.log)"',
+        "check": f'test "$(tr -d " \\n" < errors.txt)" = {LOG_ERRORS}',
         "solution": "grep -c ERROR app.log > errors.txt",
     },
     {
@@ -72,9 +105,7 @@ TASKS = [
     {
         "instruction": "Write a Python module fib.py with a function fib(n) returning the n-th Fibonacci number (fib(0) = 0, fib(1) = 1). The grader runs its own tests.",
         "files": {},
-        "check_files": {
-            "test_fib.py": "import sys\nsys.path.insert(0, '.')\nfrom fib import fib\nassert [fib(i) for i in range(10)] == [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]\nassert fib(90) == 2880067194370816120\nprint('ok')\n"
-        },
+        "check_files": {"test_fib.py": FIB_TEST},
         "check": 'python3 "$GRADER/test_fib.py"',
         "solution": "printf 'def fib(n):\\n    a, b = 0, 1\\n    for _ in range(n):\\n        a, b = b, a + b\\n    return a\\n' > fib.py",
     },
