@@ -233,3 +233,96 @@ def choose(*, need_static: bool) -> NativeServer | None:
             _warned = True
             _log.warning("%s; sandboxes use the slower Python command server", e)
         return None
+
+
+# ---- the grading helper and exec shim (`_grading.c`) ------------------------------------------
+
+GRADING_SOURCE = Path(__file__).with_name("_grading.c")
+GRADING_HELPER_INSIDE = "/run/skyrl-grading"
+"""Where a two-uid grading sandbox binds the helper (its `exec` and `skyrl-as-agent` modes)."""
+GRADING_SHIM_INSIDE = "/run/skyrl-grading-shim.so"
+"""Where it binds the exec shim (put in LD_PRELOAD of every grading command)."""
+
+
+@dataclass(frozen=True)
+class GradingTools:
+    """The built pieces of a two-uid grading sandbox (see `_grading.c`)."""
+
+    helper: Path
+    """The helper executable: `launch` on the host, `exec` and `skyrl-as-agent` inside."""
+    shim: Path
+    """The exec shim, a shared library for LD_PRELOAD."""
+    static: bool
+    """The helper is statically linked (it runs inside any image root)."""
+
+
+def _grading_hash() -> str:
+    digest = hashlib.sha256(GRADING_SOURCE.read_bytes())
+    digest.update(repr((_FLAGS, platform.machine(), "grading")).encode())
+    return digest.hexdigest()[:16]
+
+
+def _compile_helper(cc: str, out: Path) -> None:
+    errors = []
+    for extra in (("-static",), ()):
+        cmd = [cc, *_FLAGS, *extra, "-o", str(out), str(GRADING_SOURCE)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
+        if done.returncode == 0:
+            out.chmod(0o755)
+            return
+        errors.append(f"$ {' '.join(cmd)}\n{done.stderr.strip()[-2000:]}")
+    raise RuntimeError("cannot compile the grading helper:\n" + "\n".join(errors))
+
+
+def _compile_shim(cc: str, out: Path) -> None:
+    cmd = [cc, *_FLAGS, "-shared", "-fPIC", "-DSKYRL_SHIM", "-o", str(out), str(GRADING_SOURCE)]
+    done = subprocess.run(
+        [*cmd, "-ldl"], capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"cannot compile the exec shim:\n$ {' '.join(cmd)}\n{done.stderr[-2000:]}"
+        )
+    out.chmod(0o755)
+
+
+_grading_lock = threading.Lock()
+_grading_built: GradingTools | None = None
+_grading_failure: str | None = None
+
+
+def build_grading() -> GradingTools:
+    """The grading helper and exec shim, compiled on first use (once per source hash, in
+    `binary_dir()`, like the command server). Raises `BackendUnavailable` with the reason
+    (no C compiler, a failed build, a helper that does not run here); later calls in this
+    process fail at once."""
+    global _grading_built, _grading_failure
+    with _grading_lock:
+        if _grading_built is not None:
+            return _grading_built
+        if _grading_failure is not None:
+            raise BackendUnavailable(_grading_failure)
+        cc = compiler()
+        try:
+            if cc is None:
+                raise RuntimeError("no C compiler (install the Debian packages gcc and libc6-dev)")
+            tag = _grading_hash()
+            helper = build_once(
+                binary_dir() / f"skyrl-grading-{tag}", lambda o: _compile_helper(cc, o)
+            )
+            shim = build_once(
+                binary_dir() / f"skyrl-grading-shim-{tag}.so", lambda o: _compile_shim(cc, o)
+            )
+            done = subprocess.run([str(helper), "--version"], capture_output=True, timeout=30)
+            if done.returncode != 0 or b"ready" not in done.stdout:
+                raise RuntimeError(f"{helper} does not run here: {done.stderr[-500:]!r}")
+            _grading_built = GradingTools(helper, shim, _is_static(helper))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            _grading_failure = f"the grading helper is unavailable: {e}"
+            raise BackendUnavailable(_grading_failure) from None
+        return _grading_built
+
+
+def grading_settled() -> bool:
+    """True when `build_grading` answers without compiling."""
+    return _grading_built is not None or _grading_failure is not None

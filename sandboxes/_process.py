@@ -222,6 +222,11 @@ class ServerSandbox(Sandbox):
         (`_server.py`); None until started. `$SKYRL_SANDBOX_SERVER` chooses."""
         return self._server_kind
 
+    def _command(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment the server is asked to run for one `exec` (a two-uid
+        grading sandbox routes them through its exec shim)."""
+        return argv, env
+
     @property
     def _run_as(self) -> int | None:
         """Host uid the sandbox runs as (the workspace is handed to it), or None for ours."""
@@ -544,10 +549,11 @@ class ServerSandbox(Sandbox):
         argv = to_argv(cmd)
         limit = self._exec_limit(timeout)
         spec = self.spec
+        argv, command_env = self._command(argv, self.base_env(env))
         request: dict[str, Any] = {
             "op": "exec",
             "argv": argv,
-            "env": self.base_env(env),
+            "env": command_env,
             "cwd": self.resolve(cwd) if cwd else self.workdir,
             "timeout": float(limit),
             "stdin": to_bytes(stdin, "stdin"),

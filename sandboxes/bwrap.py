@@ -26,16 +26,51 @@ bwrap >= 0.8 also disables user namespaces (`--disable-userns`).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import shutil
 from functools import cache
 from pathlib import Path
 
-from skyrl_sdk.sandboxes import network, seccomp
-from skyrl_sdk.sandboxes._native import INSIDE_PATH
+from skyrl_sdk.sandboxes import _native, network, seccomp
+from skyrl_sdk.sandboxes._native import (
+    GRADING_HELPER_INSIDE,
+    GRADING_SHIM_INSIDE,
+    INSIDE_PATH,
+    GradingTools,
+)
 from skyrl_sdk.sandboxes._process import SANDBOX_UID, ServerSandbox
+from skyrl_sdk.sandboxes.grading import GRADING_HOME
 from skyrl_sdk.sandboxes.network import NetworkMode
-from skyrl_sdk.sandboxes.spec import BackendUnavailable, SandboxError
+from skyrl_sdk.sandboxes.spec import (
+    AGENT_UID,
+    VERIFIER_HOST_UID,
+    BackendUnavailable,
+    GradingIsolation,
+    SandboxError,
+)
+
+GRADING_UIDS_ENV = "SKYRL_GRADING_UIDS"
+"""Set to `off` to run grading sandboxes with one uid (`GradingIsolation.SINGLE_UID`) even
+where two are available (for tests and for comparing)."""
+# The verifier's capabilities inside its user namespace: change uid (the drop to the agent's),
+# write and own the agent's files as Docker's root does, and end the agent's processes.
+# Nothing else: no CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP.
+VERIFIER_CAPS = (
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_DAC_OVERRIDE",
+    "CAP_CHOWN",
+    "CAP_FOWNER",
+    "CAP_KILL",
+)
+VERIFIER_HOME = "/run/verifier-home"
+"""The verifier's HOME in a two-uid grading sandbox when the caller asked for
+`grading.GRADING_HOME` (/tmp, which the agent's programs can write there): its own 0700
+directory. Agent programs the verifier runs get HOME=/tmp instead."""
+_log = logging.getLogger(__name__)
+_warned_single_uid = False
 
 # With `spec.rootfs` (an image's root), every top-level entry is shown except these: the
 # kernel filesystems and /tmp, /run are fresh, and per-user directories stay hidden.
@@ -157,6 +192,38 @@ class BwrapSandbox(ServerSandbox):
 
     backend = "bwrap"
 
+    def __init__(self, spec=None):
+        super().__init__(spec)
+        # The helper and shim of a two-uid grading sandbox; None: one uid (or not grading).
+        self._grading_tools: GradingTools | None = None
+        self._isolation = (
+            GradingIsolation.SINGLE_UID if self.spec.grading else GradingIsolation.NOT_GRADING
+        )
+
+    @property
+    def grading_isolation(self) -> GradingIsolation:
+        """`TWO_UID` when this grading sandbox runs agent programs under `AGENT_UID` and the
+        verifier under a uid of its own (known once started); see `GradingIsolation`."""
+        return self._isolation
+
+    def _pick_grading(self) -> GradingTools | None:
+        """The tools of a two-uid grading sandbox, or None (with the reason logged once)."""
+        reason = None
+        if os.environ.get(GRADING_UIDS_ENV, "").strip().lower() == "off":
+            reason = f"${GRADING_UIDS_ENV}=off"
+        elif os.geteuid() != 0:
+            reason = "not running as root (a second uid needs root to map it)"
+        else:
+            try:
+                tools = _native.build_grading()
+                if self.spec.rootfs and not tools.static:
+                    raise BackendUnavailable("the grading helper is not static (no libc.a)")
+                return tools
+            except BackendUnavailable as e:
+                reason = str(e)
+        _warn_single_uid(reason)
+        return None
+
     @property
     def workdir(self) -> str:
         return self.spec.workdir.rstrip("/")
@@ -166,12 +233,46 @@ class BwrapSandbox(ServerSandbox):
         return SANDBOX_UID if os.geteuid() == 0 else None
 
     async def _launch(self) -> None:
+        if self.spec.grading:
+            if _native.grading_settled() or os.geteuid() != 0:
+                self._grading_tools = self._pick_grading()
+            else:  # the first grading start of this process may compile: off the event loop
+                self._grading_tools = await asyncio.to_thread(self._pick_grading)
         await super()._launch()
         if self._proc is not None:  # networked: pasta configures the namespace meanwhile
             try:
                 await network.wait_ready(self.spec, self._proc.pid)
             except SandboxError as e:
                 raise SandboxError(f"{e}{self._log_tail()}") from None
+        if self._grading_tools is not None:
+            self._isolation = GradingIsolation.TWO_UID
+            if self.spec.rootfs and not await self._shim_loads():
+                self._isolation = GradingIsolation.SINGLE_UID
+                _warn_single_uid(
+                    f"the exec shim does not load in the image root {self.spec.rootfs}"
+                )
+
+    async def _shim_loads(self) -> bool:
+        """True if the exec shim loads into the root's /bin/sh (an image's libc may be too
+        old for it, or its sh static): its constructor answers the probe variable."""
+        probe = await self.exec(["/bin/sh", "-c", ":"], env={"SKYRL_GRADING_SHIM_PROBE": "1"})
+        return "skyrl-grading-shim-ok" in probe.stdout
+
+    def _command(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        if self._grading_tools is None:
+            return argv, env
+        # Two uids: the first program goes through the helper's decision (the command server
+        # is static and loads no shim), and every later exec through the shim.
+        if env.get("HOME") == GRADING_HOME:
+            # /tmp is open to the agent's programs here: a .gitconfig or other dotfile one of
+            # them leaves there must not configure the verifier's later commands.
+            env = {**env, "HOME": VERIFIER_HOME}
+        preload = env.get("LD_PRELOAD", "")
+        env = {
+            **env,
+            "LD_PRELOAD": f"{GRADING_SHIM_INSIDE}:{preload}" if preload else GRADING_SHIM_INSIDE,
+        }
+        return [GRADING_HELPER_INSIDE, "exec", "--", *argv], env
 
     def _interpreter_key(self) -> tuple[str, ...]:
         return (self.backend, self.spec.rootfs or "/", self.spec.python)
@@ -188,7 +289,12 @@ class BwrapSandbox(ServerSandbox):
             if not os.path.isdir(path):
                 raise SandboxError(f"SandboxSpec.ro_binds: {path!r} is not a directory on the host")
         prefix: list[str] = []
-        if os.geteuid() == 0:
+        tools = self._grading_tools
+        if tools is not None:
+            # Two uids: the helper makes a user namespace (uid 0 = VERIFIER_HOST_UID, AGENT_UID
+            # = itself) and execs bwrap as its uid 0, so bwrap runs privileged in there only.
+            prefix = [str(tools.helper), "launch", str(VERIFIER_HOST_UID), str(AGENT_UID), "--"]
+        elif os.geteuid() == 0:
             setpriv = shutil.which("setpriv")
             if setpriv is None:
                 raise BackendUnavailable(
@@ -199,16 +305,37 @@ class BwrapSandbox(ServerSandbox):
         top = self.workdir.strip("/").split("/")[0]
         system = _root_binds(spec.rootfs, top) if spec.rootfs else _system_binds(spec.network)
         seccomp_fd = seccomp.filter_fd() if seccomp.supported() else None
-        if seccomp_fd is not None:
-            self._pass_fds = (seccomp_fd,)  # closed by the caller once the server is spawned
+        # An empty file over /proc/cmdline (the host kernel's command line): bwrap copies
+        # what it reads from this descriptor into a file of its own, so no host path shows.
+        empty_fd = os.open(os.devnull, os.O_RDONLY)
+        # Closed by the caller once the server is spawned.
+        self._pass_fds = (empty_fd,) if seccomp_fd is None else (seccomp_fd, empty_fd)
         self._seccomp_loaded = seccomp_fd is not None
-        self._userns_disabled = bool(_userns_args())
+        networked = network.network_mode(spec) is not NetworkMode.NONE
+        if tools is None:
+            self._userns_disabled = bool(_userns_args())
+            namespaces = [
+                "--unshare-all",
+                # Networked: keep the namespace `network.wrap_launcher` made (never the host's).
+                *(["--share-net"] if networked else []),
+                *_userns_args(),
+            ]
+        else:
+            # The user namespace is the helper's; nested ones are refused by the seccomp filter
+            # (bwrap's --disable-userns needs --unshare-user).
+            namespaces = [
+                "--unshare-pid",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+                *([] if networked else ["--unshare-net"]),
+                "--cap-drop",
+                "ALL",
+                *(arg for cap in VERIFIER_CAPS for arg in ("--cap-add", cap)),
+            ]
         args = [
             bwrap_path(),
-            "--unshare-all",
-            # Networked: keep the namespace `network.wrap_launcher` made (never the host's).
-            *(["--share-net"] if network.network_mode(spec) is not NetworkMode.NONE else []),
-            *_userns_args(),
+            *namespaces,
             "--new-session",
             "--as-pid-1",
             "--hostname",
@@ -219,10 +346,17 @@ class BwrapSandbox(ServerSandbox):
             "/proc",
             # Grading: no process may open a /proc file for writing (e.g. /proc/PID/mem of
             # the verifier's shell, to rewrite its code).
+            "--perms",
+            "0444",
+            "--ro-bind-data",
+            str(empty_fd),
+            "/proc/cmdline",
             *(["--remount-ro", "/proc"] if spec.grading else []),
             "--dev",
             "/dev",
             *_sized(spec.disk_bytes),
+            # Two uids: /tmp is the verifier's, sticky and open to all, as in Docker.
+            *(["--perms", "1777"] if tools is not None else []),
             "--tmpfs",
             "/tmp",
             *_sized(min(spec.disk_bytes or _RUN_TMPFS_BYTES, _RUN_TMPFS_BYTES)),
@@ -230,6 +364,22 @@ class BwrapSandbox(ServerSandbox):
             "/run",
             # The native command server, read-only, on the fresh /run (after its tmpfs).
             *(["--ro-bind", self._server_binary, INSIDE_PATH] if self._server_binary else []),
+            *(
+                [
+                    "--perms",
+                    "0700",
+                    "--dir",
+                    VERIFIER_HOME,
+                    "--ro-bind",
+                    str(tools.helper),
+                    GRADING_HELPER_INSIDE,
+                    "--ro-bind",
+                    str(tools.shim),
+                    GRADING_SHIM_INSIDE,
+                ]
+                if tools is not None
+                else []
+            ),
             *(arg for path in spec.ro_binds for arg in ("--ro-bind", path, path)),
             "--bind",
             str(workspace),
@@ -244,6 +394,18 @@ class BwrapSandbox(ServerSandbox):
 
     def _tmp_cap(self) -> str:
         return "tmpfs" if self.spec.disk_bytes else "none"
+
+
+def _warn_single_uid(reason: str) -> None:
+    """One warning per process: grading runs agent programs with the verifier's uid."""
+    global _warned_single_uid
+    if not _warned_single_uid:
+        _warned_single_uid = True
+        _log.warning(
+            "grading sandboxes run with a single uid (%s): agent programs the verifier runs "
+            "share its uid; callers note `single_uid` on each trial",
+            reason,
+        )
 
 
 def _sized(size: int | None) -> list[str]:

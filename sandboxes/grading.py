@@ -11,7 +11,15 @@ whatever reward it likes. `grading_env()` closes the routes that do not depend o
 - `PYTHONSAFEPATH=1` (Python >= 3.11): neither the current directory nor the script's
   directory is put on `sys.path`, so `/app/json.py` does not shadow the standard library;
 - `PYTHONDONTWRITEBYTECODE=1`: the verifier leaves no `.pyc` behind;
-- `PATH`: the default system PATH, without any agent-writable directory.
+- `PATH`: the default system PATH, without any agent-writable directory;
+- `GIT_CONFIG_COUNT`/`KEY`/`VALUE`: `core.hooksPath=/dev/null` and `core.fsmonitor=false`,
+  above every config file, so git run by the verifier runs no hook or fsmonitor the agent
+  put in its repository's `.git/config` or `.git/hooks`.
+
+In a two-uid grading sandbox (`SandboxSpec(grading=True)`, `GradingIsolation.TWO_UID`) the
+verifier's `HOME=/tmp` becomes a directory of its own (`bwrap.VERIFIER_HOME`), since the
+agent's programs may write /tmp there, and programs the verifier runs from agent-writable
+paths run as the agent (see `sandboxes/_grading.c`).
 
 What a task author must still do: not import or execute code from the workspace in the
 verifier (e.g. `sys.path.insert(0, "/app")` or `source /app/env.sh` re-opens the hole), run
@@ -25,7 +33,17 @@ from collections.abc import Mapping
 
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
-__all__ = ["GRADING_HOME", "grading_env"]
+__all__ = ["GIT_HARDENING", "GRADING_HOME", "grading_env"]
+
+GIT_HARDENING = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+}
+"""Git configuration given on git's command-line level (above every config file): no hooks
+and no fsmonitor from an agent's `.git/config`, whoever runs git."""
 
 GRADING_HOME = "/tmp"
 """`HOME` of a grading command: the grading sandbox's own fresh tmpfs."""
@@ -50,6 +68,7 @@ def grading_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "PYTHONNOUSERSITE": "1",
             "PYTHONSAFEPATH": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
+            **GIT_HARDENING,
         }
     )
     return env

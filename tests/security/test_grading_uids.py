@@ -110,12 +110,12 @@ CODE = bytes.fromhex(
 )
 pid = verifier_shell()
 fields = ["running"]
-for _ in range(200):
-    fields = open(f"/proc/{pid}/syscall").read().split()
-    if fields[0].isdigit():
-        break
-    time.sleep(0.01)
 try:
+    for _ in range(200):
+        fields = open(f"/proc/{pid}/syscall").read().split()
+        if fields[0].isdigit():
+            break
+        time.sleep(0.01)
     fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
     os.pwrite(fd, CODE, int(fields[-1], 16))
     print("mem written")
@@ -138,7 +138,6 @@ async def _grade(program: str, run: str) -> tuple[str, str, GradingIsolation]:
         return verdict, result.output, sb.grading_isolation
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23: agent programs share the verifier's uid")
 def test_an_agent_program_cannot_write_the_verifiers_result_dir():
     verdict, log, how = arun(_grade(WRITER, "python3 /workspace/x.py"))
     assert how is GradingIsolation.TWO_UID
@@ -146,7 +145,6 @@ def test_an_agent_program_cannot_write_the_verifiers_result_dir():
     assert "refused: Permission denied" in log
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23: agent programs share the verifier's uid")
 def test_an_agent_program_cannot_kill_the_verifier():
     verdict, log, how = arun(_grade(KILLER, "python3 /workspace/x.py"))
     assert how is GradingIsolation.TWO_UID
