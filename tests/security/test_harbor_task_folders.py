@@ -1,0 +1,224 @@
+"""Issue 23, items 7 and 8: a task folder must not harm the host, leak its secrets, or lose logs.
+
+Each test builds a hostile task folder at test time (big files are sparse, made with
+`truncate`, never committed) and runs it end to end through the real CLI,
+`skyrl harbor run -a oracle`:
+
+- (a) `storage_mb = 100000000` and a sparse 2 GiB file the Dockerfile COPYs: the host must not
+  write it densely into the workspace (its allocated blocks stay near zero), and the disk cap
+  is clamped to a host-sized maximum with a note naming the task's value; a dense COPY larger
+  than the task's memory cap is charged to the sandbox's memory cgroup (it cannot land);
+- (b) a sparse 512 MiB instruction.md is refused as an invalid task, without being read
+  whole (the CLI's peak RSS stays low);
+- (c) `${SKYRL_API_KEY}` / `${OPENAI_API_KEY}` in task.toml's env tables do not copy the
+  host's values into the agent's (or the verifier's) environment unless `--pass-env` allows
+  them; a note names each variable, never its value;
+- (d) a log tree deeper than Python's recursion limit under /logs/agent is not cut silently:
+  the rest of the logs are copied and a note says what was not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_bwrap
+from tests.harbor.conftest import make_task
+
+pytestmark = needs_bwrap
+
+REPO = Path(__file__).parents[2]
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def _harbor_run(
+    tasks: Path, out: Path, *flags: str, env: dict[str, str] | None = None
+) -> tuple[dict, subprocess.CompletedProcess[str]]:
+    """`skyrl harbor run -a oracle` over `tasks`; the only trial's result.json and the run."""
+    cli = [sys.executable, "-m", "skyrl_gym", "harbor", "run", "-a", "oracle"]
+    done = subprocess.run(
+        [*cli, *flags, "-p", str(tasks), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+    assert (out / "job.json").is_file(), done.stdout + done.stderr
+    (trial,) = json.loads((out / "job.json").read_text())["trials"]
+    return json.loads((out / trial["trial_name"] / "result.json").read_text()), done
+
+
+def _trial_dir(out: Path) -> Path:
+    (trial,) = json.loads((out / "job.json").read_text())["trials"]
+    return out / trial["trial_name"]
+
+
+def _toml(environment: str = "", extra: str = "") -> str:
+    """A task.toml: `environment` lines go into `[environment]`, `extra` after it."""
+    head = "[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 30.0\n[environment]\n"
+    return f'schema_version = "1.4"\n{head}network_mode = "no-network"\n{environment}\n{extra}\n'
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the workspace is a tmpfs as root")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 23 item 7: the host copies a COPY densely into an uncapped tmpfs (storage_mb not clamped)",
+)
+def test_sparse_copy_stays_sparse_and_storage_is_clamped(tmp_path: Path) -> None:
+    """(a) The 36 KB task folder: a huge storage_mb and a sparse 2 GiB COPY."""
+    task = make_task(
+        tmp_path,
+        "sparse-copy",
+        toml=_toml("storage_mb = 100000000"),
+        dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\nCOPY big.bin /app/big.bin\n",
+        solve_sh=(
+            "stat -c '%b %B %s' /app/big.bin > /logs/agent/big.txt; "
+            "df -B1 --output=size /app | tail -1 > /logs/agent/df.txt; echo ok > /app/done.txt"
+        ),
+    )
+    with open(task / "environment" / "big.bin", "wb") as f:
+        f.truncate(2 * GiB)  # sparse: no block allocated
+    result, done = _harbor_run(task, tmp_path / "out")
+    assert result["reward"] == 1.0, (result, done.stdout)
+    trial = _trial_dir(tmp_path / "out")
+    blocks, block_size, size = map(int, (trial / "agent" / "big.txt").read_text().split())
+    assert size == 2 * GiB  # the file is there, at its full length...
+    assert blocks * block_size < MiB, "the host wrote the sparse file densely"  # ...unwritten
+    workspace = int((trial / "agent" / "df.txt").read_text())
+    mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert workspace <= mem_total // 2, "storage_mb was not clamped to the host"
+    notes = "\n".join(result["environment_notes"])
+    assert "storage_mb=100000000" in notes and "clamped" in notes, notes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the workspace is a tmpfs as root")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 23 item 7: Dockerfile COPY runs in the host process, outside every cgroup",
+)
+def test_copy_is_charged_to_the_sandbox_memory_cap(tmp_path: Path) -> None:
+    """(a) A dense COPY larger than the task's memory cap cannot land: the copy runs inside the
+    sandbox's memory cgroup (the workspace is a tmpfs: its pages are memory), not on the host
+    outside every cgroup."""
+    task = make_task(
+        tmp_path,
+        "dense-copy",
+        toml=_toml("memory_mb = 64\nstorage_mb = 1024"),
+        dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\nCOPY big.bin /app/big.bin\n",
+        solve_sh=(
+            "stat -c %s /app/big.bin > /logs/agent/big.txt 2>&1 || echo missing > "
+            "/logs/agent/big.txt; echo ok > /app/done.txt"
+        ),
+    )
+    with open(task / "environment" / "big.bin", "wb") as f:
+        chunk = b"x" * MiB  # not zeros: a sparse-aware copy cannot skip it
+        for _ in range(160):
+            f.write(chunk)
+    result, done = _harbor_run(task, tmp_path / "out")
+    trial = _trial_dir(tmp_path / "out")
+    copied = (trial / "agent" / "big.txt").read_text().strip() if result["error"] is None else ""
+    assert copied != str(160 * MiB), "160 MiB landed in a sandbox capped at 64 MiB"
+    notes = "\n".join(result["environment_notes"]) + result["error_message"]
+    assert "memory" in notes, (result, done.stdout)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 23 item 7: instruction.md has no size cap and is read whole"
+)
+def test_huge_sparse_instruction_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """(b) A sparse 512 MiB instruction.md: an invalid task, and never read whole."""
+    task = make_task(tmp_path, "huge-instruction")
+    os.truncate(task / "instruction.md", 512 * MiB)
+    out = tmp_path / "out"
+    # The peak RSS of the CLI (and what it waits for), measured from a parent of its own.
+    probe = textwrap.dedent(
+        f"""\
+        import resource, subprocess, sys
+        subprocess.run([sys.executable, "-m", "skyrl_gym", "harbor", "run", "-a", "oracle",
+                        "-p", {str(task)!r}, "-o", {str(out)!r}], capture_output=True, timeout=300)
+        print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=320, cwd=REPO
+    )
+    peak_kib = int(done.stdout.split()[-1])
+    (trial,) = json.loads((out / "job.json").read_text())["trials"]
+    result = json.loads((out / trial["trial_name"] / "result.json").read_text())
+    assert result["error"] == "invalid_task", result
+    assert "instruction.md" in result["error_message"], result
+    assert "larger than" in result["error_message"], result
+    assert peak_kib < 400 * 1024, f"peak RSS {peak_kib} KiB: instruction.md was read whole"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 23 item 8: ${VAR} templating copies host secrets into the task"
+)
+def test_host_secrets_are_not_templated_into_the_task(tmp_path: Path) -> None:
+    """(c) `${VAR}` in task.toml copies nothing from the host unless the user allows it."""
+    skyrl_key = f"sk-skyrl-{secrets.token_hex(12)}"
+    openai_key = f"sk-openai-{secrets.token_hex(12)}"
+    toml = (
+        'schema_version = "1.4"\n'
+        '[agent]\ntimeout_sec = 60.0\nenv = { FROM_AGENT = "${OPENAI_API_KEY}" }\n'
+        '[verifier]\ntimeout_sec = 30.0\nenv = { FROM_VERIFIER = "${OPENAI_API_KEY}" }\n'
+        '[environment]\nnetwork_mode = "no-network"\n'
+        'env = { FROM_ENVIRONMENT = "${SKYRL_API_KEY}", WITH_DEFAULT = "${OPENAI_API_KEY:-none}" }\n'
+        '[solution]\nenv = { FROM_SOLUTION = "${SKYRL_API_KEY}" }\n'
+    )
+    task = make_task(
+        tmp_path,
+        "secret-template",
+        toml=toml,
+        solve_sh="env > /logs/agent/env.txt; echo ok > /app/done.txt",
+        test_sh="env > /logs/verifier/env.txt; echo 1 > /logs/verifier/reward.txt",
+    )
+    out = tmp_path / "out"
+    result, done = _harbor_run(
+        task, out, env={"SKYRL_API_KEY": skyrl_key, "OPENAI_API_KEY": openai_key}
+    )
+    assert result["reward"] == 1.0, (result, done.stdout)
+    agent_env = (_trial_dir(out) / "agent" / "env.txt").read_text()
+    assert "WITH_DEFAULT=none" in agent_env  # ${VAR:-default}: the default, not the host's
+    for path in out.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            text = path.read_text(errors="replace")
+            assert skyrl_key not in text and openai_key not in text, f"a host secret in {path}"
+    notes = "\n".join(result["environment_notes"])
+    assert "SKYRL_API_KEY" in notes and "OPENAI_API_KEY" in notes, notes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the workspace is a tmpfs as root")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 23 item 8: a deep log tree ends copy_logs with a RecursionError, silently",
+)
+def test_deep_log_tree_is_not_cut_silently(tmp_path: Path) -> None:
+    """(d) 1,500 nested directories under /logs/agent: the other logs are still copied and a
+    note names what was not."""
+    task = make_task(
+        tmp_path,
+        "deep-logs",
+        solve_sh=(
+            "cd /logs/agent && echo top > top.txt && "
+            "for i in $(seq 1500); do mkdir a && cd a || exit 1; done; echo leaf > leaf.txt; "
+            "echo ok > /app/done.txt"
+        ),
+    )
+    out = tmp_path / "out"
+    result, done = _harbor_run(task, out)
+    assert result["reward"] == 1.0, (result, done.stdout)
+    trial = _trial_dir(out)
+    assert (trial / "agent" / "top.txt").read_text() == "top\n"
+    assert (trial / "verifier" / "test-stdout.txt").is_file(), "the verifier's logs were lost"
+    notes = "\n".join(result["environment_notes"])
+    assert "agent/a/a/" in notes and "not copied" in notes, notes
