@@ -893,6 +893,128 @@ async def _probe_startup_hooks(ctx: _Context) -> Outcome:
     return Verdict.CONTAINED, f"grading_env(): no hook ran ({control_note})"
 
 
+# ---- grading: agent programs the verifier runs ------------------------------------------------
+
+# The agent's program (x.py in the workspace, owned by the agent's uid where the host can
+# chown it). The verifier's command makes its result dir, then runs it (not as its last
+# command, so the shell stays its parent): it attacks the verifier.
+_GRADING_ATTACK = r"""
+import ctypes, json, os
+out = {}
+try:
+    with open("/tmp/skyrl-audit-verifier/reward.txt", "w") as f:
+        f.write("1")
+    out["write"] = "WROTE"
+except OSError as e:
+    out["write"] = e.strerror
+verifier = os.getppid()
+out["verifier"] = verifier
+try:
+    os.kill(verifier, 0)
+    out["signal"] = "SIGNALLED"
+except OSError as e:
+    out["signal"] = e.strerror
+try:
+    os.close(os.open(f"/proc/{verifier}/mem", os.O_RDWR))
+    out["mem"] = "OPENED"
+except OSError as e:
+    out["mem"] = e.strerror
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.ptrace(16, verifier, None, None) == 0:  # PTRACE_ATTACH
+    out["trace"] = "ATTACHED"
+    libc.ptrace(17, verifier, None, None)  # PTRACE_DETACH
+else:
+    out["trace"] = os.strerror(ctypes.get_errno())
+try:
+    os.close(os.open("/proc/self/comm", os.O_WRONLY))
+    out["proc"] = "OPENED"
+except OSError as e:
+    out["proc"] = e.strerror
+print(json.dumps(out))
+"""
+_GRADING_VERIFIER = (
+    "mkdir -p -m 0755 /tmp/skyrl-audit-verifier && python3 -S {program}; "
+    "echo 0 > /tmp/skyrl-audit-verifier/verdict"
+)
+
+
+@dataclass(frozen=True)
+class _GradingRun:
+    """What the agent's program could do to the verifier in one grading sandbox."""
+
+    seen: dict[str, Any]
+    """The attack's results by key (`write`, `signal`, `mem`, `trace`, `proc`)."""
+    isolation: str
+    """The sandbox's `GradingIsolation` value."""
+    bwrap: bool
+    """The backend is bwrap (which gives read-only /proc, and two uids as root)."""
+
+
+async def _grading_attack(ctx: _Context) -> _GradingRun:
+    """Run the attack as the agent's program in a grading sandbox."""
+    async with _sandbox(ctx, grading=True, files={"x.py": _GRADING_ATTACK}) as sandbox:
+        host = sandbox.host_workspace
+        if host is not None and os.geteuid() == 0:
+            for path in (host / "x.py", host):  # the agent phase's files are the agent's
+                os.chown(path, 65534, 65534)
+        command = _GRADING_VERIFIER.format(program=f"{sandbox.workdir}/x.py")
+        seen = _json_line(await sandbox.exec(["/bin/sh", "-c", command]))
+        return _GradingRun(seen, sandbox.grading_isolation.value, ctx.backend == "bwrap")
+
+
+def _grading_outcome(run: _GradingRun, key: str, broke: str, *, needs_root: bool) -> Outcome:
+    """CONTAINED if the attack failed; else NOT_CONTAINED where the backend could have
+    stopped it (bwrap: /proc always, two uids as root; any backend claiming two uids),
+    NOT_ENFORCED where it cannot."""
+    got = run.seen.get(key)
+    if got != broke:
+        return Verdict.CONTAINED, f"{key}: {got} ({run.isolation})"
+    could = run.isolation == "two_uid" or (run.bwrap and (os.geteuid() == 0 or not needs_root))
+    if could:
+        return Verdict.NOT_CONTAINED, f"the agent's program: {key} {broke} ({run.isolation})"
+    why = "not root" if run.bwrap else "this backend grades with one uid and a writable /proc"
+    return Verdict.NOT_ENFORCED, f"{key} {broke}: {why}"
+
+
+async def _probe_grading_result_dir(ctx: _Context) -> Outcome:
+    return _grading_outcome(await _grading_attack(ctx), "write", "WROTE", needs_root=True)
+
+
+async def _probe_grading_signal(ctx: _Context) -> Outcome:
+    return _grading_outcome(await _grading_attack(ctx), "signal", "SIGNALLED", needs_root=True)
+
+
+async def _probe_grading_memory(ctx: _Context) -> Outcome:
+    run = await _grading_attack(ctx)
+    mem = _grading_outcome(run, "mem", "OPENED", needs_root=False)
+    trace = _grading_outcome(run, "trace", "ATTACHED", needs_root=False)
+    detail = f"/proc/PID/mem: {run.seen.get('mem')}; ptrace: {run.seen.get('trace')}"
+    return _worst([mem[0], trace[0]]), f"{detail} ({run.isolation})"
+
+
+async def _probe_grading_proc(ctx: _Context) -> Outcome:
+    return _grading_outcome(await _grading_attack(ctx), "proc", "OPENED", needs_root=False)
+
+
+async def _probe_cmdline(ctx: _Context) -> Outcome:
+    try:
+        host = Path("/proc/cmdline").read_bytes().strip()
+    except OSError:
+        host = b""
+    async with _sandbox(ctx) as sandbox:
+        inside = (await sandbox.exec(["cat", "/proc/cmdline"])).stdout.encode().strip()
+    if not host:
+        return Verdict.CONTAINED, "the host's kernel command line is empty"
+    if inside != host:
+        return (
+            Verdict.CONTAINED,
+            f"/proc/cmdline shows {len(inside)} bytes (the host's: {len(host)})",
+        )
+    if ctx.backend != "bwrap":
+        return Verdict.NOT_ENFORCED, f"the {ctx.backend} backend shows the host's /proc/cmdline"
+    return Verdict.NOT_CONTAINED, "the host's kernel command line is readable in /proc/cmdline"
+
+
 # ---- reaping ----------------------------------------------------------------------------------
 
 _OWNER_SCRIPT = r"""
@@ -974,6 +1096,21 @@ PROBES: dict[str, _Probe] = {
         "start-up hooks skipped under grading_env()", "1", _probe_startup_hooks
     ),
     "reaping": _Probe("leftovers of a SIGKILLed owner are reaped", "7", _probe_reaping),
+    "grading-result-dir": _Probe(
+        "grading: an agent program the verifier runs cannot write its result dir",
+        "23.1",
+        _probe_grading_result_dir,
+    ),
+    "grading-signal": _Probe(
+        "grading: an agent program cannot signal the verifier", "23.1", _probe_grading_signal
+    ),
+    "grading-memory": _Probe(
+        "grading: an agent program cannot trace the verifier or write its memory",
+        "23.1",
+        _probe_grading_memory,
+    ),
+    "grading-proc": _Probe("grading: /proc is read-only", "23.1", _probe_grading_proc),
+    "proc-cmdline": _Probe("the host's kernel command line is hidden", "23.8", _probe_cmdline),
 }
 """Every probe, by id, in the order the report lists them."""
 

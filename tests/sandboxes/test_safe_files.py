@@ -20,6 +20,7 @@ from skyrl_sdk.sandboxes import (
     read_regular_file,
     records,
 )
+from skyrl_sdk.sandboxes.grading import GIT_HARDENING
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
 
@@ -95,6 +96,7 @@ def test_grading_env_wins_over_the_task_variables() -> None:
         "PYTHONNOUSERSITE": "1",
         "PYTHONSAFEPATH": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
+        **GIT_HARDENING,
     }
     assert grading_env()["HOME"] == "/tmp"
 

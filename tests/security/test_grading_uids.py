@@ -32,6 +32,8 @@ from skyrl_sdk.sandboxes import (
     create_sandbox,
     grading_env,
 )
+from skyrl_sdk.sandboxes.audit import AuditReport, Verdict, run_audit
+from skyrl_sdk.sandboxes.bwrap import BwrapSandbox
 from tests.conftest import arun, needs_bwrap
 
 pytestmark = [
@@ -163,3 +165,60 @@ def test_an_agent_program_cannot_rewrite_the_verifiers_memory():
 
 def test_verifier_host_uid_is_neither_root_nor_the_agent():
     assert VERIFIER_HOST_UID not in (0, AGENT_UID)
+
+
+# ---- `skyrl sandbox audit` rows: each is NOT contained without its defence ------------------
+
+
+class OneUidSandbox(BwrapSandbox):
+    """Weakened on purpose: grading sandboxes never get the second uid."""
+
+    def _pick_grading(self):
+        return None
+
+
+class WritableProcSandbox(OneUidSandbox):
+    """Weakened on purpose: one uid and a writable /proc in grading (today's terminal checks)."""
+
+    def _server_argv(self, workspace, python_args):
+        argv = super()._server_argv(workspace, python_args)
+        at = argv.index("--remount-ro")
+        return argv[:at] + argv[at + 2 :]
+
+
+class HostCmdlineSandbox(BwrapSandbox):
+    """Weakened on purpose: the host's /proc/cmdline is not covered."""
+
+    def _server_argv(self, workspace, python_args):
+        argv = super()._server_argv(workspace, python_args)
+        at = argv.index("--ro-bind-data")
+        return argv[: at - 2] + argv[at + 3 :]  # also its --perms 0444
+
+
+GRADING_PROBES = ["grading-result-dir", "grading-signal", "grading-memory", "grading-proc"]
+
+
+def _not_contained(report: AuditReport) -> set[str]:
+    return {r.probe for r in report.results if r.verdict is Verdict.NOT_CONTAINED}
+
+
+def test_audit_rows_hold_on_the_default_backend():
+    report = arun(run_audit("bwrap", probes=[*GRADING_PROBES, "proc-cmdline"]))
+    assert report.exit_code == 0, report.failures()
+
+
+@pytest.mark.parametrize(
+    ("weakened", "broken"),
+    [
+        (OneUidSandbox, {"grading-result-dir", "grading-signal"}),
+        (
+            WritableProcSandbox,
+            {"grading-result-dir", "grading-signal", "grading-memory", "grading-proc"},
+        ),
+        (HostCmdlineSandbox, {"proc-cmdline"}),
+    ],
+)
+def test_audit_rows_fail_without_their_defence(weakened, broken):
+    report = arun(run_audit(weakened, probes=[*GRADING_PROBES, "proc-cmdline"]))
+    assert _not_contained(report) == broken, report.to_json()
+    assert report.exit_code == 1
