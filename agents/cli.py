@@ -361,6 +361,31 @@ def serve_command(
         min=1,
         help="Larger request bodies get 413 without being read (default 32 MiB).",
     ),
+    session_token_budget: int = typer.Option(
+        200_000,
+        "--session-token-budget",
+        min=0,
+        help="Tokens (prompt + generated) a session key opens; past it, 429 (0: no budget).",
+    ),
+    session_max_rows: int = typer.Option(
+        0,
+        "--session-max-rows",
+        min=0,
+        help="Most rows of the batch one session holds, n's choices included "
+        "(0: half of --max-batch-size).",
+    ),
+    session_max_queued: int = typer.Option(
+        64,
+        "--session-max-queued",
+        min=1,
+        help="Most requests one session may have waiting; more get 429.",
+    ),
+    header_timeout: float = typer.Option(
+        10.0,
+        "--header-timeout",
+        min=0.1,
+        help="Seconds a connection has to send a whole request head, else it is closed.",
+    ),
 ) -> None:
     """Serve a policy over an OpenAI-compatible HTTP API (chat and completions, streaming,
     tools, token ids), optionally capturing every session token-exact for training."""
@@ -384,6 +409,11 @@ def serve_command(
         fmt = ToolOutputFormat(tool_format)
     except ValueError:
         _die(f"--tool-format {tool_format!r}: use auto, hermes, mistral or llama3")
+    from skyrl_sdk.agents.fairness import FairnessLimits
+
+    fairness = FairnessLimits(
+        max_rows=session_max_rows or max(1, max_batch_size // 2), max_queued=session_max_queued
+    )
     try:
         loaded = load_policy(
             spec,
@@ -391,6 +421,7 @@ def serve_command(
             device=device,
             max_batch_size=max_batch_size,
             upstream_model=upstream_model,
+            fairness=fairness,
         )
     except (PolicySpecError, OSError, ValueError) as e:
         _die(f"cannot load policy {spec!r}: {e}")
@@ -404,6 +435,8 @@ def serve_command(
         capture_dir=capture,
         model_name=name or loaded.model_name,
         tool_format=fmt,
+        session_token_budget=session_token_budget or None,
+        header_timeout_s=header_timeout,
     )
     app = create_app(loaded.policy, config, renderer=loaded.renderer)
     auth = "API key required" if api_key else "no API key"
@@ -412,6 +445,6 @@ def serve_command(
         f"serving {escape(loaded.policy.name)} as {config.model_name!r} on "
         f"http://{host}:{port}/v1 ({auth}{escape(where)})"
     )
-    from skyrl_sdk.agents.serving.runner import uvicorn_options
+    from skyrl_sdk.agents.serving.runner import uvicorn_settings
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", **uvicorn_options())
+    uvicorn.run(app, host=host, port=port, log_level="warning", **uvicorn_settings(config))

@@ -47,14 +47,15 @@ import asyncio
 import contextlib
 import enum
 import inspect
-import queue
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.fairness import FairnessLimits, FairQueue
 from skyrl_sdk.agents.kv_cache import DEFAULT_PREFIX_CACHE_BYTES, KV, PrefixCache, PrefixCacheStats
 from skyrl_sdk.agents.kv_slots import KVSlots
 from skyrl_sdk.agents.packed_step import (
@@ -136,6 +137,9 @@ class _Request:
     """Set by the caller's thread when it gives up; the worker drops the row at its next step."""
     kv_version: int = 0
     """Weights version when its keys and values started (admission)."""
+    tenant: str | None = None
+    """Whose request it is (the context's `episode_id`; None: an untenanted caller), for
+    the fair share of the batch (`fairness`)."""
 
     @property
     def done(self) -> bool:
@@ -184,6 +188,7 @@ class LocalEngine:
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
         scheduling: Scheduling | str = Scheduling.CONTINUOUS,
         mixed_steps: bool = True,
+        fairness: FairnessLimits | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -219,7 +224,9 @@ class LocalEngine:
         self._keep_arg = "logits_to_keep" in params
         pad = tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self.fairness = fairness or FairnessLimits.for_batch(max_batch_size)
+        """Per-tenant caps on rows of the batch and on waiting requests (`fairness`)."""
+        self._queue: FairQueue[_Request] = FairQueue(self.fairness, alive=lambda r: not r.done)
         self._pending_update: tuple[Mapping[str, torch.Tensor], int] | None = None
         self._update_lock = threading.Lock()
         self._update_applied = threading.Condition(self._update_lock)
@@ -287,6 +294,15 @@ class LocalEngine:
         """Requests in the running batch now (finished rows of a static batch included)."""
         return sum(r is not None for r in self._rows)
 
+    def running_by_tenant(self) -> dict[str | None, int]:
+        """Rows of the running batch per tenant now (a snapshot, from any thread)."""
+        return dict(Counter(r.tenant for r in list(self._rows) if r is not None and not r.done))
+
+    def queue_room(self, tenant: str | None) -> int | None:
+        """How many more of `tenant`'s requests may wait now (None: no cap); a caller about
+        to submit several (`n` choices) checks them all at once."""
+        return self._queue.room(tenant)
+
     # -- Policy ---------------------------------------------------------------------------
 
     async def generate(
@@ -297,7 +313,9 @@ class LocalEngine:
         context: GenerationContext | None = None,
     ) -> Completion:
         loop = asyncio.get_running_loop()
-        request = self._submit(prompt_token_ids, sampling, future=loop.create_future())
+        request = self._submit(
+            prompt_token_ids, sampling, context=context, future=loop.create_future()
+        )
         assert request.future is not None
         try:
             return await request.future
@@ -314,7 +332,7 @@ class LocalEngine:
     ) -> AsyncIterator[TokenChunk | Completion]:
         """Tokens as they are sampled (`TokenChunk`s, several tokens when the reader lags),
         then the `Completion`. Closing the iterator early cancels the request."""
-        request = self._submit(prompt_token_ids, sampling, chunks=asyncio.Queue())
+        request = self._submit(prompt_token_ids, sampling, context=context, chunks=asyncio.Queue())
         assert request.chunks is not None
         try:
             while True:
@@ -358,11 +376,18 @@ class LocalEngine:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(None)
+        self._queue.wake()
         await asyncio.to_thread(self._worker.join)
         self._fail_queued()  # anything that slipped in while the worker was stopping
 
-    def _submit(self, prompt_token_ids: Sequence[int], sampling: SamplingParams, **sink: Any):
+    def _submit(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        context: GenerationContext | None = None,
+        **sink: Any,
+    ) -> _Request:
         if self._closed:
             raise PolicyError(f"{self.name} is closed")
         if not prompt_token_ids:
@@ -371,8 +396,11 @@ class LocalEngine:
             raise PolicyError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
         if sampling.top_logprobs < 0:
             raise PolicyError(f"top_logprobs must be >= 0, got {sampling.top_logprobs}")
-        request = _Request(list(prompt_token_ids), sampling, asyncio.get_running_loop(), **sink)
-        self._queue.put(request)
+        tenant = context.episode_id if context is not None else None
+        request = _Request(
+            list(prompt_token_ids), sampling, asyncio.get_running_loop(), tenant=tenant, **sink
+        )
+        self._queue.put(tenant, request)  # TenantQueueFull past the tenant's queue cap
         return request
 
     # -- worker thread --------------------------------------------------------------------
@@ -447,12 +475,8 @@ class LocalEngine:
         self._rows, self._slots, self._mask, self._pos, self._next = [], None, None, None, None
 
     def _fail_queued(self) -> None:
-        while True:
-            try:
-                r = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if r is not None and not r.done:
+        for r in self._queue.drain():
+            if not r.done:
                 r.finish = FinishReason.ABORT
                 r.resolve(PolicyError(f"{self.name} is closed"))
 
@@ -466,16 +490,17 @@ class LocalEngine:
         joining: list[tuple[_Request, KV, int]] = []
         mix: tuple[_Request, int, KV | None] | None = None
         while self.running + len(joining) < self.max_batch_size:
-            try:
-                if self._rows or joining:
-                    r = self._queue.get_nowait()
-                else:  # idle: wait a little, then go round (weight updates, close)
-                    r = self._queue.get(timeout=0.05)
-            except queue.Empty:
+            # The fairness policy picks the next request: a tenant at its share of the
+            # batch waits, and the tenant holding the fewest rows goes first.
+            rows = Counter(row.tenant for row in self._rows if row is not None)
+            rows.update(j.tenant for j, _, _ in joining)
+            # idle: wait a little, then go round (weight updates, close)
+            r = self._queue.take(rows, timeout=0 if self._rows or joining else 0.05)
+            if r is None:
                 break
-            if r is None or self._closed:
-                if r is not None:
-                    self._queue.put(r)  # failed with the rest when the loop sees `_closed`
+            if self._closed:
+                r.finish = FinishReason.ABORT
+                r.resolve(PolicyError(f"{self.name} is closed"))
                 break
             if r.cancelled:
                 self._counts["cancelled"] += 1

@@ -13,6 +13,13 @@ reads or parses a byte of the body:
   read), and a chunked body is counted as it streams in and dropped as soon as the count passes
   the limit (at most `max_request_bytes` are ever held). Either way the response carries
   `Connection: close`, so the server reads no more of that connection.
+- **Header-read time.** A client that opens a connection and sends its request head a byte
+  at a time would hold the connection (and a slot of the server's) forever: uvicorn's
+  keep-alive timer is cancelled by any byte received, and a new connection has none. The
+  servers run uvicorn with `header_timeout_protocol(...)`, its HTTP protocol with one more
+  timer: a connection must deliver a whole request head within `header_timeout_s` (10 s by
+  default) of opening, or of its previous response ending, else it is closed. Time spent in
+  the body or the response is not limited by it (the size limit bounds the body).
 - **Binding.** `check_bind(host, api_key)` refuses a non-loopback address without a key: an
   unauthenticated server reachable from other machines (or from a sandbox that shares the host
   network) is a remote-control endpoint for the models and files behind it.
@@ -42,6 +49,9 @@ API_KEY_ENV = "SKYRL_API_KEY"
 
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 """Largest request body the servers accept by default (32 MiB)."""
+
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+"""Seconds a connection has to send a whole request head (`header_timeout_protocol`)."""
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 """Host names that always mean the loopback interface."""
@@ -290,3 +300,67 @@ async def send_refusal(send: Any, status: int, body: bytes) -> None:
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def default_http() -> str:
+    """uvicorn's HTTP parser as its `auto` picks it: "httptools" when it imports, else "h11"."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
+def header_timeout_protocol(http: str, timeout_s: float) -> type[Any]:
+    """uvicorn's HTTP protocol `http` ("h11" or "httptools", as `uvicorn.Config(http=...)`
+    names them) with a header-read deadline: a connection that has not delivered a complete
+    request head `timeout_s` seconds after it opened, or after its previous response ended,
+    is closed. Pass the class as `uvicorn.Config(http=...)`.
+
+    uvicorn starts a new request cycle (`protocol.cycle`) only once a request's head is
+    complete, in both implementations; the deadline closes the connection if the cycle is
+    still the one it saw when armed and that one has been answered.
+    """
+    if timeout_s <= 0:
+        raise ValueError(f"header timeout must be positive, got {timeout_s}")
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    if http not in ("h11", "httptools"):
+        raise ValueError(f"no header timeout for uvicorn's {http!r} protocol: use h11 or httptools")
+    base: type[Any] = import_from_string(HTTP_PROTOCOLS[http])
+
+    class HeaderDeadline(base):  # type: ignore[misc, valid-type]
+        """`base` with the header-read deadline (see `header_timeout_protocol`)."""
+
+        _deadline: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            if self.transport is None or self.transport.is_closing():
+                return
+            self._deadline = self.loop.call_later(timeout_s, self._expire, self.cycle)
+
+        def _expire(self, armed: Any) -> None:
+            self._deadline = None
+            waiting = armed is None or armed.response_complete  # not mid-request
+            if self.cycle is armed and waiting and not self.transport.is_closing():
+                self.transport.close()  # no request head in time: nothing to answer
+
+    HeaderDeadline.__name__ = HeaderDeadline.__qualname__ = f"HeaderDeadline{base.__name__}"
+    return HeaderDeadline

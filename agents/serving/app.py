@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
 
+from skyrl_sdk.agents.fairness import TenantQueueFull
 from skyrl_sdk.agents.policy import (
     Policy,
     PolicyError,
@@ -31,7 +32,7 @@ from skyrl_sdk.agents.serving.protocol import (
     parse_body,
 )
 from skyrl_sdk.agents.serving.sse import EventStreamResponse, json_response
-from skyrl_sdk.agents.serving.state import Server
+from skyrl_sdk.agents.serving.state import Server, session_queue_full
 from skyrl_sdk.agents.serving.streaming import start_stream
 from skyrl_sdk.http_guard import ErrorStyle, GuardConfig, install
 
@@ -65,11 +66,13 @@ def create_app(
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     config = config or ServeConfig()
+    keys = keys or SessionKeys(config.session_token_budget)
     server = Server(
         policy,
         config,
         renderer if renderer is not None else policy.renderer,
         store or SessionStore(policy.name, config.capture_dir),
+        keys,
     )
     app = FastAPI(title="skyrl serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
@@ -82,9 +85,7 @@ def create_app(
             error_style=ErrorStyle.OPENAI,
         ),
     )
-    app.add_middleware(
-        SessionGate, api_key=config.api_key, keys=keys or SessionKeys(), open_paths=OPEN_PATHS
-    )
+    app.add_middleware(SessionGate, api_key=config.api_key, keys=keys, open_paths=OPEN_PATHS)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError) -> JSONResponse:
@@ -93,6 +94,10 @@ def create_app(
     @app.exception_handler(ClientDisconnected)
     async def client_gone(request: Request, e: ClientDisconnected) -> Response:
         return Response(status_code=499)  # nobody reads it; the generation was cancelled
+
+    @app.exception_handler(TenantQueueFull)
+    async def queue_full(request: Request, e: TenantQueueFull) -> JSONResponse:
+        return JSONResponse(session_queue_full(e).body(), status_code=429)
 
     @app.exception_handler(PolicyError)
     async def policy_error(request: Request, e: PolicyError) -> JSONResponse:
@@ -137,19 +142,24 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         req = parse_body(await request.body(), ChatRequest)
-        plan = plan_chat(server, request, req)
+        plan = server.admit(plan_chat(server, request, req))
         if not req.stream:
-            return json_response(await chat_response(server, request, req, plan))
-        first = await until_disconnect(request.receive, start_stream(server, plan))
-        return EventStreamResponse(chat_events(server, req, plan, first))
+            async with server.settling(plan):
+                return json_response(await chat_response(server, request, req, plan))
+        async with server.settling(plan, streamed=True):
+            first = await until_disconnect(request.receive, start_stream(server, plan))
+        return EventStreamResponse(server.settled(plan, chat_events(server, req, plan, first)))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         req = parse_body(await request.body(), CompletionRequest)
-        plan = plan_completion(server, request, req)
+        plan = server.admit(plan_completion(server, request, req))
         if not req.stream:
-            return json_response(await completion_response(server, request, req, plan))
-        first = await until_disconnect(request.receive, start_stream(server, plan))
-        return EventStreamResponse(completion_events(server, req, plan, first))
+            async with server.settling(plan):
+                return json_response(await completion_response(server, request, req, plan))
+        async with server.settling(plan, streamed=True):
+            first = await until_disconnect(request.receive, start_stream(server, plan))
+        events = completion_events(server, req, plan, first)
+        return EventStreamResponse(server.settled(plan, events))
 
     return app

@@ -19,6 +19,7 @@ import secrets
 import threading
 from typing import Any
 
+from skyrl_sdk.agents.serving.budget import DEFAULT_SESSION_TOKEN_BUDGET, TokenBudget
 from skyrl_sdk.http_guard import (
     ErrorStyle,
     Refusal,
@@ -36,23 +37,40 @@ MAX_SESSION_ID = 256
 
 
 class SessionKeys:
-    """Bearer keys that each open one session (thread-safe)."""
+    """Bearer keys that each open one session for a token budget (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_budget: int | None = DEFAULT_SESSION_TOKEN_BUDGET) -> None:
+        self.default_budget = default_budget or None
+        """Tokens a new key opens unless `issue` says otherwise (None: no budget)."""
         self._keys: dict[str, str] = {}
+        self._budgets: dict[str, TokenBudget] = {}
         self._lock = threading.Lock()
 
-    def issue(self, session_id: str) -> str:
-        """A new key for `session_id` (replacing an earlier one)."""
+    def issue(self, session_id: str, token_budget: int | None = None) -> str:
+        """A new key for `session_id` (replacing an earlier one, and its budget) that opens
+        `token_budget` tokens (None: `default_budget`; 0: no budget; see `budget`)."""
         key = "sk-session-" + secrets.token_urlsafe(24)
+        limit = self.default_budget if token_budget is None else token_budget or None
+        if limit is not None and limit < 1:
+            raise ValueError(f"token_budget must be >= 0, got {token_budget}")
         with self._lock:
             self._keys[session_id] = key
+            if limit is None:
+                self._budgets.pop(session_id, None)
+            else:
+                self._budgets[session_id] = TokenBudget(limit)
         return key
 
     def revoke(self, session_id: str) -> None:
-        """Forget the session's key: its URL then needs the main key."""
+        """Forget the session's key (and its budget): its URL then needs the main key."""
         with self._lock:
             self._keys.pop(session_id, None)
+            self._budgets.pop(session_id, None)
+
+    def budget(self, session_id: str) -> TokenBudget | None:
+        """The token budget of the session's key (None: no key, or no budget)."""
+        with self._lock:
+            return self._budgets.get(session_id)
 
     def get(self, session_id: str) -> str | None:
         """The session's key, if one was issued."""

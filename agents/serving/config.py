@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from skyrl_sdk.agents.serving.budget import DEFAULT_SESSION_TOKEN_BUDGET
 from skyrl_sdk.agents.serving.tool_output import ToolOutputFormat
-from skyrl_sdk.http_guard import DEFAULT_MAX_REQUEST_BYTES
+from skyrl_sdk.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES
 
 DEFAULT_MAX_TOKENS = 4096
 """Tokens per reply when a request sets no limit and the policy has no context length."""
@@ -33,3 +34,9 @@ class ServeConfig:
     """How tool calls are read from the model's replies."""
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     """Reply length when a request gives none and the policy has no context limit."""
+    session_token_budget: int | None = DEFAULT_SESSION_TOKEN_BUDGET
+    """Tokens (prompt + generated) a session key opens unless `issue_session_key` says
+    otherwise; past it, 429 (see `budget`). None or 0: no budget."""
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    """A connection must send a whole request head within this many seconds of opening (or
+    of its previous response), else it is closed (`http_guard.header_timeout_protocol`)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from skyrl_sdk.agents.chat import ChatRenderer
+    from skyrl_sdk.agents.fairness import FairnessLimits
     from skyrl_sdk.agents.policy import Policy
 
 UPSTREAM_KEY_ENV = "SKYRL_UPSTREAM_API_KEY"
@@ -64,8 +65,10 @@ def load_policy(
     device: str = "cpu",
     max_batch_size: int = 16,
     upstream_model: str | None = None,
+    fairness: FairnessLimits | None = None,
 ) -> LoadedPolicy:
-    """Load what `spec` names (see the module docstring)."""
+    """Load what `spec` names (see the module docstring). `fairness`: a local engine's caps
+    per session on rows of the batch and waiting requests (default: half the batch, 64)."""
     if spec.startswith(("http://", "https://")):
         from skyrl_sdk.agents.openai_client import ApiMode, OpenAIClient
 
@@ -94,11 +97,13 @@ def load_policy(
 
         directory = tiny_model_dir()
         engine = LocalEngine.from_pretrained(
-            directory, device=device, name="tiny", max_batch_size=max_batch_size
+            directory, device=device, name="tiny", max_batch_size=max_batch_size, fairness=fairness
         )
         return LoadedPolicy(engine, tiny_renderer(directory), "tiny")
     path = Path(spec.removeprefix("local:"))
     if not path.is_dir():
         raise PolicySpecError("not 'tiny', a model directory, scripted:FILE or a URL")
-    engine = LocalEngine.from_pretrained(path, device=device, max_batch_size=max_batch_size)
+    engine = LocalEngine.from_pretrained(
+        path, device=device, max_batch_size=max_batch_size, fairness=fairness
+    )
     return LoadedPolicy(engine, engine.renderer, path.name)

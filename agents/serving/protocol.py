@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from skyrl_sdk.sampling_limits import MAX_STOP_TOKEN_IDS, stop_problem
+
 MAX_N = 16
 """Most choices one request may ask for."""
 MAX_STOP = 4
@@ -156,8 +158,9 @@ class _Sampling(_Body):
     @classmethod
     def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
         stops = [value] if isinstance(value, str) else value or []
-        if len(stops) > MAX_STOP:
-            raise ValueError(f"at most {MAX_STOP} stop strings")
+        problem = stop_problem(stops, (), max_strings=MAX_STOP)
+        if problem is not None:
+            raise ValueError(problem)
         if any(not s for s in stops):
             raise ValueError("stop strings must not be empty")
         return value
@@ -213,8 +216,8 @@ class CompletionRequest(_Sampling):
     """Return sampled tokens' logprobs and this many alternatives each."""
     echo: bool = False
     """Not supported (400 when true)."""
-    stop_token_ids: list[int] = Field(default_factory=list)
-    """vLLM extension: ids that end the completion."""
+    stop_token_ids: list[int] = Field(default_factory=list, max_length=MAX_STOP_TOKEN_IDS)
+    """vLLM extension: ids that end the completion (at most `MAX_STOP_TOKEN_IDS`)."""
 
     def token_limit(self) -> int | None:
         """`max_tokens`."""

@@ -7,14 +7,14 @@ import socket
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from skyrl_sdk.agents.serving.app import create_app
 from skyrl_sdk.agents.serving.auth import SessionKeys
 from skyrl_sdk.agents.serving.capture import SessionStore
 from skyrl_sdk.agents.serving.config import ServeConfig
-from skyrl_sdk.http_guard import check_bind
+from skyrl_sdk.http_guard import check_bind, header_timeout_protocol
 
 if TYPE_CHECKING:
     import uvicorn
@@ -49,6 +49,14 @@ def uvicorn_options() -> dict[str, str]:
     return options
 
 
+def uvicorn_settings(config: ServeConfig) -> dict[str, Any]:
+    """`uvicorn_options()` with the HTTP protocol given the config's header-read deadline
+    (`http_guard.header_timeout_protocol`): what `skyrl serve` passes to uvicorn."""
+    options: dict[str, Any] = dict(uvicorn_options())
+    options["http"] = header_timeout_protocol(options["http"], config.header_timeout_s)
+    return options
+
+
 class RunningServer:
     """A server running in a background thread; also a context manager that stops it."""
 
@@ -80,9 +88,10 @@ class RunningServer:
         to session `session_id`."""
         return f"{self.root_url}/sessions/{quote(session_id, safe='')}/v1"
 
-    def issue_session_key(self, session_id: str) -> str:
-        """A bearer key that opens `session_url(session_id)` and nothing else."""
-        return self._keys.issue(session_id)
+    def issue_session_key(self, session_id: str, token_budget: int | None = None) -> str:
+        """A bearer key that opens `session_url(session_id)` and nothing else, for
+        `token_budget` tokens (None: `ServeConfig.session_token_budget`; 0: no budget)."""
+        return self._keys.issue(session_id, token_budget)
 
     def revoke_session_key(self, session_id: str) -> None:
         """Invalidate the session's key (its requests then need the main key)."""
@@ -135,7 +144,7 @@ def start_server(
     config = config or ServeConfig()
     check_bind(config.host, config.api_key)
     store = SessionStore(policy.name, config.capture_dir)
-    keys = SessionKeys()
+    keys = SessionKeys(config.session_token_budget)
     app = create_app(policy, config, renderer=renderer, store=store, keys=keys)
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
@@ -151,7 +160,7 @@ def start_server(
             log_level="warning",
             lifespan="off",
             timeout_graceful_shutdown=2,
-            **uvicorn_options(),
+            **uvicorn_settings(config),
         )
     )
     thread = threading.Thread(

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
 
+from skyrl_sdk.agents.fairness import TenantQueueFull
 from skyrl_sdk.agents.policy import (
     Completion,
     GenerationContext,
     Policy,
     SamplingParams,
 )
-from skyrl_sdk.agents.serving.auth import SESSION_SCOPE_KEY
+from skyrl_sdk.agents.serving.auth import SESSION_SCOPE_KEY, SessionKeys
+from skyrl_sdk.agents.serving.budget import BudgetExceeded, Ticket
 from skyrl_sdk.agents.serving.capture import DEFAULT_SESSION, Answer, SessionStore
 from skyrl_sdk.agents.serving.config import ServeConfig
 from skyrl_sdk.agents.serving.generation import (
+    ClientDisconnected,
     Reply,
     reply,
 )
@@ -30,6 +34,7 @@ from skyrl_sdk.agents.serving.protocol import (
     CompletionRequest,
 )
 from skyrl_sdk.agents.serving.tool_output import ToolOutputFormat
+from skyrl_sdk.sampling_limits import stop_problem
 
 if TYPE_CHECKING:
     from skyrl_sdk.agents.chat import ChatRenderer
@@ -53,6 +58,9 @@ class Plan:
     """Stop strings (cut from the text)."""
     tool_format: ToolOutputFormat | None
     """How to read tool calls (None: tools not offered)."""
+    ticket: Ticket = field(default_factory=lambda: Ticket(None, 0), compare=False)
+    """Its reservation of the session's token budget (`Server.admit`); counts what it
+    generates."""
 
     def sampling_for(self, index: int) -> SamplingParams:
         """Choice `index`'s sampling: its own seed."""
@@ -61,8 +69,13 @@ class Plan:
         return replace(self.sampling, seed=self.sampling.seed + index)
 
 
+def session_queue_full(e: TenantQueueFull) -> ApiError:
+    """The 429 of a session whose queue of waiting requests is at its cap."""
+    return ApiError(429, str(e), code="session_queue_full")
+
+
 class Server:
-    """What the routes share: the policy, its renderer, the sessions."""
+    """What the routes share: the policy, its renderer, the sessions and their keys."""
 
     def __init__(
         self,
@@ -70,11 +83,13 @@ class Server:
         config: ServeConfig,
         renderer: ChatRenderer | None,
         store: SessionStore,
+        keys: SessionKeys | None = None,
     ):
         self.policy = policy
         self.config = config
         self.renderer = renderer
         self.store = store
+        self.keys = keys or SessionKeys(config.session_token_budget)
         self.created = int(time.time())
         self.context_limit: int | None = getattr(policy, "max_context_tokens", None)
 
@@ -125,6 +140,11 @@ class Server:
             )
         else:
             max_tokens = asked
+        # The one place every route's sampling passes: the shared caps on stop lists.
+        problem = stop_problem(req.stops(), stop_token_ids)
+        if problem is not None:
+            param = "stop" if "string" in problem else "stop_token_ids"
+            raise ApiError(400, f"invalid '{param}': {problem}", param=param, code="invalid_value")
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=req.temperature,
@@ -141,18 +161,78 @@ class Server:
         turn = self.store.next_call(plan.session)
         return GenerationContext(plan.session, plan.session, turn, plan.messages)  # type: ignore[arg-type]
 
+    # -- admission ------------------------------------------------------------------------
+
+    def admit(self, plan: Plan) -> Plan:
+        """`plan` with its reservation of the session's token budget, if there is room for
+        all of its choices in the session's queue and budget; else 429 (`session_queue_full`,
+        `session_token_budget_exceeded`), in OpenAI's error shape. The engine's fairness
+        policy caps the session's share of the batch; this refuses before anything queues."""
+        room = getattr(self.policy, "queue_room", None)
+        free = room(plan.session) if room is not None else None
+        if free is not None and free < plan.n:
+            cap = getattr(getattr(self.policy, "fairness", None), "max_queued", None)
+            raise session_queue_full(TenantQueueFull(plan.session, cap or free))
+        budget = self.keys.budget(plan.session)
+        if budget is None:
+            return plan
+        cost = len(plan.prompt) + plan.n * plan.sampling.max_tokens
+        try:
+            ticket = budget.reserve(plan.session, cost)
+        except BudgetExceeded as e:
+            raise ApiError(429, str(e), code="session_token_budget_exceeded") from None
+        return replace(plan, ticket=ticket)
+
+    def charge(self, plan: Plan) -> int:
+        """What a finished request costs its session: its prompt and the tokens generated."""
+        return len(plan.prompt) + plan.ticket.generated
+
+    @contextlib.asynccontextmanager
+    async def settling(self, plan: Plan, *, streamed: bool = False) -> AsyncIterator[None]:
+        """Settle the plan's reservation when the block ends (a streamed answer's block only
+        starts it: `settled` settles once the stream ends). A client that disconnected is
+        charged the whole reservation."""
+        try:
+            yield
+        except ClientDisconnected:
+            plan.ticket.settle(plan.ticket.cost)
+            raise
+        except BaseException:
+            plan.ticket.settle(self.charge(plan))
+            raise
+        if not streamed:
+            plan.ticket.settle(self.charge(plan))
+
+    async def settled(self, plan: Plan, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """`events`, settling the plan's reservation when they end (closed early: the client
+        went away, charged in full)."""
+        complete = False
+        try:
+            async for data in events:
+                yield data
+            complete = True
+        finally:
+            plan.ticket.settle(self.charge(plan) if complete else plan.ticket.cost)
+
     # -- generation -----------------------------------------------------------------------
 
     async def generate(self, plan: Plan) -> tuple[list[Reply], float]:
-        """All choices, together (the engine batches them); seconds taken."""
+        """All choices, together (the engine batches them); seconds taken. If one fails,
+        the others are cancelled (they would hold rows of the batch for nobody)."""
         started = time.perf_counter()
         contexts = [self.context(plan) for _ in range(plan.n)]
-        completions = await asyncio.gather(
-            *(
+        tasks = [
+            asyncio.ensure_future(
                 self.policy.generate(plan.prompt, plan.sampling_for(i), context=contexts[i])
-                for i in range(plan.n)
             )
-        )
+            for i in range(plan.n)
+        ]
+        try:
+            completions = await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+        plan.ticket.generated += sum(len(c.token_ids) for c in completions)
         replies = [reply(c, plan.stops, plan.tool_format) for c in completions]
         return replies, time.perf_counter() - started
 

@@ -32,6 +32,7 @@ class PrimedStream:
             server.policy, plan.prompt, plan.sampling_for(index), server.context(plan)
         )
         self._first: TokenChunk | Completion | None = None
+        self._ticket = plan.ticket
 
     async def prime(self) -> None:
         self._first = await self._inner.__anext__()
@@ -43,12 +44,16 @@ class PrimedStream:
         try:
             if self._first is not None:
                 first, self._first = self._first, None
+                if isinstance(first, TokenChunk):
+                    self._ticket.generated += len(first.token_ids)
                 yield first
                 if isinstance(first, Completion):
                     return
             async for item in self._inner:
                 if isinstance(item, Completion):
                     self.finished = time.perf_counter()
+                else:
+                    self._ticket.generated += len(item.token_ids)  # the session's budget
                 yield item
         finally:
             await self._inner.aclose()

@@ -37,9 +37,6 @@ VICTIM = "victim"
 PROMPT = "the quick brown fox"
 BATCH = 16
 """The engine's batch (the default of `skyrl serve`)."""
-OPEN = pytest.mark.xfail(
-    strict=True, reason="issue 23: shared servers have no per-client limits yet"
-)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +72,6 @@ def _wait(until: Callable[[], bool], seconds: float) -> bool:
 # -- skyrl serve: one session and the shared batch ---------------------------------------------
 
 
-@OPEN
 def test_one_session_cannot_take_the_batch_from_another(tiny: Any) -> None:
     """Vector 5: the hog's n=16 x 2000-token loop holds at most its share of the batch, and the
     other session's 16-token request runs beside it (answered while the hog's first request is
@@ -115,7 +111,6 @@ def test_one_session_cannot_take_the_batch_from_another(tiny: Any) -> None:
     assert during == 0, "the other session waited for the hog's batch to end"
 
 
-@OPEN
 def test_a_session_cannot_queue_without_bound(tiny: Any) -> None:
     """Vector 5: many concurrent n=16 requests from one session: past its queue cap they get
     429 (OpenAI's rate-limit error, so the SDK raises `RateLimitError`) instead of queueing."""
@@ -140,7 +135,6 @@ def test_a_session_cannot_queue_without_bound(tiny: Any) -> None:
     assert refused[0].body["code"] == "session_queue_full"
 
 
-@OPEN
 def test_a_session_key_carries_a_token_budget(tiny: Any) -> None:
     """Vector 5: past its token budget (prompt + generated tokens) a session key gets 429 with
     an OpenAI error body; another session is not affected."""
@@ -153,7 +147,6 @@ def test_a_session_key_carries_a_token_budget(tiny: Any) -> None:
         assert victim.completions.create(model="tiny", prompt=PROMPT, max_tokens=16).choices
 
 
-@OPEN
 def test_serve_refuses_millions_of_stop_token_ids(tiny: Any) -> None:
     """Vector 8: 3.5M `stop_token_ids` in one request: 400 naming the field (it ran, slowing
     every row of its batch)."""
@@ -188,7 +181,6 @@ def _slow_head(host: str, port: int, seconds: float) -> float | None:
     return None
 
 
-@OPEN
 def test_serve_cuts_a_client_that_never_finishes_its_headers(tiny: Any) -> None:
     """Vector 8: a request head sent a byte at a time is cut after the header-read timeout."""
     with _serve(tiny, header_timeout_s=1.0) as server:
@@ -233,7 +225,6 @@ def _cancel_all(c: httpx.Client, replies: list[httpx.Response]) -> None:
             c.post("/api/v1/cancel_future", json={"request_id": r.json()["request_id"]})
 
 
-@OPEN
 def test_tinker_cancels_a_sample_nobody_polls(tinker: Any) -> None:
     """Vector 6: 32 samples x 2000 tokens submitted and never polled: cancelled once nobody has
     polled for `abandon_after_s` (1 s here), and the worker stops decoding it."""
@@ -258,7 +249,6 @@ def test_tinker_cancels_a_sample_nobody_polls(tinker: Any) -> None:
     assert "polled" in json.dumps(svc.store.get(request_id).result)
 
 
-@OPEN
 def test_tinker_refuses_num_samples_times_max_tokens_over_the_cap(tinker: Any) -> None:
     """Vector 6: 256 samples x 2000 tokens (512,000 > 65,536): 400 before anything runs."""
     with httpx.Client(base_url=tinker.base_url, headers=TINKER_AUTH, timeout=60) as c:
@@ -268,7 +258,6 @@ def test_tinker_refuses_num_samples_times_max_tokens_over_the_cap(tinker: Any) -
     assert "65536" in reply.text.replace(",", "")
 
 
-@OPEN
 def test_tinker_bounds_queued_sampling_work(tinker: Any) -> None:
     """Vector 6: requests under the per-request cap, sent until the queue is full: past the
     server's bound on queued work they get 429, not an ever longer queue."""
@@ -280,7 +269,6 @@ def test_tinker_bounds_queued_sampling_work(tinker: Any) -> None:
     assert set(codes) <= {200, 429}, codes
 
 
-@OPEN
 def test_tinker_refuses_200k_stop_strings(tinker: Any) -> None:
     """Vector 8: 200,000 stop strings: 400 (each was compared at every token of every row)."""
     with httpx.Client(base_url=tinker.base_url, headers=TINKER_AUTH, timeout=60) as c:
@@ -290,7 +278,6 @@ def test_tinker_refuses_200k_stop_strings(tinker: Any) -> None:
     assert reply.status_code == 400, reply.text[:300]
 
 
-@OPEN
 def test_tinker_cuts_a_client_that_never_finishes_its_headers(tinker: Any) -> None:
     """Vector 8: a request head sent a byte at a time is cut after the header-read timeout."""
     closed = _slow_head("127.0.0.1", tinker.port, 8)

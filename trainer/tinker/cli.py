@@ -206,4 +206,8 @@ def serve(
     threads = "" if torch_threads is None else f" with {torch_threads} torch thread(s)"
     auth = "API key required" if api_key else "no API key"
     typer.echo(f"serving {[s.name for s in specs]} on http://{host}:{port}{threads} ({auth})")
-    uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
+    from skyrl_sdk.trainer.tinker.server import uvicorn_http
+
+    uvicorn.run(
+        create_app(config), host=host, port=port, log_level="warning", http=uvicorn_http(config)
+    )

@@ -21,6 +21,8 @@ class Status(IntEnum):
     """A model or sampler whose state a restart lost."""
     TOO_LARGE = 413
     """A body (once decompressed) over the size cap."""
+    BUSY = 429
+    """The server's bound on queued work is reached: retry later."""
 
 
 class ServiceError(Exception):

@@ -5,6 +5,13 @@ no HTTP) behind the route modules (`routes/`: thin handlers grouped by concern).
 (`errors.ServiceError`, FastAPI's `HTTPException`) reach the client as
 `{"detail": message, "error": message}` with their status.
 
+Fair use: a sampling request may ask for at most 65,536 tokens (`num_samples x max_tokens`)
+and 16 stop strings / 256 stop token ids (400, `skyrl_sdk.sampling_limits`, checked by the
+wire models every sampling route parses); the queued sampling work is bounded
+(`max_queued_sample_tokens`, 429 past it); a sampling request nobody has polled for
+`abandon_after_s` (60 s) is cancelled; a connection that does not send a whole request head
+within `header_timeout_s` (10 s) is closed.
+
 Security: every request passes `skyrl_sdk.http_guard.HttpGuard` first (the key the `tinker`
 SDK sends as `X-API-Key`, or `Authorization: Bearer`, when `ServerConfig.api_key` is set; 413
 for bodies over `max_request_bytes`, unread). Checkpoint names and run ids become directory
@@ -24,7 +31,13 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from skyrl_sdk.http_guard import ErrorStyle, GuardConfig, install
+from skyrl_sdk.http_guard import (
+    ErrorStyle,
+    GuardConfig,
+    default_http,
+    header_timeout_protocol,
+    install,
+)
 from skyrl_sdk.trainer.tinker.errors import ServiceError
 from skyrl_sdk.trainer.tinker.routes import install_routes
 from skyrl_sdk.trainer.tinker.service import ServerConfig, TinkerService
@@ -40,6 +53,20 @@ def _error(status: int, message: Any) -> JSONResponse:
     return JSONResponse({"detail": message, "error": str(message)}, status_code=status)
 
 
+async def _reap(svc: TinkerService) -> None:
+    """Cancel abandoned sampling requests, checking a few times per `abandon_after_s`."""
+    period = max(0.05, min(1.0, svc.config.abandon_after_s / 4))
+    while True:
+        await asyncio.sleep(period)
+        svc.reap_abandoned()
+
+
+def uvicorn_http(config: ServerConfig) -> type[Any]:
+    """uvicorn's HTTP protocol (httptools when it imports, else h11) with the config's
+    header-read deadline (`http_guard.header_timeout_protocol`)."""
+    return header_timeout_protocol(default_http(), config.header_timeout_s)
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     """The FastAPI app serving the Tinker API under `/api/v1`."""
     svc = TinkerService(config)
@@ -50,9 +77,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         interval = sys.getswitchinterval()
         if config.gil_switch_interval_s is not None:
             sys.setswitchinterval(config.gil_switch_interval_s)
+        reaper = asyncio.create_task(_reap(svc))
         try:
             yield
         finally:
+            reaper.cancel()
             sys.setswitchinterval(interval)
             svc.close()
 
@@ -93,6 +122,7 @@ class ServerThread:
                 port = s.getsockname()[1]
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
+        self.config = config
         self.app = create_app(config)
         self._server: Any = None
         self._thread: Any = None
@@ -103,7 +133,13 @@ class ServerThread:
 
         import uvicorn
 
-        cfg = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        cfg = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            http=uvicorn_http(self.config),
+        )
         self._server = uvicorn.Server(cfg)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyrl_sdk.http_guard import DEFAULT_MAX_REQUEST_BYTES
+from skyrl_sdk.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES
+from skyrl_sdk.sampling_limits import MAX_SAMPLED_TOKENS, sampled_tokens_problem
 from skyrl_sdk.trainer.config import LoRAConfig
 from skyrl_sdk.trainer.tinker import lora as lora_records
 from skyrl_sdk.trainer.tinker import wire
@@ -96,12 +97,35 @@ class ServerConfig:
     several passes whose gradients add up, so memory is bounded whatever the request."""
     max_sample_batch: int = 64
     """Most sequences sampled in one batch (queued requests on the same weights join it)."""
+    abandon_after_s: float = 60.0
+    """A sampling request nobody has polled for this long (since it was submitted or since
+    its last retrieve_future ended, with no poll waiting on it) is cancelled: a client that
+    gave up does not keep the worker decoding for nobody."""
+    max_queued_sample_tokens: int = 16 * MAX_SAMPLED_TOKENS
+    """Most sampling work (`num_samples x max_tokens`, summed over the sampling requests
+    queued or running) the server holds; a request past it gets 429."""
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    """A connection must send a whole request head within this many seconds of opening (or
+    of its previous response), else it is closed (`http_guard.header_timeout_protocol`)."""
     gil_switch_interval_s: float | None = 0.0005
     """`sys.setswitchinterval` while the server runs (None: leave it). The torch worker holds
     the GIL through the Python parts of every forward pass; at Python's default 5 ms, each
     hand-over to the event loop (to answer the submit, to read the poll, to send the result)
     waited up to 5 ms, most of the per-call overhead. Set for the whole process while the
     server runs, restored after."""
+
+
+@dataclass
+class _SampleWork:
+    """A sampling request not settled yet: its share of the queued-work bound, and when a
+    client last showed interest in it."""
+
+    cost: int
+    """`num_samples x max_tokens`."""
+    seen: float
+    """`time.monotonic()` of its submission or of the end of its last poll."""
+    polling: int = 0
+    """retrieve_future calls waiting on it now."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +168,9 @@ class TinkerService:
         """The requests the worker is executing."""
         self.closing = False
         """Set when the server shuts down."""
+        self.sample_work: dict[str, _SampleWork] = {}
+        """Sampling requests not known to be settled (pruned by `queued_sample_tokens` and
+        `reap_abandoned`)."""
         self.files.purge_expired()
 
     # -- futures --------------------------------------------------------------------------
@@ -228,7 +255,15 @@ class TinkerService:
 
     async def retrieve(self, request_id: str) -> FutureRecord:
         """The request's record once settled, or still pending after the poll timeout."""
-        record = await self.store.wait(request_id, self.config.poll_timeout_s)
+        work = self.sample_work.get(request_id)
+        if work is not None:
+            work.polling += 1
+        try:
+            record = await self.store.wait(request_id, self.config.poll_timeout_s)
+        finally:
+            if work is not None:
+                work.polling -= 1
+                work.seen = time.monotonic()
         if record is None:
             raise ServiceError(Status.NOT_FOUND, f"unknown request_id {request_id!r}")
         return record
@@ -760,6 +795,34 @@ class TinkerService:
         self.add_sampler(sampler_id, req.session_id, sampler, model_path=req.model_path)
         return {"sampling_session_id": sampler_id, "type": "create_sampling_session"}
 
+    def queued_sample_tokens(self) -> int:
+        """Sampling work (`num_samples x max_tokens`) queued or running now."""
+        for request_id in list(self.sample_work):
+            record = self.store.get(request_id)
+            if record is None or record.state is not FutureState.PENDING:
+                del self.sample_work[request_id]
+        return sum(w.cost for w in self.sample_work.values())
+
+    def reap_abandoned(self, now: float | None = None) -> list[str]:
+        """Cancel the sampling requests nobody has polled for `abandon_after_s` (skipped if
+        queued, stopped at the next token if running); their ids."""
+        now = time.monotonic() if now is None else now
+        limit = self.config.abandon_after_s
+        reaped = []
+        self.queued_sample_tokens()  # forget the settled ones
+        for request_id, work in list(self.sample_work.items()):
+            if work.polling or now - work.seen <= limit:
+                continue
+            self.cancelled.add(request_id)
+            reason = (
+                f"cancelled: nobody polled this sampling request for {limit:g} s "
+                "(the server's abandon_after_s)"
+            )
+            if self.store.cancel(request_id, reason):
+                reaped.append(request_id)
+            del self.sample_work[request_id]
+        return reaped
+
     def asample(self, req: wire.SampleRequest) -> dict[str, Any]:
         """Queue a sampling request; it joins the queued ones on the same weights."""
         if req.sampling_session_id is not None:
@@ -777,6 +840,16 @@ class TinkerService:
             raise ServiceError(
                 Status.BAD_REQUEST, "asample needs sampling_session_id, model_path or base_model"
             )
+        problem = sampled_tokens_problem(req.num_samples, req.sampling_params.token_limit())
+        if problem is not None:  # the wire model refuses it already; kept for direct callers
+            raise ServiceError(Status.BAD_REQUEST, problem)
+        queued, bound = self.queued_sample_tokens(), self.config.max_queued_sample_tokens
+        if queued + req.work() > bound:
+            raise ServiceError(
+                Status.BUSY,
+                f"the server already holds {queued} tokens of sampling work (its bound is "
+                f"{bound}, num_samples x max_tokens summed); retry when some has finished",
+            )
         call = SampleCall(
             prompt=req.prompt.tokens(),
             num_samples=req.num_samples,
@@ -784,6 +857,7 @@ class TinkerService:
             prompt_logprobs=req.prompt_logprobs,
         )
         request_id = self.store.create("sample", None)
+        self.sample_work[request_id] = _SampleWork(req.work(), time.monotonic())
         job = _SampleJob(request_id, key, get, call)
         self.worker.submit_batchable(key, job, self._run_samples, size=req.num_samples)
         return {

@@ -122,9 +122,12 @@ class FutureStore:
         state = FutureState.FAILED if failed else FutureState.DONE
         self._settle(request_id, state, result)
 
-    def cancel(self, request_id: str) -> bool:
-        """Mark a pending request cancelled (any thread); False if it had already settled."""
-        error = {"error": "the request was cancelled by the client", "category": "user"}
+    def cancel(
+        self, request_id: str, reason: str = "the request was cancelled by the client"
+    ) -> bool:
+        """Mark a pending request cancelled (any thread), saying why; False if it had
+        already settled."""
+        error = {"error": reason, "category": "user"}
         return self._settle(request_id, FutureState.CANCELLED, error)
 
     def _settle(self, request_id: str, state: FutureState, result: Any) -> bool:

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from skyrl_sdk.sampling_limits import sampled_tokens_problem, stop_problem
+from skyrl_sdk.trainer.tinker.errors import ServiceError, Status
+
+DEFAULT_SAMPLE_MAX_TOKENS = 64
+"""Tokens per sample when a request gives no `max_tokens` (the backend's default)."""
 
 
 class _Wire(BaseModel):
@@ -135,14 +141,33 @@ class ModelInput(_Wire):
 
 
 class SamplingParamsIn(_Wire):
-    """Sampling settings; `stop` is absent (EOS), `[]` (never), strings, or token ids."""
+    """Sampling settings; `stop` is absent (EOS), `[]` (never), strings, or token ids.
 
-    max_tokens: int | None = None
+    The one model every sampling route parses its settings with, so its limits hold for every
+    endpoint: stop lists within `skyrl_sdk.sampling_limits`' caps, else 400 (raised as a
+    `ServiceError`, which pydantic passes through unwrapped, so it is not a 422)."""
+
+    max_tokens: int | None = Field(None, ge=0)
     seed: int | None = None
     stop: str | list[str] | list[int] | None = None
     temperature: float = Field(1.0, ge=0)
     top_k: int = -1
     top_p: float = Field(1.0, gt=0, le=1)
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_within_caps(cls, value: str | list[str] | list[int] | None) -> Any:
+        items: list[Any] = [value] if isinstance(value, str) else list(value or [])
+        strings = [s for s in items if isinstance(s, str)]
+        ids = [s for s in items if not isinstance(s, str)]
+        problem = stop_problem(strings, ids)
+        if problem is not None:
+            raise ServiceError(Status.BAD_REQUEST, f"sampling_params.stop: {problem}")
+        return value
+
+    def token_limit(self) -> int:
+        """Tokens per sample asked for (the default when none is given)."""
+        return DEFAULT_SAMPLE_MAX_TOKENS if self.max_tokens is None else self.max_tokens
 
 
 class SampleRequest(_Wire):
@@ -155,6 +180,17 @@ class SampleRequest(_Wire):
     base_model: str | None = None
     model_path: str | None = None
     prompt_logprobs: bool = False
+
+    @model_validator(mode="after")
+    def _work_within_cap(self) -> SampleRequest:
+        problem = sampled_tokens_problem(self.num_samples, self.sampling_params.token_limit())
+        if problem is not None:
+            raise ServiceError(Status.BAD_REQUEST, problem)
+        return self
+
+    def work(self) -> int:
+        """Tokens it may sample: `num_samples x max_tokens`."""
+        return self.num_samples * self.sampling_params.token_limit()
 
 
 class FutureRequest(_Wire):
