@@ -11,6 +11,12 @@ filesystem, seccomp, caps):
   starts alternate. Target: start p50 <= 2x bare (the speed issue's target).
 
 A networked start (`network=True`: its own namespace with user-mode networking) is an extra row.
+
+Grading rows (`SandboxSpec(grading=True)`): warm `exec("true")` (the helper's decision, then
+/bin/sh with the exec shim loaded) and `exec("/bin/true")` (plus one decision of the shim, for
+sh's execve) in a two-uid grading sandbox, alternating with the same in a one-uid grading
+sandbox (`$SKYRL_GRADING_UIDS=off`: no helper, no shim); where no second uid is available
+both run with one uid and the rows say so.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from skyrl_sdk.benchmarks.report import BenchReport
 from skyrl_sdk.sandboxes import (
     BackendUnavailable,
+    Sandbox,
     SandboxError,
     SandboxPool,
     SandboxSpec,
@@ -121,6 +129,7 @@ async def _measure(starts: int, execs: int, backend: str) -> dict[str, list[floa
             t0 = time.perf_counter()
             subprocess.run(["/bin/sh", "-c", "true"], check=True)
             bare_ms.append((time.perf_counter() - t0) * 1000)
+    grading = await _measure_grading(execs // 3, backend)
     async with SandboxPool(spec, backend, warm=2, max_live=4) as pool:
         for _ in range(max(4, starts // 4)):
             sandbox = await pool.acquire()
@@ -135,7 +144,51 @@ async def _measure(starts: int, execs: int, backend: str) -> dict[str, list[floa
         "exec": exec_ms,
         "bare": bare_ms,
         "acquire": [acquire.acquire_p50_ms, acquire.acquire_p99_ms],
+        **grading,
     }
+
+
+async def _one_uid_grading(backend: str) -> Sandbox:
+    """A grading sandbox started with `$SKYRL_GRADING_UIDS=off` (one uid, no shim)."""
+    from skyrl_sdk.sandboxes.bwrap import GRADING_UIDS_ENV
+
+    before = os.environ.get(GRADING_UIDS_ENV)
+    os.environ[GRADING_UIDS_ENV] = "off"
+    try:
+        return await create_sandbox(SandboxSpec(grading=True), backend)
+    finally:
+        if before is None:
+            os.environ.pop(GRADING_UIDS_ENV, None)
+        else:
+            os.environ[GRADING_UIDS_ENV] = before
+
+
+async def _measure_grading(execs: int, backend: str) -> dict[str, Any]:
+    """Warm exec latency in a two-uid grading sandbox and a one-uid one, alternating."""
+    times: dict[str, list[float]] = {k: [] for k in ("g_true", "g1_true", "g_bin", "g1_bin")}
+    two = await create_sandbox(SandboxSpec(grading=True), backend)
+    one = await _one_uid_grading(backend)
+    try:
+        for sandbox in (two, one):
+            for _ in range(10):
+                await sandbox.exec("/bin/true")
+        for _ in range(max(20, execs)):
+            for key, sandbox, command in (
+                ("g_true", two, "true"),
+                ("g1_true", one, "true"),
+                ("g_bin", two, "/bin/true"),
+                ("g1_bin", one, "/bin/true"),
+            ):
+                t0 = time.perf_counter()
+                result = await sandbox.exec(command)
+                times[key].append((time.perf_counter() - t0) * 1000)
+                if not result.ok:
+                    raise RuntimeError(f"exec({command!r}) failed in a grading sandbox: {result}")
+        isolation = two.grading_isolation.value
+    finally:
+        await two.close()
+        await one.close()
+    return {**times, "grading_isolation": isolation}
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -157,6 +210,7 @@ def run(starts: int = 40, execs: int = 300, backend: str = "bwrap") -> BenchRepo
     n50 = percentile(m["net_start"], 50) if m["net_start"] else None  # type: ignore[arg-type]
     n99 = percentile(m["net_start"], 99) if m["net_start"] else None  # type: ignore[arg-type]
     acquire = m["acquire"]
+    g = {k: percentile(m[k], 50) for k in ("g_true", "g1_true", "g_bin", "g1_bin")}  # type: ignore[arg-type]
     result = {
         "start_p50_ms": round(s50, 3),
         "start_p99_ms": round(s99, 3),
@@ -169,6 +223,11 @@ def run(starts: int = 40, execs: int = 300, backend: str = "bwrap") -> BenchRepo
         "start_vs_bare": _r(s50 / bw50 if bw50 else None),
         "net_start_p50_ms": _r(n50),
         "net_start_p99_ms": _r(n99),
+        "grading_isolation": m["grading_isolation"],
+        "grading_exec_true_p50_ms": round(g["g_true"], 3),
+        "grading_one_uid_exec_true_p50_ms": round(g["g1_true"], 3),
+        "grading_exec_bin_true_p50_ms": round(g["g_bin"], 3),
+        "grading_one_uid_exec_bin_true_p50_ms": round(g["g1_bin"], 3),
     }
     bare_start = f"{bw50:.1f} (bare `bwrap <flags> true` p50)" if bw50 else "-"
     net_row = (
@@ -192,6 +251,16 @@ def run(starts: int = 40, execs: int = 300, backend: str = "bwrap") -> BenchRepo
         ("warm exec('true') p99 (ms)", f"{e99:.2f}", f"{b99:.2f} (bare subprocess)"),
         ("exec / bare, p50", f"{e50 / b50:.2f}x", f"target <= {EXEC_TARGET:g}x"),
         ("pool acquire p50 / p99 (ms)", f"{acquire[0]:.2f} / {acquire[1]:.2f}", "-"),  # type: ignore[index]
+        (
+            f"grading exec('true') p50 (ms), {m['grading_isolation']}",
+            f"{g['g_true']:.2f}",
+            f"{g['g1_true']:.2f} (one uid, no shim)",
+        ),
+        (
+            f"grading exec('/bin/true') p50 (ms), {m['grading_isolation']}",
+            f"{g['g_bin']:.2f}",
+            f"{g['g1_bin']:.2f} (one uid, no shim)",
+        ),
     ]
     notes = [
         f"{starts} starts (create until the in-sandbox server answers), alternating with bare "
