@@ -130,3 +130,35 @@ def run_command(
         raise typer.Exit(2) from None
     console.print(summary_table(job))
     console.print(f"wrote {escape(str(out / 'job.json'))}")
+
+
+@app.command("lint")
+def lint_command(
+    path: Path = typer.Argument(..., help="A task folder or a folder of tasks."),
+    as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON (rule ids)."),
+) -> None:
+    """Flag verifier patterns an agent can forge (exit 1 on findings, 0 when clean)."""
+    import json
+
+    from skyrl_gym.envs.harbor.lint import RULE_FIXES, lint_task
+    from skyrl_gym.envs.harbor.task import find_task_dirs
+
+    try:
+        tasks = find_task_dirs(path)
+    except FileNotFoundError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from None
+    base = tasks[0].parent
+    findings = [f for task in tasks for f in lint_task(task, relative_to=base)]
+    if as_json:
+        doc = {"tasks": len(tasks), "findings": [f.to_dict() for f in findings]}
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        for f in findings:
+            console.print(escape(f.format()), highlight=False, soft_wrap=True)
+        for rule in sorted({f.rule for f in findings}):
+            console.print(f"  {rule.value}: {escape(RULE_FIXES[rule])}", highlight=False)
+        verdict = f"{len(findings)} finding(s)" if findings else "clean"
+        console.print(f"{len(tasks)} task(s): {verdict}")
+    if findings:
+        raise typer.Exit(1)
