@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 import skyrl_gym
 from skyrl_gym.cli import app
 from skyrl_gym.envs.swe.bundled.build import INSTANCES_FILE, ensure_repos
-from skyrl_gym.envs.swe.instances import SWEInstance, load_instances
+from skyrl_gym.envs.swe.harness import HarnessConfig, run_evaluation
+from skyrl_gym.envs.swe.instances import Prediction, SWEInstance, load_instances
 from skyrl_gym.envs.swe.repos import git, materialize
 from skyrl_sdk.agents import ScriptedPolicy, rollout
 from tests.swebench.conftest import arun, by_id, hermes, needs_bwrap
@@ -128,18 +129,43 @@ def swebench_eval(
     return json.loads((out / "report.json").read_text())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 23 item 3: the patch's pytest configuration, conftest.py, sitecustomize and "
-    "dist-info entry points load a plugin that marks every report passed",
-)
 def test_patches_that_configure_the_test_runner_are_not_resolved(
     instances: list[SWEInstance], repos_dir: str, tmp_path: Path
 ) -> None:
     report = swebench_eval(instances, repos_dir, tmp_path, ATTACKS)
     tried = sorted(iid for iid, _ in ATTACKS.values())
-    assert report["completed_ids"] == tried, report["reasons"]
-    assert report["resolved_ids"] == [], report["instances"]
+    assert report["unresolved_ids"] == tried, report["reasons"]
+    for iid in tried:  # the tests ran, and the bug is still there
+        status = report["instances"][iid]["tests_status"]
+        assert status["FAIL_TO_PASS"]["success"] == [], (iid, status)
+        assert status["FAIL_TO_PASS"]["failure"] == by_id(instances, iid).FAIL_TO_PASS
+        assert status["PASS_TO_PASS"]["failure"] == [], (iid, status)
+
+
+def test_a_conftest_py_in_the_test_patch_still_runs(
+    instances: list[SWEInstance], repos_dir: str, tmp_path: Path
+) -> None:
+    """The test patch is the instance's own: its conftest.py is kept (here one that marks
+    every report passed, so a patch that fixes nothing comes out resolved)."""
+    inst = by_id(instances, "skyrl-bench__semver-7")
+    conftest = "".join(f"+{line}\n" for line in PLUGIN.splitlines())
+    test_patch = inst.test_patch + (
+        "diff --git a/tests/conftest.py b/tests/conftest.py\nnew file mode 100644\n"
+        f"--- /dev/null\n+++ b/tests/conftest.py\n@@ -0,0 +1,{len(PLUGIN.splitlines())} @@\n"
+        f"{conftest}"
+    )
+    trusted = inst.model_copy(update={"test_patch": test_patch})
+    assert "tests/conftest.py" in trusted.test_files
+    patch = attack_patch(inst, repos_dir, {"README.md": "Words.\n"}, tmp_path / "tree")
+    run = arun(
+        run_evaluation(
+            [trusted],
+            {inst.instance_id: Prediction(instance_id=inst.instance_id, model_patch=patch)},
+            tmp_path / "out",
+            HarnessConfig(repos_dir=repos_dir, timeout_s=120),
+        )
+    )
+    assert run.report["resolved_ids"] == [inst.instance_id], run.report["reasons"]
 
 
 def test_a_pth_file_in_the_patch_is_not_resolved(
@@ -150,9 +176,6 @@ def test_a_pth_file_in_the_patch_is_not_resolved(
     assert report["resolved_ids"] == [], report["instances"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 23 item 3: the agent's pyproject.toml addopts loads its plugin"
-)
 def test_an_agent_that_configures_pytest_earns_nothing_in_the_swe_env(
     instances: list[SWEInstance], repos_dir: str, tmp_path: Path
 ) -> None:

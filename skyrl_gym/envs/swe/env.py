@@ -14,7 +14,10 @@ Grading happens after `submit`, in a fresh phase the agent cannot have changed:
    checkout the agent never wrote, in a fresh sandbox, the test files restored from the
    instance's test patch, the FAIL_TO_PASS and PASS_TO_PASS tests run from a process
    environment the agent never wrote (`HOME` off the repository, user site-packages off, pytest
-   from a read-only package directory; see `harness`). Reward 1.0 when resolved, else 0.0.
+   from a read-only package directory, the repository off the start-up path), with the test
+   runner's own files (pytest configuration, conftest.py, sitecustomize, `.pth`, entry
+   points) as `base_commit` has them, whatever the agent did to them; see `harness`.
+   Reward 1.0 when resolved, else 0.0.
 
 The instance's gold patch and hidden tests never enter the agent's sandbox, which sees the
 repository, a read-only directory with pytest (`packages.sandbox_packages`) and the minimal

@@ -14,12 +14,33 @@ then in a sandbox with no network:
 
 The tests run the patched code, so a patch can always change what they report from inside
 the test process (as in the official harness); what the harness closes is every *other*
-route: the commands run with `grading_env` (`HOME=/tmp`, the sandbox's fresh tmpfs, so a
-`.local/.../usercustomize.py` the patch adds is never loaded; user site-packages off; no
-agent-writable directory on `PATH`), pytest comes from a read-only package directory that is
-first on `PYTHONPATH` (bwrap: `sandbox_packages`, never the project's venv; a `pytest.py` in
-the repository does not shadow it), the test output is read back only after the sandbox is
-closed (nothing left running can rewrite it) and without following symlinks, size-capped.
+route. The test runner belongs to the harness, not to the patch:
+
+- just before the test command, every file that configures or hooks it (`is_runner_file`:
+  pytest.ini, .pytest.ini, pyproject.toml, tox.ini, setup.cfg, conftest.py,
+  sitecustomize.py, usercustomize.py, `*.pth`, a distribution's `entry_points.txt`) is put
+  back as `base_commit` has it, read on the host before the patch touched the tree, or
+  removed when the commit has none; the test patch's own files are left as it made them
+  (`restore_runner_script`). So a patch's `addopts = "-p plugin"`, its conftest.py outside
+  the test patch, its sitecustomize.py or its `pytest11` entry point never load;
+- bwrap/local: the repository is not on the interpreter's start-up path (`PYTHONPATH` holds
+  only the harness's read-only directories), pytest auto-loads no plugin, and the harness's
+  `skyrl_swe_runner` plugin puts the repository on `sys.path` once pytest is parsing its
+  options, as a development install would (`grading_command_env`);
+- the commands run with `grading_env` (`HOME=/tmp`, the sandbox's fresh tmpfs, so a
+  `.local/.../usercustomize.py` the patch adds is never loaded; user site-packages off; no
+  agent-writable directory on `PATH`), git runs no hooks or fsmonitor, pytest comes from a
+  read-only package directory that is first on `PYTHONPATH` (bwrap: `sandbox_packages`, never
+  the project's venv; a `pytest.py` in the repository does not shadow it);
+- the sandbox is a grading one (`SandboxSpec(grading=True)`: read-only /proc; a `single_uid`
+  note on the instance where it has no second uid), and the test output is read back only
+  after it is closed (nothing left running can rewrite it), without following symlinks,
+  size-capped.
+
+What stays open, as in the official harness: the code under test runs inside pytest. A
+module the tests import (the patched source, a package `__init__.py`) can reach the running
+session (e.g. register a plugin through `gc` or `sys.modules`) and rewrite its reports. The
+patch's changes to the runner files above are not graded (the commit's versions are used).
 The workspace is a `Workspace` (size-capped, reaped after a SIGKILL).
 
 `run_evaluation` writes `OUT/report.json` with the official summary keys and, per instance,
@@ -30,6 +51,7 @@ The workspace is a `Workspace` (size-capped, reaped after a SIGKILL).
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
 import json
 import os
@@ -39,18 +61,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from skyrl_gym.envs.swe import grading
 from skyrl_gym.envs.swe.instances import Prediction, SWEInstance
-from skyrl_gym.envs.swe.packages import DEFAULT_PACKAGES, sandbox_packages
+from skyrl_gym.envs.swe.packages import (
+    DEFAULT_PACKAGES,
+    RUNNER_PLUGIN,
+    runner_plugin_dir,
+    sandbox_packages,
+)
 from skyrl_gym.envs.swe.repos import RepoError, materialize, path_exists_at
 from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
     Backend,
     BackendUnavailable,
+    GradingIsolation,
     Sandbox,
     SandboxSpec,
     UnsafeFileError,
@@ -71,6 +99,20 @@ APPLY_COMMANDS = (
 """Ways to apply a model patch, tried in order (the official harness's chain)."""
 
 RESET_TREE = "git checkout -- . ; git clean -fdq"
+SINGLE_UID_NOTE = (
+    "single_uid: the evaluation sandbox had no second uid (not root, no exec shim, or another "
+    "backend); the tests' programs had the grader's uid"
+)
+"""An instance's note when its evaluation sandbox had `GradingIsolation.SINGLE_UID`."""
+GIT_SAFE_ENV = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+}
+"""Git in the evaluation sandbox runs no hooks and no fsmonitor command, whatever the
+repository's config says (git >= 2.31 reads these variables; older git ignores them)."""
 DEFAULT_TEST_CMD = "python3 -m pytest --no-header -rA --tb=no -p no:cacheprovider"
 """Test command for repositories without a known command: pytest with the `-rA` summary the
 pytest log parser reads."""
@@ -166,6 +208,8 @@ class InstanceResult:
     """Wall-clock seconds spent on the instance."""
     log_dir: str | None = None
     """Where its logs are."""
+    notes: tuple[str, ...] = ()
+    """What the grading could not do here, e.g. `SINGLE_UID_NOTE`."""
 
     @property
     def resolved(self) -> bool:
@@ -183,6 +227,7 @@ class InstanceResult:
             report={"tests_status": data.get("tests_status") or {}},
             error=data.get("error"),
             duration_s=float(data.get("duration_s", 0.0)),
+            notes=tuple(data.get("notes") or ()),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -197,6 +242,7 @@ class InstanceResult:
             "error": self.error,
             "duration_s": round(self.duration_s, 3),
             "tests_status": tests,
+            "notes": list(self.notes),
         }
 
 
@@ -210,6 +256,130 @@ def host_python_env(python: str = sys.executable) -> dict[str, str]:
         "PATH": f"{os.path.dirname(python)}:{DEFAULT_PATH}",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+
+
+# ---- the test runner belongs to the harness -------------------------------------------------
+
+RUNNER_CONFIG_NAMES = frozenset(
+    {
+        # pytest's configuration files (each may hold [pytest] / [tool.pytest...] / addopts)
+        "pytest.ini",
+        ".pytest.ini",
+        "pyproject.toml",
+        "tox.ini",
+        "setup.cfg",
+        # code pytest or the interpreter runs before any test
+        "conftest.py",
+        "sitecustomize.py",
+        "usercustomize.py",
+    }
+)
+"""File names that configure or hook the test runner: taken from `base_commit` (or removed)
+before the tests run, wherever they are in the tree, unless the test patch touches them.
+Also every `*.pth` file and every `*.dist-info/entry_points.txt` or
+`*.egg-info/entry_points.txt` (a `pytest11` entry point is a plugin pytest loads itself)."""
+
+
+def is_runner_file(path: str) -> bool:
+    """True for a repository path that configures or hooks the test runner
+    (`RUNNER_CONFIG_NAMES`, `*.pth`, a distribution's `entry_points.txt`)."""
+    p = PurePosixPath(path)
+    if p.name in RUNNER_CONFIG_NAMES or p.suffix == ".pth":
+        return True
+    return p.name == "entry_points.txt" and p.parent.suffix in (".dist-info", ".egg-info")
+
+
+@dataclass(frozen=True)
+class RunnerFile:
+    """A test-runner file of the repository at `base_commit` (`is_runner_file`)."""
+
+    path: str
+    """Path relative to the repository root (POSIX)."""
+    data: bytes | None
+    """The file's content; None for a symbolic link."""
+    link: str | None = None
+    """A symbolic link's target (the link is restored as a link)."""
+
+
+RUNNER_FILE_MAX_BYTES = 4 << 20
+"""The largest test-runner file kept from `base_commit` (a bigger one is an error)."""
+
+
+def runner_files(tree: str | Path) -> tuple[RunnerFile, ...]:
+    """The test-runner files of a repository work tree that nothing has written since it was
+    checked out (`.git` skipped; nothing followed)."""
+    root = Path(tree)
+    found: list[RunnerFile] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root and ".git" in dirnames:
+            dirnames.remove(".git")
+        for name in filenames:
+            full = Path(dirpath) / name
+            rel = full.relative_to(root).as_posix()
+            if not is_runner_file(rel):
+                continue
+            if full.is_symlink():
+                found.append(RunnerFile(rel, None, os.readlink(full)))
+            elif full.is_file():
+                if full.stat().st_size > RUNNER_FILE_MAX_BYTES:
+                    raise RepoError(f"{rel}: over {RUNNER_FILE_MAX_BYTES} bytes")
+                found.append(RunnerFile(rel, full.read_bytes()))
+    return tuple(sorted(found, key=lambda f: f.path))
+
+
+def _find_runner_files() -> str:
+    """A `find` over the work tree (not `.git`) printing every test-runner file, NUL-ended."""
+    names = [*sorted(RUNNER_CONFIG_NAMES), "*.pth"]
+    tests = " -o ".join(f"-name {shlex.quote(n)}" for n in names)
+    tests += " -o -path '*.dist-info/entry_points.txt' -o -path '*.egg-info/entry_points.txt'"
+    return f"find . -path ./.git -prune -o \\( -type f -o -type l \\) \\( {tests} \\) -print0"
+
+
+def restore_runner_script(
+    pristine: Sequence[RunnerFile], keep: Sequence[str], reset_failed: str
+) -> str:
+    """Shell lines (run in the repository root, just before the test command) that put every
+    test-runner file back as it was at `base_commit`: those the commit has are rewritten from
+    `pristine`, every other one is deleted. Paths in `keep` (the test patch's files) are left
+    as the test patch made them. A failure prints `reset_failed` and exits 1."""
+    kept = {f"./{p}" for p in keep}
+    lines = [
+        "# SWE grading owns its test runner: pytest's configuration, conftest.py files outside",
+        "# the test patch, sitecustomize/usercustomize, .pth files and entry points come from",
+        "# base_commit, whatever the model patch did to them.",
+        "while IFS= read -r -d '' f; do",
+    ]
+    if kept:
+        patterns = "|".join(shlex.quote(p) for p in sorted(kept))
+        lines.append(f'  case "$f" in {patterns}) continue ;; esac')
+    lines += [
+        f'  rm -f -- "$f" || {{ echo {shlex.quote(reset_failed)}; exit 1; }}',
+        f"done < <({_find_runner_files()})",
+    ]
+    fail = f"{{ echo {shlex.quote(reset_failed)}; exit 1; }}"
+    for item in pristine:
+        if f"./{item.path}" in kept:
+            continue
+        path = shlex.quote(item.path)
+        parent = shlex.quote(str(PurePosixPath(item.path).parent))
+        lines.append(f"mkdir -p -- {parent} && rm -rf -- {path} || {fail}")
+        if item.data is None:
+            lines.append(f"ln -s -- {shlex.quote(item.link or '')} {path} || {fail}")
+            continue
+        encoded = base64.b64encode(item.data).decode()
+        tag = _heredoc(encoded)
+        lines.append(f"base64 -d > {path} <<'{tag}' || {fail}\n{encoded}\n{tag}")
+    return "\n".join(lines) + "\n"
+
+
+def with_runner_restore(script: str, restore: str, start_marker: str) -> str:
+    """`script` with `restore` inserted just before its start-of-test-output marker line (at
+    the end when it has none)."""
+    lines = script.split("\n")
+    for i, line in enumerate(lines):
+        if start_marker in line:
+            return "\n".join([*lines[:i], restore.rstrip("\n"), *lines[i:]])
+    return script.rstrip("\n") + "\n" + restore
 
 
 # ---- eval script ------------------------------------------------------------------------
@@ -388,24 +558,49 @@ def prepare_workspace(
     # The sandbox's own python3 with a read-only directory of just the packages the tests
     # need: the project's venv (and the checkout it may point to) is never visible.
     packages = str(sandbox_packages(config.packages, config.python))
+    runner = str(runner_plugin_dir())
     env = {"PYTHONPATH": packages, "PYTHONDONTWRITEBYTECODE": "1"}
-    return SandboxSpec(env=env, ro_binds=(packages,), **common), ""
+    return SandboxSpec(env=env, ro_binds=(packages, runner), **common), ""
 
 
-def grading_command_env(config: HarnessConfig, spec: SandboxSpec, workdir: str) -> dict[str, str]:
+def grading_command_env(
+    config: HarnessConfig, spec: SandboxSpec, workdir: str, test_command: str | None = None
+) -> dict[str, str]:
     """The environment of the patch-apply and test commands (see the module docstring).
 
-    bwrap: `grading_env` over the spec's variables, with `PYTHONPATH` = the package directory,
-    then the repository (tests import it, as `python -m pytest` from its root did).
+    bwrap: `grading_env` over the spec's variables. `PYTHONPATH` holds only the harness's
+    read-only directories (the packages, then the runner plugin), never the repository, so
+    nothing in it runs at interpreter start-up; pytest auto-loads no plugin
+    (`PYTEST_DISABLE_PLUGIN_AUTOLOAD`), and `PYTEST_ADDOPTS` loads the harness's
+    `skyrl_swe_runner`, which puts the repository (`SKYRL_SWE_REPO`) at the end of
+    `sys.path` as a development install would, and turns the cache provider off. A
+    `test_command` that is not pytest (django's and sympy's runners import the repository
+    from their own path) keeps the repository on `PYTHONPATH`, as before.
     docker: the image's PATH is kept (its root is read-only; the eval script activates its
-    conda env); `HOME` moves off the repository and user site-packages are off.
-    local (trusted code only): `grading_env` with the host interpreter's PATH kept.
+    conda env, whose installed plugins the repository's configuration may need); `HOME`
+    moves off the repository and user site-packages are off.
+    local (trusted code only): as bwrap, with the host interpreter's PATH kept.
+    All: git runs no hooks or fsmonitor (`GIT_SAFE_ENV`).
     """
     spec_env = dict(spec.env)
     if config.backend == Backend.DOCKER:
-        return {"HOME": GRADING_HOME, "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        return {
+            "HOME": GRADING_HOME,
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **GIT_SAFE_ENV,
+        }
     env = grading_env(spec_env)
-    env["PYTHONPATH"] = ":".join(p for p in (spec_env.get("PYTHONPATH"), workdir) if p)
+    env.update(GIT_SAFE_ENV)
+    for name in ("PYTEST_PLUGINS", "PYTEST_ADDOPTS", "PYTHONSTARTUP", "PYTHONHOME"):
+        env.pop(name, None)
+    paths = [spec_env.get("PYTHONPATH"), str(runner_plugin_dir())]
+    if test_command is not None and "pytest" not in test_command:
+        paths.append(workdir)
+    env["PYTHONPATH"] = ":".join(p for p in paths if p)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTEST_ADDOPTS"] = f"-p {RUNNER_PLUGIN} -p no:cacheprovider"
+    env["SKYRL_SWE_REPO"] = workdir
     if config.backend == Backend.LOCAL:
         env["PATH"] = spec_env.get("PATH", DEFAULT_PATH)
     return env
@@ -504,7 +699,10 @@ async def _evaluate_in_sandbox(
 ) -> InstanceResult:
     c = grading.constants()
     spec, activate = await asyncio.to_thread(prepare_workspace, instance, workspace, config)
+    spec = replace(spec, grading=True)
     log(f"workspace for {instance.repo}@{instance.base_commit[:12]} ready ({config.backend})")
+    # Read before the patch touches the tree: the test runner's files as base_commit has them.
+    pristine = await asyncio.to_thread(runner_files, workspace)
     if config.backend == Backend.DOCKER:
         existing = None
     else:
@@ -514,8 +712,11 @@ async def _evaluate_in_sandbox(
     # Created only after the patch is applied, under a name it could not know: the log the
     # host reads back once the sandbox is closed.
     out_rel = f".skyrl-grading-{secrets.token_hex(8)}/test_output.txt"
+    notes: list[str] = []
     async with create_sandbox(spec, config.backend) as sb:
-        env = grading_command_env(config, spec, sb.workdir)
+        if sb.grading_isolation is GradingIsolation.SINGLE_UID:
+            notes.append(SINGLE_UID_NOTE)
+        env = grading_command_env(config, spec, sb.workdir, instance_test_command(instance))
         scratch = f"/tmp/skyrl-swe-{secrets.token_hex(4)}"
         patch_path = f"{scratch}/patch.diff"
         patch = prediction.model_patch or ""
@@ -523,7 +724,9 @@ async def _evaluate_in_sandbox(
         applied = await _apply_patch(sb, patch_path, config.apply_timeout_s, log, env)
         if applied is None:
             log.write("test_output.txt", f"{c.APPLY_PATCH_FAIL}\n")
-            return done(Outcome.PATCH_APPLY_FAILED, error="the patch does not apply")
+            return done(
+                Outcome.PATCH_APPLY_FAILED, error="the patch does not apply", notes=tuple(notes)
+            )
         script = build_eval_script(
             instance, workdir=sb.workdir, existing_test_files=existing, activate=activate
         )
@@ -531,6 +734,8 @@ async def _evaluate_in_sandbox(
             script = instance.eval_script
             if c.TEST_EXIT_CODE not in script:
                 log("note: the instance's eval script does not record the test exit code")
+        restore = restore_runner_script(pristine, instance.test_files, c.RESET_FAILED)
+        script = with_runner_restore(script, restore, c.START_TEST_OUTPUT)
         log.write("eval.sh", script)
         await sb.write_file(f"{scratch}/eval.sh", script)
         out_dir = shlex.quote(os.path.dirname(out_rel))
@@ -567,13 +772,19 @@ async def _evaluate_in_sandbox(
     if log.dir is not None:
         log.write("report.json", json.dumps({instance.instance_id: report}, indent=2) + "\n")
     if result.timed_out:
-        return done(Outcome.TIMEOUT, apply_command=applied, report=report, error="tests timed out")
+        return done(
+            Outcome.TIMEOUT,
+            apply_command=applied,
+            report=report,
+            error="tests timed out",
+            notes=tuple(notes),
+        )
     outcome = Outcome.RESOLVED if report.get("resolved") else Outcome.UNRESOLVED
     log(f"{outcome.value} (exit code {result.exit_code})")
     problem = None
     if not report.get("patch_successfully_applied"):
         problem = "the test output could not be graded (see test_output.txt)"
-    return done(outcome, apply_command=applied, report=report, error=problem)
+    return done(outcome, apply_command=applied, report=report, error=problem, notes=tuple(notes))
 
 
 # ---- a run ------------------------------------------------------------------------------

@@ -149,10 +149,33 @@ def sandbox_packages(names: Sequence[str] = DEFAULT_PACKAGES, python: str = sys.
     return build_once(target, build)
 
 
+RUNNER_PLUGIN = "skyrl_swe_runner"
+"""The module name of SWE grading's own pytest plugin (`-p skyrl_swe_runner`)."""
+
+
+def runner_plugin_dir() -> Path:
+    """A read-only directory holding only `skyrl_swe_runner.py` (built once per content, in the
+    cache): put it on a grading sandbox's `PYTHONPATH` and bind it read-only."""
+    source = Path(__file__).with_name(f"{RUNNER_PLUGIN}.py").read_bytes()
+    root = packages_root()
+    root.mkdir(parents=True, exist_ok=True, mode=0o755)
+    target = root / f"swe-runner-{hashlib.sha256(source).hexdigest()[:16]}"
+
+    def build(staged: Path) -> None:
+        staged.mkdir(parents=True)
+        (staged / f"{RUNNER_PLUGIN}.py").write_bytes(source)
+        staged.chmod(0o755)
+        (staged / f"{RUNNER_PLUGIN}.py").chmod(0o644)
+
+    return build_once(target, build)
+
+
 __all__ = [
     "DEFAULT_PACKAGES",
+    "RUNNER_PLUGIN",
     "SYSTEM_CACHE",
     "PackagesUnavailable",
     "packages_root",
+    "runner_plugin_dir",
     "sandbox_packages",
 ]
