@@ -349,7 +349,7 @@ def load_task(path: str | os.PathLike[str]) -> HarborTask:
     if (task_dir / "solution").is_dir() and not (task_dir / "solution" / "solve.sh").is_file():
         raise TaskFormatError(task_dir, "solution/solve.sh", "missing from solution/")
 
-    return HarborTask(
+    task = HarborTask(
         name=task_dir.name,
         path=task_dir,
         schema_version=version,
@@ -367,6 +367,10 @@ def load_task(path: str | os.PathLike[str]) -> HarborTask:
         metadata=dict(metadata),
         package_name=package.string("name"),
     )
+    from skyrl_gym.envs.harbor.lint import log_findings  # the verifier lint
+
+    log_findings(task)  # one warning line per finding of `skyrl harbor lint`
+    return task
 
 
 def is_task_dir(path: Path) -> bool:
