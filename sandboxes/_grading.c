@@ -88,6 +88,22 @@
 
 extern char **environ;
 
+/* Built against the host's C library, the shim loads into an image's programs too: it asks
+ * for no symbol version newer than the architecture's first (dlsym moved into libc in 2.34,
+ * stat and lstat got new versions in 2.33), so an older glibc in an image still loads it. */
+#ifdef SKYRL_SHIM
+#if defined(__x86_64__)
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver dlsym,dlsym@GLIBC_2.17");
+#endif
+#endif
+static int stat_at(const char *path, struct stat *st, int flags) {
+    return (int)syscall(SYS_newfstatat, AT_FDCWD, path, st, flags);
+}
+#define lstat(path, st) stat_at((path), (st), AT_SYMLINK_NOFOLLOW)
+#define stat(path, st) stat_at((path), (st), 0)
+
 /* ---- is a path agent-controlled? ------------------------------------------------------------ */
 
 /* Writable by the current fs identity (the agent's during a check). */

@@ -247,6 +247,9 @@ class BwrapSandbox(ServerSandbox):
         if self._grading_tools is not None:
             self._isolation = GradingIsolation.TWO_UID
             if self.spec.rootfs and not await self._shim_loads():
+                # Commands run as they are (as the verifier, with read-only /proc): a shim
+                # the image's libc refuses could stop every program from starting.
+                self._grading_tools = None
                 self._isolation = GradingIsolation.SINGLE_UID
                 _warn_single_uid(
                     f"the exec shim does not load in the image root {self.spec.rootfs}"

@@ -16,7 +16,7 @@ from skyrl_sdk.sandboxes import (
     create_sandbox,
     grading_env,
 )
-from skyrl_sdk.sandboxes.bwrap import GRADING_UIDS_ENV
+from skyrl_sdk.sandboxes.bwrap import GRADING_UIDS_ENV, BwrapSandbox
 from tests.conftest import arun, needs_bwrap
 
 pytestmark = [
@@ -240,3 +240,18 @@ def test_not_grading_sandboxes_are_unchanged_but_hide_the_kernel_command_line():
     how, out = arun(go())
     assert how is GradingIsolation.NOT_GRADING
     assert out == [str(AGENT_UID), "0"]
+
+
+def test_an_image_root_gets_two_uids_when_its_sh_loads_the_shim():
+    how, out = arun(_uids(["id -u", "./x.sh"], rootfs="/"))
+    assert (how, out) == (GradingIsolation.TWO_UID, ["0", str(AGENT_UID)])
+
+
+def test_an_image_whose_libc_refuses_the_shim_runs_with_one_uid(monkeypatch):
+    async def refused(self) -> bool:
+        return False
+
+    monkeypatch.setattr(BwrapSandbox, "_shim_loads", refused)
+    how, out = arun(_uids(["id -u", "./x.sh"], rootfs="/"))
+    # Commands still run (no shim in their LD_PRELOAD), all as the verifier.
+    assert (how, out) == (GradingIsolation.SINGLE_UID, ["0", "0"])
