@@ -111,7 +111,7 @@ def swebench_eval(
     with preds.open("w") as f:
         for name, (iid, files) in attacks.items():
             patch = attack_patch(by_id(instances, iid), repos_dir, files, tmp_path / name)
-            assert "skyrl_pass" in patch or "conftest.py" in patch, patch
+            assert all(f"b/{rel}" in patch for rel in files), patch
             f.write(
                 json.dumps({"instance_id": iid, "model_name_or_path": name, "model_patch": patch})
             )
@@ -202,3 +202,42 @@ def test_an_agent_that_configures_pytest_earns_nothing_in_the_swe_env(
     assert 'addopts = "-p skyrl_pass"' in trajectory.turns[0].observation[0]["content"]
     assert trajectory.stop_reason.value == "done", trajectory.error
     assert trajectory.reward == 0.0
+
+
+# Appended to the module the tests import: it finds pytest's running Config and registers
+# the same mark-everything-passed hook (the bug itself is left alone).
+IN_PROCESS = """
+
+import gc as _gc
+
+import pytest as _pytest
+
+
+class _Pass:
+    @_pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = (yield).get_result()
+        report.outcome = "passed"
+        report.longrepr = None
+
+
+for _obj in _gc.get_objects():
+    if type(_obj).__name__ == "Config" and hasattr(_obj, "pluginmanager"):
+        _obj.pluginmanager.register(_Pass())
+        break
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit, as in the official harness: the code under test runs inside pytest "
+    "and can reach the running session (here through gc) to rewrite its reports",
+)
+def test_code_under_test_that_rewrites_its_own_reports(
+    instances: list[SWEInstance], repos_dir: str, tmp_path: Path
+) -> None:
+    attack = {"semver/version.py": lambda text: text + IN_PROCESS}
+    report = swebench_eval(
+        instances, repos_dir, tmp_path, {"in-process": ("skyrl-bench__semver-7", attack)}
+    )
+    assert report["resolved_ids"] == [], report["instances"]

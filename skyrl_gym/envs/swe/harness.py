@@ -87,7 +87,7 @@ from skyrl_sdk.sandboxes import (
     grading_env,
     read_regular_file,
 )
-from skyrl_sdk.sandboxes.grading import GRADING_HOME
+from skyrl_sdk.sandboxes.grading import GIT_HARDENING, GRADING_HOME
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
 APPLY_COMMANDS = (
@@ -104,15 +104,6 @@ SINGLE_UID_NOTE = (
     "backend); the tests' programs had the grader's uid"
 )
 """An instance's note when its evaluation sandbox had `GradingIsolation.SINGLE_UID`."""
-GIT_SAFE_ENV = {
-    "GIT_CONFIG_COUNT": "2",
-    "GIT_CONFIG_KEY_0": "core.hooksPath",
-    "GIT_CONFIG_VALUE_0": "/dev/null",
-    "GIT_CONFIG_KEY_1": "core.fsmonitor",
-    "GIT_CONFIG_VALUE_1": "false",
-}
-"""Git in the evaluation sandbox runs no hooks and no fsmonitor command, whatever the
-repository's config says (git >= 2.31 reads these variables; older git ignores them)."""
 DEFAULT_TEST_CMD = "python3 -m pytest --no-header -rA --tb=no -p no:cacheprovider"
 """Test command for repositories without a known command: pytest with the `-rA` summary the
 pytest log parser reads."""
@@ -580,7 +571,7 @@ def grading_command_env(
     conda env, whose installed plugins the repository's configuration may need); `HOME`
     moves off the repository and user site-packages are off.
     local (trusted code only): as bwrap, with the host interpreter's PATH kept.
-    All: git runs no hooks or fsmonitor (`GIT_SAFE_ENV`).
+    All: git runs no hooks or fsmonitor (`GIT_HARDENING`).
     """
     spec_env = dict(spec.env)
     if config.backend == Backend.DOCKER:
@@ -588,10 +579,9 @@ def grading_command_env(
             "HOME": GRADING_HOME,
             "PYTHONNOUSERSITE": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
-            **GIT_SAFE_ENV,
+            **GIT_HARDENING,
         }
     env = grading_env(spec_env)
-    env.update(GIT_SAFE_ENV)
     for name in ("PYTEST_PLUGINS", "PYTEST_ADDOPTS", "PYTHONSTARTUP", "PYTHONHOME"):
         env.pop(name, None)
     paths = [spec_env.get("PYTHONPATH"), str(runner_plugin_dir())]
