@@ -26,12 +26,15 @@
  *
  * "Agent code" (decided as the verifier, before the exec):
  *   (a) the program's real path is agent-controlled;
+ *   (a') the program was named by a path whose directory is agent-controlled (a symlink the
+ *       agent made to /usr/bin/python3: python reads pyvenv.cfg next to it);
  *   (b) the program is an interpreter (sh, bash, dash, zsh, ksh, mksh, ash, python*, pypy*,
  *       perl*, ruby*, node, nodejs, php*, lua*, luajit, Rscript, tclsh*, awk, gawk, mawk,
  *       nawk, by basename) and its script (the first non-option argument; none after -c,
  *       -m, -e and the like) or a path given as an option's value before it (--rcfile FILE,
- *       -r MODULE, -f PROGRAM, -I DIR) is agent-controlled. Later arguments are the script's
- *       data: `python3 /tests/check.py /app/out.txt` stays the verifier;
+ *       -r MODULE, -f PROGRAM, -I DIR) is agent-controlled, or, with no script named, its
+ *       stdin is an agent-controlled file. Later arguments are the script's data:
+ *       `python3 /tests/check.py /app/out.txt` stays the verifier;
  *   (c) git, when its working directory, a -C DIR, --git-dir/--work-tree or $GIT_DIR /
  *       $GIT_WORK_TREE is agent-controlled (hooks, core.fsmonitor, filters, aliases of the
  *       agent's .git/config then run as the agent);
@@ -46,7 +49,7 @@
  * may ask for; writability is faccessat2(W_OK, AT_EACCESS), which also says EROFS.
  *
  * What stays open: static programs that exec without libc (the shim is never loaded in
- * them); code the verifier runs in-process (a sourced script, an imported module, pytest's
+ * them); a script piped into an interpreter (`cat /app/x.sh | sh`); code the verifier runs in-process (a sourced script, an imported module, pytest's
  * conftest.py); build tools other than git and make that run the workspace's configuration
  * (npm scripts, cargo build.rs, pip's setup.py); and a race where an agent program running at
  * the same time swaps a file between the check and the exec.
@@ -156,14 +159,26 @@ static int controlled_real(const char *real) {
     }
 }
 
+/* The path, and where it was found: a symlink the agent made to a system program (its
+ * directory, with its real path) counts as well, since programs read what lies next to the
+ * path they were started by (python's pyvenv.cfg and prefix, for one). */
 static int controlled(const char *path) {
-    char real[PATH_MAX];
+    char real[PATH_MAX], where[PATH_MAX];
     if (!path || !*path || !realpath(path, real)) return 0;
     if (geteuid() != 0) return 0; /* not the verifier: nothing to decide */
+    const char *slash = strrchr(path, '/');
+    int link_dir = 0;
+    if (slash && (size_t)(slash - path) < sizeof where) {
+        char dir[PATH_MAX];
+        size_t n = slash == path ? 1 : (size_t)(slash - path);
+        memcpy(dir, path, n);
+        dir[n] = 0;
+        link_dir = realpath(dir, where) != NULL;
+    }
     int saved = errno;
     setfsgid(AGENT_ID);
     setfsuid(AGENT_ID);
-    int r = controlled_real(real);
+    int r = controlled_real(real) || (link_dir && controlled_real(where));
     setfsuid(0);
     setfsgid(0);
     errno = saved;
@@ -244,12 +259,24 @@ static int exists(const char *path) {
     return path && *path && stat(path, &st) == 0;
 }
 
+/* No script named: the interpreter reads it from stdin. A file there (`sh < /app/x.sh`) is
+ * checked; a pipe (`cat /app/x.sh | sh`) cannot be told apart from the verifier's own. */
+static int stdin_is_agent_file(void) {
+    struct stat st;
+    char target[PATH_MAX];
+    if (fstat(0, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    ssize_t n = readlink("/proc/self/fd/0", target, sizeof target - 1);
+    if (n <= 0) return 0;
+    target[n] = 0;
+    return controlled(target);
+}
+
 static int interpreter_runs_agent_code(interp_t k, char *const argv[]) {
     if (!argv || !argv[0]) return 0;
     for (int i = 1; argv[i]; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--") && k != I_AWK) return argv[i + 1] && controlled(argv[i + 1]);
-        if (a[0] == '-' && a[1] == 0) return 0; /* the script comes on stdin */
+        if (a[0] == '-' && a[1] == 0) return stdin_is_agent_file(); /* the script on stdin */
         if (a[0] == '-' || (a[0] == '+' && k == I_SHELL)) {
             if (ends_without_script(k, a)) return 0;
             if (takes_value(k, a) && argv[i + 1]) {
@@ -263,7 +290,7 @@ static int interpreter_runs_agent_code(interp_t k, char *const argv[]) {
         if (k == I_AWK) return 0; /* the program text, not a file */
         return controlled(a);
     }
-    return 0;
+    return stdin_is_agent_file();
 }
 
 static const char *env_get(char *const envp[], const char *name) {
@@ -287,6 +314,10 @@ static int tool_runs_agent_config(int is_git, char *const argv[], char *const en
     for (int i = 1; argv && argv[i]; i++) {
         const char *a = argv[i];
         if (is_git && a[0] != '-') break; /* the subcommand: its own options follow */
+        if (is_git && (!strcmp(a, "-c") || !strcmp(a, "--config-env") || !strcmp(a, "--namespace"))) {
+            if (argv[i + 1]) i++; /* a value, not the subcommand */
+            continue;
+        }
         const char *value = NULL;
         if ((!strcmp(a, "-C") || (!is_git && (!strcmp(a, "-f") || !strcmp(a, "--file") ||
                                                !strcmp(a, "--makefile") || !strcmp(a, "--directory")))) ||

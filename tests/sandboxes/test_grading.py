@@ -69,6 +69,8 @@ AGENT_COMMANDS = [
     "python3 -c 'import subprocess; subprocess.run([\"/workspace/x.sh\"], env={})'",
     "env -i /workspace/x.sh",
     "timeout 5 python3 x.py",
+    "sh < x.sh",
+    "python3 - < x.py",
 ]
 VERIFIER_COMMANDS = [
     "id -u",
@@ -255,3 +257,37 @@ def test_an_image_whose_libc_refuses_the_shim_runs_with_one_uid(monkeypatch):
     how, out = arun(_uids(["id -u", "./x.sh"], rootfs="/"))
     # Commands still run (no shim in their LD_PRELOAD), all as the verifier.
     assert (how, out) == (GradingIsolation.SINGLE_UID, ["0", "0"])
+
+
+def test_a_system_interpreter_started_through_the_agents_symlink_runs_as_the_agent():
+    """/workspace/bin/python3 -> /usr/bin/python3 with a pyvenv.cfg next to it: Python would
+    take its prefix from the agent's directory."""
+
+    async def go() -> str:
+        async with create_sandbox(
+            SandboxSpec(grading=True, files={"bin/pyvenv.cfg": "x = 1\n"})
+        ) as sb:
+            (sb.host_workspace / "bin" / "python3").symlink_to("/usr/bin/python3")
+            _agent_owned(sb.host_workspace)
+            os.lchown(sb.host_workspace / "bin" / "python3", AGENT_UID, AGENT_UID)
+            code = "import os; print(os.getuid())"
+            done = await sb.exec(["/workspace/bin/python3", "-c", code], env=grading_env())
+            return done.stdout.strip()
+
+    assert arun(go()) == str(AGENT_UID)
+
+
+def test_git_options_before_dash_c_do_not_hide_the_agents_tree():
+    setup = (
+        "git init -q /workspace/repo && git -C /workspace/repo config core.fsmonitor"
+        " 'id -u >> /tmp/ran; false; #' && chmod 1777 /tmp"
+    )
+    run = "git -c color.ui=never -C /workspace/repo status -s >/dev/null 2>&1; sort -u /tmp/ran"
+
+    async def go() -> str:
+        async with create_sandbox(SandboxSpec(grading=True)) as sb:
+            assert (await sb.exec(setup)).ok
+            _agent_owned(sb.host_workspace)
+            return (await sb.exec(run, cwd="/")).stdout.strip()
+
+    assert arun(go()) == str(AGENT_UID)
