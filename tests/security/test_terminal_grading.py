@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 
 import skyrl_gym
-from skyrl_gym.envs.terminal.env import bundled_tasks
+from skyrl_gym.envs.terminal.env import SINGLE_UID_NOTE, bundled_tasks
 from skyrl_sdk.agents.rollout import rollout
 from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.sandboxes.bwrap import GRADING_UIDS_ENV
 from tests.conftest import arun, needs_bwrap
 
 pytestmark = [
@@ -114,6 +115,45 @@ def test_a_module_the_check_imports_cannot_end_the_check_early() -> None:
     reward, check = play("terminal-009", _heredoc("fib.py", "import os\nos._exit(0)\n"))
     assert reward == 0.0, check
     assert "fib printed ''" in check["output"], check
+
+
+@pytest.mark.parametrize("task_id", ["terminal-002", "terminal-009"])
+def test_read_only_proc_alone_refuses_the_write_with_one_uid(
+    task_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the grading sandbox has no second uid (`SINGLE_UID`, forced here), the program
+    has the check's uid, but /proc is read-only: the open fails, and the episode says
+    `single_uid`."""
+    monkeypatch.setenv(GRADING_UIDS_ENV, "off")
+    env = skyrl_gym.make("terminal")
+    try:
+        traj = arun(
+            rollout(env, ScriptedPolicy([bash_call(MEM_ATTACKS[task_id]), ANSWER]), task(task_id)),
+            120,
+        )
+        episode = env.unwrapped.episode_info()
+    finally:
+        env.close()
+    check = episode["check"]
+    assert traj.reward == 0.0 and check["isolation"] == "single_uid", check
+    assert "mem refused: Read-only file system" in check["output"], check
+    assert episode["notes"] == [SINGLE_UID_NOTE]
+
+
+def test_the_check_reports_its_isolation() -> None:
+    """With a second uid (bwrap as root with the exec shim) the check says `two_uid` and the
+    episode has no note; without one it says `single_uid` and notes it."""
+    env = skyrl_gym.make("terminal")
+    try:
+        row = task("terminal-000")
+        traj = arun(rollout(env, ScriptedPolicy([bash_call(row["solution"]), ANSWER]), row), 120)
+        episode = env.unwrapped.episode_info()
+    finally:
+        env.close()
+    assert traj.reward == 1.0
+    isolation = episode["check"]["isolation"]
+    assert isolation in ("two_uid", "single_uid")
+    assert ("notes" in episode) == (isolation == "single_uid"), episode
 
 
 # terminal-001: the agent writes a wrong count, then edits app.log to agree with it.

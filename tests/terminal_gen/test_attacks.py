@@ -19,6 +19,7 @@ import pytest
 
 from skyrl_gym.envs.terminal_gen import FAMILIES, make_spec, write_task
 from skyrl_gym.envs.terminal_gen.validate import Probe, run_probe
+from skyrl_sdk.sandboxes.bwrap import GRADING_UIDS_ENV
 from tests.conftest import needs_bwrap
 
 pytestmark = needs_bwrap
@@ -113,27 +114,40 @@ def _killer(program: str) -> str:
     return f"printf %s {shlex.quote(body)} > /app/{program}; chmod +x /app/{program}"
 
 
-def test_a_program_that_kills_the_verifier_earns_nothing_in_the_env(tmp_path):
-    """The reward it leaves is void: test.sh did not end on its own."""
+def _assert_killer_earned_nothing(result, *, one_uid: bool) -> None:
+    if one_uid:  # it had test.sh's uid: it wrote reward 1 and killed test.sh, which voids it
+        assert result.reward is None
+        assert "verifier_killed" in result.message and "reward it left (1)" in result.message
+    else:  # two uids: as the agent it could neither write the reward nor kill test.sh
+        assert result.reward == 0.0 and "verifier_killed" not in result.message, result
+
+
+@pytest.mark.parametrize("uids", ["default", "off"])
+def test_a_program_that_kills_the_verifier_earns_nothing_in_the_env(tmp_path, uids, monkeypatch):
+    """With one uid the reward it leaves is void (test.sh did not end on its own); with two
+    it cannot write the reward or kill test.sh at all."""
+    if uids == "off":
+        monkeypatch.setenv(GRADING_UIDS_ENV, "off")
     spec = make_spec("write-script", SEED)
     task_dir = write_task(spec, tmp_path)
     assert spec.program is not None
     result = asyncio.run(run_probe(task_dir, Probe.CROSS, script=_killer(spec.program)))
-    assert result.reward is None
-    assert "verifier_killed" in result.message and "reward it left (1)" in result.message
+    _assert_killer_earned_nothing(result, one_uid=result.reward is None or uids == "off")
 
 
-def test_a_program_that_kills_the_verifier_earns_nothing_under_plain_harbor_grading(tmp_path):
-    """Plain Harbor semantics (test.sh's exit status ignored, `strict=False`): a killed
-    test.sh still voids its reward (`verifier_killed`); this was the known hole."""
+def test_a_program_that_kills_the_verifier_earns_nothing_under_plain_harbor_grading(
+    tmp_path, monkeypatch
+):
+    """Plain Harbor semantics (test.sh's exit status ignored, `strict=False`), one uid: a
+    killed test.sh still voids its reward (`verifier_killed`); this was the known hole."""
+    monkeypatch.setenv(GRADING_UIDS_ENV, "off")
     spec = make_spec("write-script", SEED)
     task_dir = write_task(spec, tmp_path)
     assert spec.program is not None
     result = asyncio.run(
         run_probe(task_dir, Probe.CROSS, script=_killer(spec.program), strict=False)
     )
-    assert result.reward is None
-    assert "verifier_killed" in result.message
+    _assert_killer_earned_nothing(result, one_uid=True)
 
 
 def test_generated_tasks_require_exit_zero(tmp_path):

@@ -20,14 +20,19 @@ tests, hardened environment; see `skyrl_gym.envs.harbor.runtime`):
   generation checks and `skyrl harbor run` alike) counts a reward only when test.sh exited 0
   and nothing it started outlived its parent.
 
-A program the verifier runs has this script's uid. It can write a reward file and then kill
-this script: the runtime voids that reward for every Harbor task (`verifier_killed`). It can
-leave a writer behind: `reap` kills it before the verdict, and either way it outlived its
-parent, which `require_exit_zero` voids (`verifier_stray_processes`; the runtime's command
-server, PID 1, reaps every orphan and kills whatever is left the moment this script exits).
-It cannot write this shell's memory: the grading sandbox's /proc is read-only, so
-/proc/PID/mem does not open for writing (ptrace and process_vm_writev are refused by the
-seccomp filter).
+A program the verifier runs from /app is the agent's code. Where the grading sandbox has two
+uids (`GradingIsolation.TWO_UID`: bwrap as root), the exec shim runs it as the agent's uid:
+it cannot write /logs/verifier, signal or trace this script, or write its memory, and `reap`
+(the verifier may end the agent's processes) kills whatever it left. With one uid
+(`SINGLE_UID`, the trial then carries a `single_uid` note) it has this script's uid. It can
+write a reward file and then kill this script: the runtime voids that reward for every
+Harbor task (`verifier_killed`). It can leave a writer behind: `reap` kills it before the
+verdict, and either way it outlived its parent, which `require_exit_zero` voids
+(`verifier_stray_processes`; the runtime's command server, PID 1, reaps every orphan and
+kills whatever is left the moment this script exits). In both cases it cannot write this
+shell's memory: the grading sandbox's /proc is read-only, so /proc/PID/mem does not open for
+writing (ptrace and process_vm_writev are refused by the seccomp filter). The verifier never
+imports or sources anything from /app, so no agent code runs inside this script's process.
 """
 
 from __future__ import annotations
