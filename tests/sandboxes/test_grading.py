@@ -33,7 +33,8 @@ def _agent_owned(workspace: Path) -> None:
     """The agent phase's files: owned by the agent's uid, as the runtime leaves them."""
     for root, dirs, files in os.walk(workspace):
         for name in dirs + files:
-            os.chown(os.path.join(root, name), AGENT_UID, AGENT_UID)
+            # Never through a symlink: the test's link to /usr/bin/python3 must stay a link.
+            os.chown(os.path.join(root, name), AGENT_UID, AGENT_UID, follow_symlinks=False)
     for script in ("x.sh", "sub/y.sh"):
         if (workspace / script).exists():
             (workspace / script).chmod(0o755)
@@ -269,7 +270,6 @@ def test_a_system_interpreter_started_through_the_agents_symlink_runs_as_the_age
         ) as sb:
             (sb.host_workspace / "bin" / "python3").symlink_to("/usr/bin/python3")
             _agent_owned(sb.host_workspace)
-            os.lchown(sb.host_workspace / "bin" / "python3", AGENT_UID, AGENT_UID)
             code = "import os; print(os.getuid())"
             done = await sb.exec(["/workspace/bin/python3", "-c", code], env=grading_env())
             return done.stdout.strip()
