@@ -128,6 +128,11 @@ class LintContext:
     tests): a hung agent program is then an honest 0, so no-timeout does not apply. A Harbor
     verifier that hangs loses its verdict instead (the trial ends without one)."""
 
+    git_hardened: bool = False
+    """The runner's environment already turns git's hooks and fsmonitor off for every git
+    the checker starts (`GIT_HARDENING` in `grading_env`: terminal checks, SWE grading).
+    Harbor tasks are linted without it: they also run under Harbor, which does not."""
+
     def is_agent(self, path: str | None) -> bool:
         """True when absolute `path` is one the agent can write."""
         if not path or not path.startswith("/"):
@@ -811,6 +816,8 @@ class _Py:
             return set()
         if isinstance(node, ast.Name):
             return set(self.strs.get(node.id, ()))
+        if _call_name(node) == "sys.executable":
+            return {"python3"}
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div | ast.Add):
             sep = "/" if isinstance(node.op, ast.Div) else ""
             right = self.values(node.right, d) or {"_"}
@@ -1044,7 +1051,7 @@ def _run_rule(
     lines = text.splitlines()
     found: dict[tuple[int, str], None] = {}
     for src in _sources(text, path.endswith(".py"), ctx):
-        sctx = replace(src.ctx, deadline_fails=ctx.deadline_fails)
+        sctx = src.ctx
         if src.python:
             py = _read_py(src.text, sctx)
             hits = py_check(py, sctx) if py is not None else _py_fallback(rule, src.text)
@@ -1679,7 +1686,7 @@ def _shell_git_hooks_on(sh: _Shell, ctx: LintContext) -> _Hits:
     for st in sh.steps:
         if st.cmd.func in sh.git_wrapped:
             continue
-        why = _git_problem(st.run, st.cwd, ctx, sh.git_env_safe)
+        why = _git_problem(st.run, st.cwd, ctx, sh.git_env_safe or ctx.git_hardened)
         if why:
             hits.append((st.cmd.line, why))
     return hits
@@ -1689,7 +1696,7 @@ def _py_git_hooks_on(py: _Py, ctx: LintContext) -> _Hits:
     hits: _Hits = []
     for c in _py_commands(py):
         if c.argv:
-            why = _git_problem(_unwrap(c.argv), c.cwd, ctx)
+            why = _git_problem(_unwrap(c.argv), c.cwd, ctx, ctx.git_hardened)
             if why:
                 hits.append((c.call.lineno, why))
     for node in ast.walk(py.tree):
