@@ -168,12 +168,9 @@ TERMINAL_CONTEXT = LintContext(
 GIT_HARDENING; the private /tmp (check files at /tmp/grader) is the grader's; a check past its
 deadline fails."""
 
-TERMINAL_PENDING = {
-    "terminal-009": "test_fib.py runs `[sys.executable, '-c', child]` where the child puts '.' "
-    "(the workspace) on sys.path and imports fib: an interpreter given no script is not "
-    "demoted to the agent's uid by the grading exec shim, so fib.py runs with the verifier's "
-    "uid in that child",
-}
+TERMINAL_PENDING: dict[str, str] = {}
+"""task id -> why its check files are not clean yet (strict xfail). terminal-009's test now
+runs fib in a driver script it creates in the workspace, which the exec shim demotes."""
 
 
 def terminal_sources() -> list[tuple[str, str, str]]:

@@ -14,6 +14,7 @@ must score 0.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import skyrl_gym
 from skyrl_gym.envs.terminal.env import SINGLE_UID_NOTE, bundled_tasks
 from skyrl_sdk.agents.rollout import rollout
 from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.sandboxes import AGENT_UID
 from skyrl_sdk.sandboxes.bwrap import GRADING_UIDS_ENV
 from tests.conftest import arun, needs_bwrap
 
@@ -154,6 +156,16 @@ def test_the_check_reports_its_isolation() -> None:
     isolation = episode["check"]["isolation"]
     assert isolation in ("two_uid", "single_uid")
     assert ("notes" in episode) == (isolation == "single_uid"), episode
+
+
+def test_the_module_terminal_009_tests_runs_as_the_agent() -> None:
+    """terminal-009's test imports fib.py only in a child process started from a script in
+    the workspace, which a two-uid grading sandbox runs as the agent's uid."""
+    probe = "import os, sys\nprint('fib uid', os.getuid(), file=sys.stderr)\n"
+    reward, check = play("terminal-009", _heredoc("fib.py", probe))
+    assert reward == 0.0, check
+    want = AGENT_UID if check["isolation"] == "two_uid" else os.getuid()
+    assert f"fib uid {want}" in check["output"], check
 
 
 # terminal-001: the agent writes a wrong count, then edits app.log to agree with it.

@@ -24,7 +24,10 @@ LOG_ERRORS = sum("ERROR" in line for line in LOG.splitlines())
 """terminal-001's expected answer, counted here: the agent can edit app.log."""
 
 # terminal-009: the agent's fib runs in a child process (`fib` is imported there, never
-# into the test itself) and the test compares what it prints with values computed here.
+# into the test itself) and the test compares what it prints with values computed here. The
+# child is a driver script the test creates in the workspace under a fresh name (O_EXCL: no
+# planted file or link is used): a script in an agent-writable directory, which the grading
+# sandbox's exec shim runs as the agent's uid, so fib.py never runs with the checker's uid.
 FIB_CASES = (*range(10), 90)
 
 
@@ -36,12 +39,23 @@ def _fib(n: int) -> int:
 
 
 FIB_VALUES = " ".join(str(_fib(n)) for n in FIB_CASES)
+FIB_DRIVER = (
+    f"import sys; sys.path.insert(0, '.'); from fib import fib; print(*map(fib, {FIB_CASES}))\n"
+)
 FIB_TEST = f"""\
+import os
 import subprocess
 import sys
+import tempfile
 
-child = "import sys; sys.path.insert(0, '.'); from fib import fib; print(*map(fib, {FIB_CASES}))"
-run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=20)
+fd, driver = tempfile.mkstemp(prefix=".grader-fib-", suffix=".py", dir=".")
+try:
+    os.write(fd, {FIB_DRIVER!r}.encode())
+    os.close(fd)
+    os.chmod(driver, 0o644)
+    run = subprocess.run([sys.executable, driver], capture_output=True, text=True, timeout=20)
+finally:
+    os.unlink(driver)
 got = run.stdout.strip()
 assert got == {FIB_VALUES!r}, f"fib printed {{got!r}} (exit {{run.returncode}}): {{run.stderr[-500:]}}"
 print("ok")
