@@ -633,7 +633,7 @@ static int as_agent(int argc, char **argv) {
         }
     }
     int err = errno;
-    fprintf(stderr, "skyrl-grading: %s: %s\n", path, strerror(err));
+    fprintf(stderr, "sandbox: cannot run '%s': %s\n", path, strerror(err));
     return err == ENOENT ? 127 : 126;
 }
 
@@ -647,7 +647,7 @@ static int exec_first(int argc, char **argv) {
     char buf[PATH_MAX];
     const char *found = search_path(args[0], getenv("PATH"), buf, sizeof buf);
     if (!found) {
-        fprintf(stderr, "skyrl-grading: %s: command not found\n", args[0]);
+        fprintf(stderr, "sandbox: %s: command not found\n", args[0]);
         return 127;
     }
     if (is_agent_code(found, args, environ)) {
@@ -670,7 +670,7 @@ static int exec_first(int argc, char **argv) {
             execve("/bin/sh", sh, with_shim(environ, 1));
         }
     }
-    fprintf(stderr, "skyrl-grading: %s: %s\n", found, strerror(err));
+    fprintf(stderr, "sandbox: cannot run '%s': %s\n", found, strerror(err));
     return err == ENOENT ? 127 : 126;
 }
 

@@ -22,6 +22,27 @@ non-dumpable, so the commands it runs (same uid) cannot ptrace it or open `/proc
 its pipes to the host under `/proc/1/fd`; a seccomp filter (`seccomp.py`) refuses ptrace,
 nested user namespaces, keyctl, bpf, perf_event_open, mounts, userfaultfd and kexec, and
 bwrap >= 0.8 also disables user namespaces (`--disable-userns`).
+
+Grading (`SandboxSpec(grading=True)`): /proc is read-only, and as root the sandbox has two
+uids (`GradingIsolation.TWO_UID`). The helper of `_grading.c` (exec'd after the cgroup join,
+in place of setpriv) clears root's supplementary groups and unshares a user namespace whose
+uid 0 is host uid `VERIFIER_HOST_UID` and whose uid 65534 is host uid `AGENT_UID` (nothing
+else is mapped), then execs bwrap as its uid 0; bwrap runs privileged in that namespace only,
+makes the pid, mount, ipc, uts, cgroup (and, without network, net) namespaces as usual and
+keeps six capabilities (`VERIFIER_CAPS`: setuid, setgid, dac_override, chown, fowner, kill)
+for the command server and the commands it runs: the verifier, which may write the agent's
+workspace as Docker's root does. Every command starts through the helper's `exec` mode and
+has the exec shim in LD_PRELOAD; a program the verifier execs from an agent-writable path
+(and an interpreter or git or make given agent files) runs as `AGENT_UID` with no
+capabilities. The seccomp filter and the non-dumpable server stay; nested user namespaces
+are refused by the filter (`--disable-userns` needs bwrap's own --unshare-user). /tmp is
+then 1777 (Docker's), and the verifier's HOME=/tmp becomes `VERIFIER_HOME`. Not root, no C
+compiler, or `$SKYRL_GRADING_UIDS=off`: one uid (`SINGLE_UID`), with one warning per process.
+
+Every sandbox's /proc/cmdline is an empty read-only file (the host kernel's command line is
+not shown). What /proc/self/mountinfo still shows of the host: the source paths of bind
+mounts (the command server's and grading helper's cache paths under /tmp/skyrl-server-0/,
+a caller's `workspace_dir`, `ro_binds`), the host's block device and its mount options.
 """
 
 from __future__ import annotations
