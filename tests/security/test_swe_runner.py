@@ -241,3 +241,47 @@ def test_code_under_test_that_rewrites_its_own_reports(
         instances, repos_dir, tmp_path, {"in-process": ("skyrl-bench__semver-7", attack)}
     )
     assert report["resolved_ids"] == [], report["instances"]
+
+
+# A patch `git apply` refuses (it touches .git/config) goes to the `patch -p1` fallback, which
+# writes .git/config: a clean filter that the eval script's `git status` runs (README.md has
+# the filter) leaves a loop writing the plugin to conftest.py, after the runner files were put
+# back and before pytest collects.
+GIT_CONFIG_HUNK = """\
+--- a/.git/config
++++ b/.git/config
+@@ -0,0 +1,2 @@
++[filter "skyrl"]
++\tclean = "sh -c '(while :; do cp skyrl_pass.txt conftest.py; sleep 0.01; done) >/dev/null 2>&1 </dev/null & cat'"
+"""
+
+
+def git_config_attack(instance: SWEInstance, repos_dir: str, tmp: Path) -> str:
+    files = {
+        ".gitattributes": "README.md filter=skyrl\n",
+        "skyrl_pass.txt": PLUGIN,
+        "README.md": lambda text: text + "More words.\n",
+    }
+    return attack_patch(instance, repos_dir, files, tmp) + GIT_CONFIG_HUNK
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a model patch applied by `patch -p1` writes .git/config: its filter, run by the "
+    "eval script's git, leaves a writer that restores conftest.py after the runner files",
+)
+def test_a_patch_that_writes_git_config_is_not_resolved(
+    instances: list[SWEInstance], repos_dir: str, tmp_path: Path
+) -> None:
+    inst = by_id(instances, "skyrl-bench__roman-3")
+    patch = git_config_attack(inst, repos_dir, tmp_path / "tree")
+    run = arun(
+        run_evaluation(
+            [inst],
+            {inst.instance_id: Prediction(instance_id=inst.instance_id, model_patch=patch)},
+            tmp_path / "out",
+            HarnessConfig(repos_dir=repos_dir, timeout_s=120),
+        )
+    )
+    (result,) = run.results
+    assert result.outcome.value != "resolved", result
