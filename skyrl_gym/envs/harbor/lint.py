@@ -271,10 +271,13 @@ class _Scanner:
         self.heredocs: list[tuple[_Cmd, str, bool]] = []
         self._new()
 
+    def _func(self) -> str | None:
+        """The function whose body the scanner is in (None: top level)."""
+        return next((f for f in reversed(self.frames) if f), None)
+
     def _new(self) -> None:
         self.counter[0] += 1
-        func = next((f for f in reversed(self.frames) if f), None)
-        self.cmd = _Cmd(line=self.line, seq=self.counter[0], depth=self.depth, func=func)
+        self.cmd = _Cmd(line=self.line, seq=self.counter[0], depth=self.depth, func=self._func())
         self.w_raw, self.w_unq, self.in_word = "", "", False
         self.redir: str | None = None
 
@@ -295,10 +298,12 @@ class _Scanner:
                 if raw == "{":
                     self.frames.append(self.pending_func)
                     self.pending_func = None
+                    self.cmd.func = self._func()
                 return
             if raw in _CLOSERS:
                 if raw == "}" and self.frames:
                     self.frames.pop()
+                    self.cmd.func = self._func()
                 return
         if not self.cmd.words:
             self.cmd.line = self._word_line
@@ -808,12 +813,15 @@ class _Py:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return {node.value}
         if isinstance(node, ast.JoinedStr):
-            head = node.values[0] if node.values else None
-            if isinstance(head, ast.Constant) and isinstance(head.value, str):
-                return {head.value + "_"}
-            if isinstance(head, ast.FormattedValue):
-                return {v + "/_" for v in self.values(head.value, d)}
-            return set()
+            out = ""
+            for part in node.values:
+                if isinstance(part, ast.Constant):
+                    out += str(part.value)
+                    continue
+                vals = self.values(part.value, d) if isinstance(part, ast.FormattedValue) else set()
+                # One known value is used; otherwise `${?}` marks the word unknown.
+                out += next(iter(vals)) if len(vals) == 1 else "${?}"
+            return {out}
         if isinstance(node, ast.Name):
             return set(self.strs.get(node.id, ()))
         if _call_name(node) == "sys.executable":
@@ -1156,11 +1164,20 @@ _READ_FUNCS = ("read_csv", "read_json", "read_excel", "read_table", "read_parque
                "genfromtxt", "fromfile", "imread", "read_file", "load", "safe_load", "parse")  # fmt: skip
 
 
-def _py_reads_agent(py: _Py, node: ast.AST, tainted: Mapping[str, str]) -> str | None:
+_Taint = Callable[[str, int], "str | None"]
+
+
+def _no_taint(name: str, line: int) -> str | None:
+    return None
+
+
+def _py_reads_agent(py: _Py, node: ast.AST, taint: _Taint = _no_taint) -> str | None:
     """The agent path an expression reads data from (directly or through a tainted name)."""
     for n in ast.walk(node):
-        if isinstance(n, ast.Name) and n.id in tainted:
-            return tainted[n.id]
+        if isinstance(n, ast.Name):
+            path = taint(n.id, n.lineno)
+            if path:
+                return path
         if not isinstance(n, ast.Call):
             continue
         name = _call_name(n)
@@ -1191,7 +1208,6 @@ def _py_reads_agent(py: _Py, node: ast.AST, tainted: Mapping[str, str]) -> str |
 
 
 def _py_agent_path_expected(py: _Py, ctx: LintContext) -> _Hits:
-    tainted: dict[str, str] = {}
     assigns: list[tuple[ast.expr, ast.AST, int]] = []
     for node in ast.walk(py.tree):
         if isinstance(node, ast.Assign):
@@ -1202,25 +1218,33 @@ def _py_agent_path_expected(py: _Py, ctx: LintContext) -> _Hits:
             assigns.append((node.target, node.iter, node.lineno))
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
             assigns.append((node.optional_vars, node.context_expr, node.context_expr.lineno))
+    # Which assignments of each name read agent data: a name is tainted where its latest
+    # assignment above the use does (`f` of one `with open(...)` is not the next one's).
+    history: dict[str, dict[int, str | None]] = {}
+
+    def taint(name: str, line: int, skip: frozenset[str] = frozenset()) -> str | None:
+        seen = history.get(name)
+        if not seen or name in skip:
+            return None
+        before = [n for n in seen if n <= line]
+        return seen[max(before)] if before else next((p for p in seen.values() if p), None)
+
     for _ in range(3):
-        for target, value, _line in assigns:
-            path = _py_reads_agent(py, value, tainted)
-            if path:
-                for t in ast.walk(target):
-                    if isinstance(t, ast.Name):
-                        tainted.setdefault(t.id, path)
+        for target, value, line in assigns:
+            path = _py_reads_agent(py, value, taint)
+            for t in ast.walk(target):
+                if isinstance(t, ast.Name):
+                    entry = history.setdefault(t.id, {})
+                    entry[line] = entry.get(line) or path
     hits: _Hits = []
     for target, value, line in assigns:
         names = [t.id for t in ast.walk(target) if isinstance(t, ast.Name)]
-        expected = [n for n in names if _EXPECTED_NAME.search(n.lower())]
+        expected = frozenset(n for n in names if _EXPECTED_NAME.search(n.lower()))
         if expected:
-            path = _py_reads_agent(
-                py, value, {k: v for k, v in tainted.items() if k not in expected}
-            )
+            path = _py_reads_agent(py, value, functools.partial(taint, skip=expected))
             if path:
-                hits.append(
-                    (line, f"`{expected[0]}` is read from {path}, which the agent can write")
-                )
+                first = sorted(expected)[0]
+                hits.append((line, f"`{first}` is read from {path}, which the agent can write"))
     for node in ast.walk(py.tree):
         if isinstance(node, ast.Call) and _call_name(node) in ("filecmp.cmp", "cmp"):
             paths = [py.agent(a) for a in node.args[:2]]
@@ -1312,8 +1336,11 @@ def _shell_reward_before_checks(sh: _Shell, ctx: LintContext) -> _Hits:
     writes += [_RewardOp(line, "write", seq=seq) for seq, line in _embedded_writes(sh)]
     reward_seqs = {op.seq for op in writes}
     hits: _Hits = []
+    in_function = {st.cmd.seq for st in sh.steps if st.cmd.func}
     for w in writes:
-        if w.value is _Value.ZERO or w.terminal:
+        # A write in a function body runs when the function is called, which the text
+        # does not order: only top-level writes are judged.
+        if w.value is _Value.ZERO or w.terminal or w.seq in in_function:
             continue
         for st in sh.steps:
             if st.cmd.seq <= w.seq or st.cmd.seq in reward_seqs or st.cmd.func or st.cmd.funcdef:
@@ -1615,7 +1642,7 @@ def _py_imports_agent_code(py: _Py, ctx: LintContext) -> _Hits:
             elif name in ("runpy.run_path", "site.addsitedir", "imp.load_source") and node.args:
                 path = py.agent(node.args[-1] if last == "load_source" else node.args[0])
             elif name in ("exec", "eval") and node.args:
-                path = _py_reads_agent(py, node.args[0], {})
+                path = _py_reads_agent(py, node.args[0])
             elif name in ("os.chdir",) and node.args and py.agent(node.args[0]):
                 later = [
                     n
