@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -81,6 +82,13 @@ def eval_command(
         min=16,
         help="command agents: memory cap of the agent's sandbox (default: the env's own).",
     ),
+    pass_env: list[str] = typer.Option(
+        [],
+        "--pass-env",
+        metavar="NAME",
+        help="Harbor tasks: let task.toml's ${NAME} take the host's NAME (repeatable; passed "
+        "to the env as pass_env). None by default: a task cannot copy host secrets.",
+    ),
 ) -> None:
     """Evaluate a policy on an env: progress, summary table, results.json, trajectories.jsonl.
 
@@ -118,7 +126,9 @@ def eval_command(
         _die(str(e))
     try:
         spec = resolve(env_id, imports=imports, from_cwd=True)
-        make_kwargs: dict[str, int] = {}
+        make_kwargs: dict[str, Any] = {}
+        if pass_env:
+            make_kwargs["pass_env"] = list(pass_env)
         if max_turns is None:
             turns = spec.max_turns or DEFAULT_MAX_TURNS
         else:
@@ -133,6 +143,16 @@ def eval_command(
 
         def make_env():
             return skyrl_gym.make(spec, **make_kwargs)
+
+        if pass_env:  # an env that takes no pass_env is refused before any episode
+            try:
+                make_env().close()
+            except TypeError as e:
+                if "pass_env" not in str(e):
+                    raise
+                _die(f"--pass-env: env {env_id!r} takes no pass_env (Harbor-task envs do)")
+            except ValueError as e:
+                _die(f"--pass-env: {e}")
 
         if command_agent is not None:  # refuse an env that cannot host it, before any episode
             probe = make_env()

@@ -10,6 +10,7 @@ are parsed as YAML scalars (`3` is an int, `true` a bool, `[q_proj, v_proj]` a l
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,24 @@ class EnvConfig(_Section):
     """Constructor arguments passed to `make`."""
     max_turns: int = Field(3, ge=1)
     """Assistant turns per episode."""
+    pass_env: list[str] = []
+    """Harbor-task envs: host environment variables task.toml's `${VAR}` may take (none by
+    default, so a task cannot copy the host's secrets into its environment). Passed to `make`
+    as `kwargs["pass_env"]`."""
+
+    @model_validator(mode="after")
+    def _pass_env_into_kwargs(self) -> EnvConfig:
+        if not self.pass_env:
+            return self
+        for name in self.pass_env:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(f"env.pass_env: {name!r} is not an environment variable name")
+        if "pass_env" in self.kwargs and list(self.kwargs["pass_env"]) != self.pass_env:
+            raise ValueError("env.pass_env and env.kwargs.pass_env disagree; set one of them")
+        # Every place that makes the env passes `**env.kwargs`, so it reaches them all.
+        # (object.__setattr__: the section is frozen once validated; this is its validation.)
+        object.__setattr__(self, "kwargs", {**self.kwargs, "pass_env": list(self.pass_env)})
+        return self
 
 
 class EngineKind(enum.Enum):

@@ -65,6 +65,14 @@ def run_command(
         help="Grade every task as if its task.toml set [verifier] require_exit_zero = true: "
         "a reward counts only when test.sh exited 0 and nothing it started outlived its parent.",
     ),
+    pass_env: list[str] = typer.Option(
+        [],
+        "--pass-env",
+        metavar="NAME",
+        help="Let task.toml's ${NAME} take the host's NAME (repeatable). None by default: "
+        "unlike Harbor, a task cannot copy host secrets into its environment; an unallowed "
+        "${NAME} is its :-default, else empty, with a note.",
+    ),
     max_turns: int = typer.Option(30, help="llm agent: assistant turns per trial."),
     max_tokens: int = typer.Option(1024, help="llm agent: tokens per turn."),
 ) -> None:
@@ -99,6 +107,7 @@ def run_command(
             rootfs=rootfs,
             timeout_multiplier=timeout_multiplier,
             require_exit_zero=require_exit_zero,
+            pass_env=tuple(pass_env),
             max_turns=max_turns,
             max_tokens=max_tokens,
         )

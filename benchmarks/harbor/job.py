@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_gym.envs.harbor.runtime import HarborRuntime, TaskEnvironmentError, VerifierResult
-from skyrl_gym.envs.harbor.task import TaskFormatError, find_task_dirs, load_task
+from skyrl_gym.envs.harbor.task import (
+    TaskFormatError,
+    check_env_names,
+    find_task_dirs,
+    load_task,
+)
 from skyrl_sdk.benchmarks.harbor.agents import (
     AgentFailure,
     AgentKind,
@@ -72,6 +77,12 @@ class TrialError(enum.StrEnum):
     VERIFIER_STRAY_PROCESSES = "verifier_stray_processes"
     """The task requires that nothing test.sh starts outlives its parent (`require_exit_zero`)
     and something did; no reward."""
+    REWARD_FILE_FOREIGN = "reward_file_foreign"
+    """Two-uid grading: a reward file was not written by the verifier's uid, or lies where the
+    agent's uid could write; no reward."""
+    REWARD_FILES_DISAGREE = "reward_files_disagree"
+    """reward.json's reward and reward.txt's number differ (one is not test.sh's verdict); no
+    reward."""
     INTERNAL = "internal_error"
     """Anything else (a bug); see `error_message` and exception.txt."""
 
@@ -107,6 +118,9 @@ class JobConfig:
     """Force network on/off (None: each task's `network_mode`)."""
     command: Any = None
     """The `CommandAgent` for `agent: command` (`--agent command:CMD`)."""
+    pass_env: tuple[str, ...] = ()
+    """Host environment variables task.toml's `${VAR}` may take (`--pass-env NAME`); none by
+    default, so a task cannot copy the host's secrets into its environment."""
 
     def __post_init__(self) -> None:
         if isinstance(self.agent, str) and self.agent.startswith("command:"):
@@ -116,6 +130,7 @@ class JobConfig:
             object.__setattr__(self, "agent", AgentKind.COMMAND)
         object.__setattr__(self, "agent", AgentKind(self.agent))
         object.__setattr__(self, "backend", Backend(self.backend))
+        object.__setattr__(self, "pass_env", check_env_names(self.pass_env))
         if self.backend is Backend.LOCAL:
             raise ValueError("Harbor tasks need an isolated backend: bwrap or docker")
         if self.concurrency < 1:
@@ -162,6 +177,10 @@ class TrialResult:
     """Processes test.sh left running when it exited (killed then; None: not counted)."""
     verifier_orphaned: int | None = None
     """Processes test.sh started that outlived their parent and ended before it."""
+    verifier_isolation: str | None = None
+    """`two_uid` (the programs test.sh ran had the agent's uid; reward files' owner checked)
+    or `single_uid` (they had the verifier's uid; also an environment note); None when the
+    verifier sandbox did not start."""
     started_at: float = 0.0
     """Unix time the trial started."""
     environment_setup_s: float = 0.0
@@ -266,7 +285,7 @@ async def run_trial(
         "started_at": started,
     }
     try:
-        task = load_task(task_dir)
+        task = load_task(task_dir, pass_env=config.pass_env)
     except TaskFormatError as e:
         result = TrialResult(
             **base, reward=None, rewards=None, error=TrialError.INVALID_TASK, error_message=str(e)
@@ -296,6 +315,7 @@ async def run_trial(
                 backend=config.backend,
                 rootfs=config.rootfs,
                 network=config.network,
+                pass_env=config.pass_env,
             )
             if config.require_exit_zero:
                 env.make_runtime = functools.partial(HarborRuntime, require_exit_zero=True)
@@ -400,6 +420,9 @@ async def run_trial(
         verifier_exit_code=verified.exit_code if verified is not None else None,
         verifier_left_running=verified.left_running if verified is not None else None,
         verifier_orphaned=verified.orphaned if verified is not None else None,
+        verifier_isolation=(
+            verified.isolation.value if verified is not None and verified.isolation else None
+        ),
         duration_s=time.perf_counter() - t0,
         **timings,
     )

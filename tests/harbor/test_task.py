@@ -17,6 +17,9 @@ from skyrl_gym.envs.harbor.runtime import (
     read_rewards,
 )
 from skyrl_gym.envs.harbor.task import (
+    MAX_TIMEOUT_S,
+    TEXT_FILE_MAX_BYTES,
+    TREE_MAX_BYTES,
     NetworkMode,
     TaskFormatError,
     find_task_dirs,
@@ -61,9 +64,16 @@ def test_schema_1_1_and_defaults(tmp_path, monkeypatch):
         """,
         solve_sh=None,
     )
-    t = load_task(task)
+    t = load_task(task, pass_env=["HB_KEY"])
     assert t.verifier.timeout_s == 600.0  # Harbor's default
     assert dict(t.verifier.env) == {"KEY": "secret", "OTHER": "fallback"}
+    # Not allowed (the default): empty, with a note naming the variable, never its value.
+    withheld = load_task(task)
+    assert dict(withheld.verifier.env) == {"KEY": "", "OTHER": "fallback"}
+    assert len(withheld.notes) == 1 and "${HB_KEY}" in withheld.notes[0]
+    assert "--pass-env HB_KEY" in withheld.notes[0] and "secret" not in withheld.notes[0]
+    with pytest.raises(ValueError, match="not an environment variable name"):
+        load_task(task, pass_env=["HB KEY"])
     assert t.environment.network_mode is NetworkMode.PUBLIC
     assert t.environment.docker_image == "alexgshaw/x:20251031"
     assert t.solution_dir is None
@@ -152,8 +162,12 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 def test_reward_files_follow_harbor(tmp_path):
     assert read_rewards(_write(tmp_path, "reward.txt", " 0.75\n")) == {"reward": 0.75}
+    _write(tmp_path, "reward.json", json.dumps({"reward": 0.75, "speed": 0.5}))
+    assert read_rewards(tmp_path) == {"reward": 0.75, "speed": 0.5}  # json's metrics kept
     _write(tmp_path, "reward.json", json.dumps({"reward": 1, "speed": 0.5}))
-    assert read_rewards(tmp_path) == {"reward": 1.0, "speed": 0.5}  # json wins over txt
+    with pytest.raises(RewardFileError) as info:  # stricter than Harbor: both must agree
+        read_rewards(tmp_path)
+    assert info.value.kind is VerifierError.REWARD_FILES_DISAGREE
     for text, kind in [
         ("", VerifierError.REWARD_FILE_EMPTY),
         ('{"reward": "1"}', VerifierError.REWARD_PARSE_ERROR),
@@ -181,3 +195,57 @@ def test_reward_files_follow_harbor(tmp_path):
     assert info.value.kind is VerifierError.REWARD_FILE_NOT_FOUND
     assert primary_reward({"speed": 0.5}) == 0.5
     assert math.isclose(primary_reward({"a": 1.0, "b": 0.0}), 0.5)
+
+
+def test_timeouts_above_a_day_are_clamped_with_a_note(tmp_path):
+    toml = """\
+    [agent]
+    timeout_sec = 1e12
+    [verifier]
+    timeout_sec = 90000.0
+    [environment]
+    build_timeout_sec = 60.0
+    """
+    t = load_task(make_task(tmp_path, "slow", toml=toml))
+    assert t.agent.timeout_s == MAX_TIMEOUT_S and t.verifier.timeout_s == MAX_TIMEOUT_S
+    assert t.environment.build_timeout_s == 60.0
+    assert any("[agent].timeout_sec=1e+12 clamped to 86400" in n for n in t.notes), t.notes
+    assert any("[verifier].timeout_sec=90000 clamped" in n for n in t.notes), t.notes
+
+
+@pytest.mark.parametrize(
+    ("rel", "size", "words"),
+    [
+        ("instruction.md", TEXT_FILE_MAX_BYTES + 1, "larger than"),
+        ("task.toml", TEXT_FILE_MAX_BYTES + 1, "larger than"),
+        ("environment/Dockerfile", TEXT_FILE_MAX_BYTES + 1, "larger than"),
+        ("tests/data.bin", TREE_MAX_BYTES + 1, "holds more than"),
+        ("solution/data.bin", TREE_MAX_BYTES + 1, "holds more than"),
+    ],
+)
+def test_oversized_task_files_are_refused(tmp_path, rel, size, words):
+    """Sparse files (they cost nothing to make): refused from their size, never read."""
+    task = make_task(tmp_path, "big")
+    path = task / rel
+    with open(path, "ab") as f:
+        f.truncate(size)
+    with pytest.raises(TaskFormatError, match=words) as info:
+        load_task(task)
+    assert rel.split("/")[0] in str(info.value)
+
+
+def test_tests_dir_with_a_fifo_or_a_link_out_is_refused(tmp_path):
+    import os
+
+    fifo = make_task(tmp_path, "fifo")
+    os.mkfifo(fifo / "tests" / "pipe")
+    with pytest.raises(TaskFormatError, match="not a regular file"):
+        load_task(fifo)
+    link = make_task(tmp_path, "link")
+    (link / "tests" / "passwd").symlink_to("/etc/passwd")
+    with pytest.raises(TaskFormatError, match="link out of the task folder"):
+        load_task(link)
+    instruction = make_task(tmp_path, "instruction-link", instruction=None)
+    (instruction / "instruction.md").symlink_to("/etc/passwd")
+    with pytest.raises(TaskFormatError, match="link out of the task folder"):
+        load_task(instruction)

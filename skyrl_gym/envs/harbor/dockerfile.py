@@ -15,6 +15,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+DOCKERFILE_MAX_BYTES = 1 << 20
+"""The largest Dockerfile read (as `task.TEXT_FILE_MAX_BYTES`)."""
+
 # Commands that install packages or fetch things: a RUN using them needs a registry.
 _NETWORK_WORDS = re.compile(
     r"(^|[\s;&|(`])(apt-get|apt|apk|yum|dnf|zypper|pip|pip3|pipx|uv|uvx|conda|mamba|npm|npx|"
@@ -124,8 +127,15 @@ def needs_network(command: str) -> bool:
 
 
 def plan_dockerfile(path: Path, default_workdir: str = "/app") -> DockerfilePlan:
-    """Read a Dockerfile and decide what the bwrap backend can apply."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    """Read a Dockerfile and decide what the bwrap backend can apply.
+
+    Raises `ValueError` for a Dockerfile larger than `DOCKERFILE_MAX_BYTES` (it is never read
+    whole: `load_task` refuses such a task first)."""
+    with path.open("rb") as f:
+        data = f.read(DOCKERFILE_MAX_BYTES + 1)
+    if len(data) > DOCKERFILE_MAX_BYTES:
+        raise ValueError(f"{path} is larger than {DOCKERFILE_MAX_BYTES} bytes")
+    text = data.decode("utf-8", errors="replace")
     base: str | None = None
     workdir: str | None = None
     env: dict[str, str] = {}

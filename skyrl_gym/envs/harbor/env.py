@@ -24,7 +24,7 @@ import gymnasium as gym
 
 from skyrl_gym.core import Messages
 from skyrl_gym.envs.harbor.runtime import HarborRuntime, VerifierResult
-from skyrl_gym.envs.harbor.task import find_task_dirs, load_task
+from skyrl_gym.envs.harbor.task import check_env_names, find_task_dirs, load_task
 from skyrl_gym.sandbox_env import SandboxToolEnv
 from skyrl_gym.tasks import TaskRow
 from skyrl_gym.tool_env import Tooling, answer
@@ -64,8 +64,12 @@ class HarborEnv(SandboxToolEnv):
         network: bool | None = None,
         tool_format: str | ToolFormat = "hermes",
         timeout_s: float = 60.0,
+        pass_env: Sequence[str] = (),
     ):
         rows = list(tasks) if tasks is not None else task_rows(path or BUNDLED_TASKS)
+        self.pass_env = check_env_names(pass_env)
+        """Host environment variables task.toml's `${VAR}` may take (none by default: a task
+        cannot copy the host's secrets into its environment; see `harbor.task`)."""
         super().__init__(rows, backend=backend, tool_format=tool_format)
         self.rootfs = rootfs
         self.network = network
@@ -102,7 +106,7 @@ class HarborEnv(SandboxToolEnv):
         await self._close_sandbox()
         self.task, self.start_error, self.verifier_result = row, None, None
         runtime = self.make_runtime(
-            load_task(row["path"]),
+            load_task(row["path"], pass_env=self.pass_env),
             backend=Backend(self.backend),
             rootfs=self.rootfs,
             network=self.network,
@@ -151,4 +155,5 @@ class HarborEnv(SandboxToolEnv):
             "rewards": result.rewards,
             "verifier_error": result.error.value if result.error else None,
             "verifier_message": result.message,
+            "grading_isolation": result.isolation.value if result.isolation else None,
         }

@@ -82,6 +82,7 @@ import os
 import shutil
 import signal
 import tarfile
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,10 +90,20 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from skyrl_gym.envs.harbor.dockerfile import SetupStep, StepKind, inside, plan_dockerfile
+from skyrl_gym.envs.harbor.host import (
+    CopyError,
+    CopyJob,
+    HostMaxima,
+    charged_copy,
+    clamp_task_sizes,
+    copy_untrusted_tree,
+)
 from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode
 from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
+    VERIFIER_HOST_UID,
     Backend,
+    GradingIsolation,
     Sandbox,
     SandboxError,
     SandboxSpec,
@@ -144,6 +155,14 @@ CODE_PATH_VARS = (
 )
 
 
+SINGLE_UID_NOTE = (
+    "single_uid: the verifier sandbox had no second uid (not root, no exec shim, or the docker "
+    "backend), so the programs test.sh ran had the verifier's uid: a reward file they wrote "
+    "cannot be told from test.sh's own (only reward.json and reward.txt disagreeing is caught)"
+)
+"""The note a trial gets when its verifier sandbox had `GradingIsolation.SINGLE_UID`."""
+
+
 class TaskEnvironmentError(RuntimeError):
     """The task's environment could not be built or started."""
 
@@ -172,6 +191,13 @@ class VerifierError(enum.StrEnum):
     """`require_exit_zero`: a process test.sh started outlived its parent (still running when
     test.sh exited, or ended as an orphan before); it could have rewritten the reward file
     after the verdict. Its reward is void."""
+    REWARD_FILE_FOREIGN = "reward_file_foreign"
+    """Two-uid grading: a reward file is not owned by the verifier's uid, or lies in a
+    directory the agent's uid can write: an agent program wrote or placed it. Void."""
+    REWARD_FILES_DISAGREE = "reward_files_disagree"
+    """Both reward.json and reward.txt exist and reward.json's reward (its `reward` key, else
+    `primary_reward` of its values) is not reward.txt's number: one of them is not test.sh's
+    verdict (an agent program wrote it). Void."""
 
 
 class RewardFileError(ValueError):
@@ -180,6 +206,13 @@ class RewardFileError(ValueError):
     def __init__(self, kind: VerifierError, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+REWARD_FILES = ("reward.json", "reward.txt")
+"""The reward files test.sh may write in /logs/verifier (Harbor's)."""
+REWARD_AGREEMENT_TOLERANCE = 1e-6
+"""How far reward.json's reward and reward.txt's number may differ and still agree (the same
+verdict printed with fewer digits)."""
 
 
 def _read_reward_file(verifier_dir: Path, name: str) -> str | None:
@@ -203,54 +236,109 @@ def _read_reward_file(verifier_dir: Path, name: str) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def read_rewards(verifier_dir: Path) -> dict[str, float]:
-    """Harbor's reward parse: reward.json (flat object of finite numbers) wins over reward.txt
-    (one finite float); a .txt becomes `{"reward": x}`.
+def _parse_reward_json(raw: str) -> dict[str, float]:
+    if not raw.strip():
+        raise RewardFileError(VerifierError.REWARD_FILE_EMPTY, "reward.json is empty")
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise RewardFileError(
+            VerifierError.REWARD_PARSE_ERROR, f"reward.json is not JSON: {e}"
+        ) from None
+    if not isinstance(data, dict) or not data:
+        raise RewardFileError(
+            VerifierError.REWARD_PARSE_ERROR, "reward.json must be a non-empty flat object"
+        )
+    rewards = {}
+    for key, value in data.items():
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            raise RewardFileError(
+                VerifierError.REWARD_PARSE_ERROR,
+                f"reward.json: {key!r} must be a finite number, got {value!r}",
+            )
+        rewards[str(key)] = float(value)
+    return rewards
+
+
+def _parse_reward_txt(raw: str) -> float:
+    if not raw.strip():
+        raise RewardFileError(VerifierError.REWARD_FILE_EMPTY, "reward.txt is empty")
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise RewardFileError(
+            VerifierError.REWARD_PARSE_ERROR, f"reward.txt is not a number: {raw[:80]!r}"
+        ) from None
+    if not math.isfinite(value):
+        raise RewardFileError(
+            VerifierError.REWARD_PARSE_ERROR, f"reward.txt is not finite: {raw[:80]!r}"
+        )
+    return value
+
+
+def check_reward_owner(verifier_dir: Path, verifier_uid: int) -> None:
+    """Two-uid grading: every reward file in `verifier_dir` must be owned by `verifier_uid`
+    and `verifier_dir` itself owned by it and writable by nobody else (so no agent program,
+    which runs under another uid, wrote or placed it there). `REWARD_FILE_FOREIGN` otherwise.
+
+    Call it once no process of the grading sandbox runs (nothing can change what is seen)."""
+    info = os.lstat(verifier_dir)
+    if info.st_uid != verifier_uid or info.st_mode & 0o022:
+        raise RewardFileError(
+            VerifierError.REWARD_FILE_FOREIGN,
+            f"/logs/verifier is owned by uid {info.st_uid} with mode {info.st_mode & 0o777:o}: "
+            f"a uid other than the verifier's ({verifier_uid}) could write its reward files",
+        )
+    for name in REWARD_FILES:
+        try:
+            owner = os.lstat(verifier_dir / name).st_uid
+        except FileNotFoundError:
+            continue
+        if owner != verifier_uid:
+            raise RewardFileError(
+                VerifierError.REWARD_FILE_FOREIGN,
+                f"{name} is owned by uid {owner}, not the verifier's ({verifier_uid}): "
+                "a program test.sh ran wrote it",
+            )
+
+
+def read_rewards(verifier_dir: Path, *, verifier_uid: int | None = None) -> dict[str, float]:
+    """Harbor's reward parse, with the verifier's own files only: reward.json (a flat object
+    of finite numbers: its reward, and other keys as metrics) or reward.txt (one finite
+    float, which becomes `{"reward": x}`).
+
+    Stricter than Harbor: when both exist, reward.json's reward (its `reward` key, else
+    `primary_reward` of its values) must equal reward.txt's number
+    (`REWARD_FILES_DISAGREE`): a task writes one verdict, so a second one that differs was
+    written by someone else (an agent program test.sh ran). With `verifier_uid` (two-uid
+    grading), a reward file counts only if that uid owns it in a directory no other uid can
+    write (`check_reward_owner`, `REWARD_FILE_FOREIGN`).
 
     Both are read without following symlinks, as regular files only, size-capped
     (`REWARD_FILE_UNSAFE` otherwise)."""
-    raw = _read_reward_file(verifier_dir, "reward.json")
-    if raw is not None:
-        if not raw.strip():
-            raise RewardFileError(VerifierError.REWARD_FILE_EMPTY, "reward.json is empty")
-        try:
-            data = json.loads(raw)
-        except ValueError as e:
+    raw_json = _read_reward_file(verifier_dir, "reward.json")
+    raw_txt = _read_reward_file(verifier_dir, "reward.txt")
+    if raw_json is None and raw_txt is None:
+        raise RewardFileError(
+            VerifierError.REWARD_FILE_NOT_FOUND,
+            "test.sh wrote neither /logs/verifier/reward.json nor /logs/verifier/reward.txt",
+        )
+    if verifier_uid is not None:
+        check_reward_owner(verifier_dir, verifier_uid)
+    rewards = _parse_reward_json(raw_json) if raw_json is not None else None
+    number = _parse_reward_txt(raw_txt) if raw_txt is not None else None
+    if rewards is None:
+        assert number is not None
+        return {"reward": number}
+    if number is not None:
+        reward = primary_reward(rewards)
+        if abs(reward - number) > REWARD_AGREEMENT_TOLERANCE:
             raise RewardFileError(
-                VerifierError.REWARD_PARSE_ERROR, f"reward.json is not JSON: {e}"
-            ) from None
-        if not isinstance(data, dict) or not data:
-            raise RewardFileError(
-                VerifierError.REWARD_PARSE_ERROR, "reward.json must be a non-empty flat object"
+                VerifierError.REWARD_FILES_DISAGREE,
+                f"reward.json says {reward:g} and reward.txt says {number:g}: one of them is "
+                "not test.sh's verdict",
             )
-        rewards = {}
-        for key, value in data.items():
-            if not isinstance(value, int | float) or not math.isfinite(value):
-                raise RewardFileError(
-                    VerifierError.REWARD_PARSE_ERROR,
-                    f"reward.json: {key!r} must be a finite number, got {value!r}",
-                )
-            rewards[str(key)] = float(value)
-        return rewards
-    raw = _read_reward_file(verifier_dir, "reward.txt")
-    if raw is not None:
-        if not raw.strip():
-            raise RewardFileError(VerifierError.REWARD_FILE_EMPTY, "reward.txt is empty")
-        try:
-            value = float(raw.strip())
-        except ValueError:
-            raise RewardFileError(
-                VerifierError.REWARD_PARSE_ERROR, f"reward.txt is not a number: {raw[:80]!r}"
-            ) from None
-        if not math.isfinite(value):
-            raise RewardFileError(
-                VerifierError.REWARD_PARSE_ERROR, f"reward.txt is not finite: {raw[:80]!r}"
-            )
-        return {"reward": value}
-    raise RewardFileError(
-        VerifierError.REWARD_FILE_NOT_FOUND,
-        "test.sh wrote neither /logs/verifier/reward.json nor /logs/verifier/reward.txt",
-    )
+    return rewards
 
 
 def primary_reward(rewards: Mapping[str, float]) -> float:
@@ -283,6 +371,10 @@ class VerifierResult:
     orphaned: int | None = None
     """How many processes test.sh started outlived their parent but ended before test.sh did
     (None where not counted)."""
+    isolation: GradingIsolation | None = None
+    """What kept the programs test.sh ran from the verifier's powers (`TWO_UID`: their own
+    uid, and the reward files' owner was checked; `SINGLE_UID`: the verifier's uid, so the
+    owner check could not tell them apart); None when the verifier sandbox did not start."""
 
     @property
     def reward(self) -> float | None:
@@ -292,29 +384,22 @@ class VerifierResult:
 
 class _BoundBwrap(BwrapSandbox):
     """A bwrap sandbox with extra host paths bound at given paths (read-write `binds`, then
-    read-only `ro_binds`, which may lie inside them), and optionally a read-only `/proc`."""
+    read-only `ro_binds`, which may lie inside them). A grading one (`spec.grading`) has a
+    read-only /proc and, as root, a uid of its own for the verifier (`GradingIsolation`)."""
 
     def __init__(
         self,
         spec: SandboxSpec,
         binds: Mapping[str, Path],
         *,
-        read_only_proc: bool,
         ro_binds: Mapping[str, Path] | None = None,
     ):
         super().__init__(spec)
         self._binds = dict(binds)
         self._ro_binds = dict(ro_binds or {})
-        self._read_only_proc = read_only_proc
 
     def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
         argv = super()._server_argv(workspace, python_args)
-        if self._read_only_proc:
-            # No process can open /proc/PID/mem (or any /proc file) for writing: a program
-            # test.sh runs has its uid and could otherwise rewrite test.sh's memory (ptrace
-            # and process_vm_writev are already refused by the seccomp filter).
-            at = argv.index("--proc") + 2
-            argv = [*argv[:at], "--remount-ro", "/proc", *argv[at:]]
         at = argv.index("--chdir")
         extra = [
             a
@@ -328,52 +413,20 @@ class _BoundBwrap(BwrapSandbox):
         ]
         return argv[:at] + extra + argv[at:]
 
+    def charge_files(self) -> list[Path]:
+        """The sandbox's `cgroup.procs` files: a host process that writes its pid there is
+        charged to the sandbox's memory, pids and CPU caps (how set-up copies are)."""
+        return self._cgroups.procs_files()
+
+    def oom_kill_count(self) -> int:
+        """How many processes the sandbox's memory cgroup has killed so far."""
+        return self._cgroups.oom_kills()
+
 
 def _give(path: Path) -> None:
     """Hand a host tree to the sandbox user (bwrap as root runs commands as `nobody`)."""
     if os.geteuid() == 0:
         chown_tree(path, SANDBOX_UID)
-
-
-def _copy_untrusted_tree(
-    src: Path, dest: Path, shown: str, budget: list[int], notes: list[str]
-) -> None:
-    """Copy a directory tree written by sandboxed code without following anything in it.
-
-    Entries are classified by `lstat` (a symlink is recreated as a link, never followed) and
-    each file is read with `read_regular_file(..., under=parent)` (O_NOFOLLOW, regular files
-    only), so a file swapped for a link or a FIFO is refused, not read. Call it while no
-    sandbox of the trial runs, so nothing changes under it."""
-    try:
-        entries = sorted(os.scandir(src), key=lambda e: e.name)
-    except OSError as e:
-        notes.append(f"{shown}: not copied ({e.strerror})")
-        return
-    for entry in entries:
-        rel = f"{shown}/{entry.name}"
-        target = dest / entry.name
-        try:
-            if entry.is_symlink():
-                if target.is_symlink() or target.exists():
-                    continue
-                os.symlink(os.readlink(entry.path), target)  # kept as a link, never followed
-            elif entry.is_dir(follow_symlinks=False):
-                target.mkdir(exist_ok=True)
-                _copy_untrusted_tree(Path(entry.path), target, rel, budget, notes)
-            elif entry.is_file(follow_symlinks=False):
-                cap = min(LOG_FILE_MAX_BYTES, budget[0])
-                data = read_regular_file(entry.name, max_bytes=cap + 1, under=src)
-                if len(data) > cap:
-                    data = data[:cap]
-                    notes.append(f"{rel}: cut at {cap} bytes")
-                budget[0] -= len(data)
-                if target.is_symlink():
-                    target.unlink()
-                target.write_bytes(data)
-            else:
-                notes.append(f"{rel}: not a regular file, directory or symlink; skipped")
-        except OSError as e:  # UnsafeFileError included: swapped for a link or a FIFO
-            notes.append(f"{rel}: skipped ({type(e).__name__}: {e.strerror or e})")
 
 
 def _fresh_dir(path: Path) -> Path:
@@ -416,8 +469,12 @@ class HarborRuntime:
         self.backend = Backend(self.backend)
         if self.backend is Backend.LOCAL:
             raise ValueError("Harbor tasks need an isolated backend: bwrap or docker")
+        # A task folder is untrusted: its sizes are clamped to the host, with a note.
+        self.notes.extend(self.task.notes)
+        self._sizes = clamp_task_sizes(self.task.environment, HostMaxima.detect())
+        self.notes.extend(self._sizes.notes)
         if self.disk_bytes is None:
-            storage = self.task.environment.storage_mb
+            storage = self._sizes.storage_mb
             self.disk_bytes = storage << 20 if storage else DEFAULT_DISK_BYTES
         # Recorded with its owner before it exists: reaped even after a SIGKILL.
         self._workspace = Workspace.create("skyrl-harbor-", disk_bytes=self.disk_bytes)
@@ -466,7 +523,7 @@ class HarborRuntime:
 
     # ---- the agent phase ----------------------------------------------------------------------
 
-    def _spec(self, env: Mapping[str, str]) -> SandboxSpec:
+    def _spec(self, env: Mapping[str, str], *, grading: bool = False) -> SandboxSpec:
         settings = self.task.environment
         network = (
             settings.network_mode is NetworkMode.PUBLIC if self.network is None else self.network
@@ -477,12 +534,13 @@ class HarborRuntime:
             workdir=self.workdir,
             workspace_dir=str(self.app_dir),
             network=network,
-            memory_bytes=(settings.memory_mb or 2048) << 20,
+            memory_bytes=(self._sizes.memory_mb or 2048) << 20,
             pids=1024,
-            cpus=settings.cpus,
+            cpus=self._sizes.cpus,
             timeout_s=self.exec_timeout_s,
             start_timeout_s=min(max(settings.build_timeout_s, 20.0), 300.0),
             env=dict(env),
+            grading=grading,
         )
 
     async def _open(
@@ -493,9 +551,9 @@ class HarborRuntime:
         grading: bool = False,
         ro_binds: Mapping[str, Path] | None = None,
     ) -> Sandbox:
-        spec = self._spec(env)
+        spec = self._spec(env, grading=grading)
         if self.backend is Backend.BWRAP:
-            sandbox: Sandbox = _BoundBwrap(spec, binds, read_only_proc=grading, ro_binds=ro_binds)
+            sandbox: Sandbox = _BoundBwrap(spec, binds, ro_binds=ro_binds)
             try:
                 await sandbox.start()
             except BaseException:
@@ -557,17 +615,22 @@ class HarborRuntime:
             VERIFIER_LOGS: _fresh_dir(self._work / "agent-phase-verifier"),
             ARTIFACTS: self.artifacts_dir,
         }
-        if with_solution and task.solution_dir is not None:
-            shutil.copytree(task.solution_dir, self._work / "solution")
-            binds[SOLUTION] = self._work / "solution"
-            _give(self._work / "solution")
-            self.solution_uploaded = True
+        solution = with_solution and task.solution_dir is not None
+        if solution:
+            binds[SOLUTION] = _fresh_dir(self._work / "solution")  # filled once started
         started = time.monotonic()
+        deadline = started + task.environment.build_timeout_s
         sandbox = await self._open(binds, self._env)
         try:
             await self._detect_shell(sandbox)
+            if solution:
+                assert task.solution_dir is not None
+                job = CopyJob(task.solution_dir.resolve(), "", tree=True)
+                await self._charged_copy(
+                    sandbox, [job], self._work / "solution", deadline, "/solution"
+                )
+                self.solution_uploaded = True
             if plan is not None:
-                deadline = started + task.environment.build_timeout_s
                 await self._apply_steps(sandbox, plan.steps, deadline)
         except BaseException:
             await sandbox.close()
@@ -586,7 +649,7 @@ class HarborRuntime:
                         f"{where} to {step.dest}: outside the writable workspace {self.workdir}"
                     )
                     continue
-                problem = self._copy_in(context, step.sources, step.dest)
+                problem = await self._copy_in(sandbox, context, step, deadline)
                 if problem:
                     self.notes.append(f"{where}: {problem}")
                 continue
@@ -610,33 +673,71 @@ class HarborRuntime:
                     f"{result.output.strip()[-300:]}"
                 )
 
-    def _copy_in(self, context: Path, sources: tuple[str, ...], dest: str) -> str | None:
+    async def _copy_in(
+        self, sandbox: Sandbox, context: Path, step: SetupStep, deadline: float
+    ) -> str | None:
+        """Apply one COPY: a problem with its sources is returned (a note); a failed copy
+        raises `TaskEnvironmentError`."""
+        dest = step.dest
         rel = PurePosixPath(dest.rstrip("/") or "/").relative_to(self.workdir)
         target = self.app_dir / rel
+        root = context.resolve()
         matched: list[Path] = []
-        for source in sources:
+        for source in step.sources:
             found = (
                 sorted(context.glob(source))
                 if any(c in source for c in "*?[")
                 else [context / source]
             )
-            found = [
-                p for p in found if p.exists() and p.resolve().is_relative_to(context.resolve())
-            ]
+            found = [p for p in found if p.exists() and p.resolve().is_relative_to(root)]
             if not found:
                 return f"source {source!r} not found in environment/"
             matched += found
-        as_dir = dest.endswith("/") or len(matched) > 1 or target.is_dir()
+        # lstat only: a RUN step (the sandbox's user) may have left a link at the target.
+        is_dir = target.is_dir() and not target.is_symlink()
+        as_dir = dest.endswith("/") or len(matched) > 1 or is_dir
+        jobs = []
         for src in matched:
             if src.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(src, target, dirs_exist_ok=True, symlinks=True)
+                jobs.append(CopyJob(src.resolve(), str(rel), tree=True))
             else:
-                final = target / src.name if as_dir else target
-                final.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, final)
-        _give(self.app_dir)
+                final = rel / src.name if as_dir else rel
+                jobs.append(CopyJob(src.resolve(), str(final), tree=False))
+        where = f"Dockerfile:{step.line} COPY"
+        await self._charged_copy(sandbox, jobs, self.app_dir, deadline, where)
         return None
+
+    async def _charged_copy(
+        self,
+        sandbox: Sandbox,
+        jobs: Sequence[CopyJob],
+        dest_root: Path,
+        deadline: float,
+        where: str,
+    ) -> None:
+        """Copy host files into the workspace from a child process charged to `sandbox`'s
+        cgroups (the workspace is a tmpfs: its pages are memory), keeping sparse files
+        sparse and following no link in the workspace (`host.charged_copy`)."""
+        spec = sandbox.spec
+        procs = sandbox.charge_files() if isinstance(sandbox, _BoundBwrap) else []
+        try:
+            skipped = await charged_copy(
+                jobs,
+                dest_root,
+                cgroup_procs=procs,
+                owner=SANDBOX_UID if os.geteuid() == 0 else None,
+                budget_bytes=self.disk_bytes or DEFAULT_DISK_BYTES,
+                timeout_s=max(1.0, deadline - time.monotonic()),
+                memory_bytes=spec.memory_bytes if procs else None,
+            )
+        except TimeoutError:
+            raise TaskEnvironmentError(
+                f"{where} ran past build_timeout_sec={self.task.environment.build_timeout_s}"
+            ) from None
+        except (CopyError, OSError) as e:
+            raise TaskEnvironmentError(f"{where}: {e}") from None
+        self.notes.extend(f"{where}: {line}" for line in skipped)
+        _give(dest_root)
 
     # ---- docker -------------------------------------------------------------------------------
 
@@ -701,7 +802,9 @@ class HarborRuntime:
         for p in sorted(self.task.environment_dir.rglob("*")):
             if p.is_file():
                 digest.update(str(p.relative_to(self.task.environment_dir)).encode())
-                digest.update(p.read_bytes())
+                with p.open("rb") as f:  # in chunks: a sparse file may be huge
+                    while chunk := f.read(1 << 20):
+                        digest.update(chunk)
         tag = f"skyrl-harbor/{self.task.name.lower()}:{digest.hexdigest()[:12]}"
         try:
             client.images.get(tag)
@@ -755,20 +858,38 @@ class HarborRuntime:
         over it, so the task's files are there."""
         import docker.errors
 
-        container = client.containers.create(image, command=["true"])
-        try:
-            stream, _ = container.get_archive(self.workdir)
-            data = b"".join(stream)
-        except docker.errors.NotFound:
-            return
-        finally:
-            container.remove(force=True)
+        cap = self.disk_bytes or DEFAULT_DISK_BYTES
         staging = self._work / "seed"
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(staging, filter="data")
+        container = client.containers.create(image, command=["true"])
+        # Spooled into the workspace itself (never held in memory): it counts against the
+        # workspace's cap, and an archive larger than the cap is refused.
+        with tempfile.TemporaryFile(dir=self._work) as spool:
+            try:
+                stream, _ = container.get_archive(self.workdir)
+                size = 0
+                for chunk in stream:
+                    size += len(chunk)
+                    if size > cap:
+                        raise TaskEnvironmentError(
+                            f"the image's {self.workdir} is larger than the workspace's cap "
+                            f"({cap} bytes)"
+                        )
+                    spool.write(chunk)
+            except docker.errors.NotFound:
+                return
+            except OSError as e:
+                raise TaskEnvironmentError(
+                    f"cannot copy the image's {self.workdir}: {e.strerror}"
+                ) from None
+            finally:
+                container.remove(force=True)
+            spool.seek(0)
+            with tarfile.open(fileobj=spool) as tar:
+                tar.extractall(staging, filter="data")
         root = staging / PurePosixPath(self.workdir).name
-        if root.is_dir():
-            shutil.copytree(root, self.app_dir, dirs_exist_ok=True, symlinks=True)
+        if root.is_dir() and not root.is_symlink():
+            for entry in root.iterdir():  # the same filesystem: moved, not copied again
+                os.rename(entry, self.app_dir / entry.name)
         shutil.rmtree(staging, ignore_errors=True)
 
     async def _detect_shell(self, sandbox: Sandbox) -> None:
@@ -861,7 +982,9 @@ class HarborRuntime:
     async def _verify(self, started: float) -> VerifierResult:
         task = self.task
         timeout = task.verifier.timeout_s
-        verifier_dir = _fresh_dir(self.verifier_logs_dir)  # stale rewards never count
+        # Stale rewards never count: the host's /logs/verifier starts empty (bwrap binds it;
+        # docker's is the container's own, emptied of reward files below before test.sh).
+        verifier_dir = _fresh_dir(self.verifier_logs_dir)
         # The script is run through its own #! line: the docker sandbox's /tmp is noexec.
         # `exec`: test.sh's interpreter is the command server's own child, so the status the
         # server reports is test.sh's own (a signal that killed it is not hidden behind a shell).
@@ -871,6 +994,7 @@ class HarborRuntime:
         # of the agent phase's environment is left over underneath it.
         env = self.verifier_env()
         sandbox: Sandbox | None = None
+        isolation: GradingIsolation | None = None
         try:
             if self.backend is Backend.BWRAP:
                 tests = self._work / "tests"
@@ -895,8 +1019,21 @@ class HarborRuntime:
                     ro_binds = {f"{TESTS}/test.sh": tests / "test.sh"}
                 sandbox = await self._open(binds, env, grading=True, ro_binds=ro_binds)
             else:
-                sandbox = await self._open({}, env)
+                sandbox = await self._open({}, env, grading=True)
                 await sandbox.upload(task.tests_dir, self._real(TESTS))
+                await self._remove_reward_files(sandbox)
+            isolation = sandbox.grading_isolation
+            if isolation is GradingIsolation.TWO_UID and self.backend is Backend.BWRAP:
+                # /tests and /logs/verifier belong to the verifier (its uid 0 inside), mode
+                # 0755, before test.sh starts: test.sh is not agent code (the exec shim runs
+                # a script in an agent-owned tree as the agent), and the programs it runs
+                # from the agent's paths have the agent's uid: they can neither write a
+                # reward file nor swap one in, nor change a test file.
+                chown_tree(self._work / "tests", VERIFIER_HOST_UID)
+                os.chown(verifier_dir, VERIFIER_HOST_UID, VERIFIER_HOST_UID)
+                verifier_dir.chmod(0o755)
+            else:
+                self.notes.append(SINGLE_UID_NOTE)
             argv = [self._shell, "-c", command]
             if isinstance(sandbox, BwrapSandbox):
                 # The moment test.sh exits, the server (PID 1) kills whatever it left running,
@@ -915,12 +1052,14 @@ class HarborRuntime:
                     VerifierError.TIMEOUT,
                     f"test.sh ran past {timeout:g}s",
                     duration_s=time.monotonic() - started,
+                    isolation=isolation,
                 )
             return VerifierResult(
                 None,
                 VerifierError.SANDBOX_ERROR,
                 f"{type(e).__name__}: {e}",
                 duration_s=time.monotonic() - started,
+                isolation=isolation,
             )
         finally:
             # Closed before anything is read back: whatever test.sh (or an agent program it
@@ -942,13 +1081,17 @@ class HarborRuntime:
                 exit_code=None,
                 duration_s=duration,
                 output_tail=output,
+                isolation=isolation,
             )
         left, orphaned = ran.left_running, ran.orphaned
+        # Two-uid grading: a reward file counts only if the verifier's uid wrote it (docker
+        # downloads copies, whose host owner says nothing: one uid runs everything there).
+        owner = VERIFIER_HOST_UID if isolation is GradingIsolation.TWO_UID else None
         try:
-            rewards = read_rewards(verifier_dir)
+            rewards = read_rewards(verifier_dir, verifier_uid=owner)
         except RewardFileError as e:
             rewards, problem = None, e
-        counts = {"left_running": left, "orphaned": orphaned}
+        counts = {"left_running": left, "orphaned": orphaned, "isolation": isolation}
         void = self._void_reason(ran.exit_code, ran.oom_killed, left, orphaned)
         if void is not None:
             kind, message = void
@@ -960,6 +1103,17 @@ class HarborRuntime:
                 None, problem.kind, str(problem), ran.exit_code, duration, output, **counts
             )
         return VerifierResult(rewards, None, "", ran.exit_code, duration, output, **counts)
+
+    async def _remove_reward_files(self, sandbox: Sandbox) -> None:
+        """Docker: no reward file may be in the container's /logs/verifier before test.sh
+        starts (raises `SandboxError` when one cannot be removed: a stale one would count)."""
+        paths = " ".join(f"{self._real(VERIFIER_LOGS)}/{name}" for name in REWARD_FILES)
+        gone = await sandbox.exec(
+            f"rm -rf {paths}; for f in {paths}; do if [ -e $f ] || [ -L $f ]; then exit 1; fi; done",
+            timeout=30,
+        )
+        if not gone.ok:
+            raise SandboxError(f"cannot remove a stale reward file: {gone.output[-300:]}")
 
     @property
     def strict_verifier(self) -> bool:
@@ -1018,7 +1172,9 @@ class HarborRuntime:
         Everything in these folders was written by sandboxed code, so nothing is followed:
         symlinks are copied as links, FIFOs, sockets and devices are skipped, each file is
         read as a regular file without following symlinks and cut at `LOG_FILE_MAX_BYTES`
-        (`LOGS_MAX_BYTES` in all). Returns what was skipped or cut, one line each.
+        (`LOGS_MAX_BYTES` in all), trees deeper than `host.LOG_MAX_DEPTH` levels or with
+        more than `host.LOG_MAX_ENTRIES` entries are cut there. Returns what was skipped or
+        cut, one line each, naming it (nothing is cut silently).
         """
         notes: list[str] = []
         budget = [LOGS_MAX_BYTES]
@@ -1030,5 +1186,7 @@ class HarborRuntime:
             dest = trial_dir / name
             dest.mkdir(parents=True, exist_ok=True)
             if src.is_dir() and not src.is_symlink():
-                _copy_untrusted_tree(src, dest, name, budget, notes)
+                copy_untrusted_tree(
+                    src, dest, name, budget=budget, file_max_bytes=LOG_FILE_MAX_BYTES, notes=notes
+                )
         return notes

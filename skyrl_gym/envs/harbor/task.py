@@ -7,6 +7,24 @@
     <task>/solution/solve.sh    reference solution, run by the `oracle` agent (optional)
 
 Every problem raises `TaskFormatError`, whose message names the file and the field.
+
+A task folder is untrusted input, read by the host with the host's powers, so the reader
+bounds what it costs: task.toml, instruction.md and the Dockerfile are at most 1 MiB each
+(`TEXT_FILE_MAX_BYTES`; checked before they are read, and read no further), tests/ and
+solution/ at most `TREE_MAX_BYTES` in all and `TREE_MAX_FILES` entries (they are copied into
+each trial), with no FIFO, socket or device and no link out of the task folder or to a
+directory. Timeouts above a day (`MAX_TIMEOUT_S`) are clamped, with a note in
+`HarborTask.notes`; memory and disk sizes are clamped to the host by the runtime.
+
+**`${VAR}` templating (a deliberate difference from Harbor).** Harbor substitutes
+`${VAR}` / `${VAR:-default}` in task.toml's `env` tables from the host's whole environment,
+so a downloaded task can copy the host's provider keys or `SKYRL_API_KEY` into the agent's
+environment (and from there into its logs or the network). Here a variable is taken from the
+host only when the user allows it by name: `load_task(path, pass_env=["OPENAI_API_KEY"])`,
+`--pass-env NAME` on `skyrl harbor run` and `skyrl eval`, `make("harbor", pass_env=[...])`,
+`env.pass_env` in a train config. A variable that is not allowed becomes its default
+(`${VAR:-default}`), else the empty string, and the task gets one note naming the variable
+(never its value).
 """
 
 from __future__ import annotations
@@ -15,8 +33,9 @@ import enum
 import math
 import os
 import re
+import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +45,17 @@ SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0
 DEFAULT_BUILD_TIMEOUT_S = 600.0
 DEFAULT_WORKDIR = "/app"
+MAX_TIMEOUT_S = 24 * 3600.0
+"""The longest agent, verifier or build timeout a task may set (a day); longer ones are
+clamped, with a note."""
+TEXT_FILE_MAX_BYTES = 1 << 20
+"""The largest task.toml, instruction.md or environment/Dockerfile (1 MiB)."""
+TREE_MAX_BYTES = 64 << 20
+"""The most tests/ (or solution/) may hold in all, counting each file's full length (a
+sparse file counts whole): both are copied into every trial."""
+TREE_MAX_FILES = 10_000
+"""The most entries tests/ (or solution/) may hold."""
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class TaskFormatError(ValueError):
@@ -68,7 +98,8 @@ class VerifierSettings:
     timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S
     """Wall-clock limit of the verifier phase."""
     env: Mapping[str, str] = field(default_factory=dict)
-    """Environment of test.sh, after `${VAR}` / `${VAR:-default}` substitution from the host."""
+    """Environment of test.sh, after `${VAR}` / `${VAR:-default}` substitution (from the host
+    only for the variables the user allowed: `load_task(pass_env=...)`)."""
     user: str | None = None
     """User the verifier runs as (None: the environment's default)."""
     require_exit_zero: bool = False
@@ -129,6 +160,9 @@ class HarborTask:
     """`[metadata]`, free-form (difficulty, category, tags, ...)."""
     package_name: str | None = None
     """`[task].name` (e.g. `terminal-bench/fix-git`), when given."""
+    notes: tuple[str, ...] = ()
+    """What the reader changed, one line each: timeouts clamped to `MAX_TIMEOUT_S`, `${VAR}`
+    references not passed from the host (named, never their values)."""
 
     @property
     def tests_dir(self) -> Path:
@@ -171,15 +205,39 @@ def strip_canary(text: str) -> str:
     return "".join(lines[i:]) if i else text
 
 
-def resolve_template(value: str, environ: Mapping[str, str] | None = None) -> str:
-    """Substitute `${VAR}` and `${VAR:-default}` from `environ` (default: the host's)."""
+def check_env_names(names: Collection[str]) -> tuple[str, ...]:
+    """`names` as a tuple, after checking each is an environment variable name."""
+    if isinstance(names, str):
+        raise ValueError(f"pass_env must be a list of names, got the string {names!r}")
+    for name in names:
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise ValueError(f"pass_env: {name!r} is not an environment variable name")
+    return tuple(names)
+
+
+def resolve_template(
+    value: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    allowed: Collection[str] = (),
+    withheld: list[str] | None = None,
+) -> str:
+    """Substitute `${VAR}` and `${VAR:-default}`: a name in `allowed` from `environ` (default:
+    the host's environment); any other name (or one `environ` lacks) becomes its default, else
+    "". Names that became "" without a default are appended to `withheld`.
+
+    Harbor allows every name; this allows none unless asked (see the module docstring)."""
     env = os.environ if environ is None else environ
 
     def sub(m: re.Match[str]) -> str:
         name, default = m.group(1), m.group(2)
-        if name in env:
+        if name in allowed and name in env:
             return env[name]
-        return default if default is not None else ""
+        if default is not None:
+            return default
+        if withheld is not None:
+            withheld.append(name)
+        return ""
 
     return _TEMPLATE.sub(sub, value)
 
@@ -187,8 +245,17 @@ def resolve_template(value: str, environ: Mapping[str, str] | None = None) -> st
 class _Section:
     """Typed access to one table of task.toml; errors name the file and the field."""
 
-    def __init__(self, task_dir: Path, name: str, data: Any):
+    def __init__(
+        self,
+        task_dir: Path,
+        name: str,
+        data: Any,
+        *,
+        pass_env: Collection[str] = (),
+        notes: list[str] | None = None,
+    ):
         self.task_dir, self.name = task_dir, name
+        self.pass_env, self.notes = pass_env, notes if notes is not None else []
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -212,6 +279,17 @@ class _Section:
         if positive and value <= 0:
             raise self._fail(key, f"must be positive, got {value!r}")
         return float(value)
+
+    def timeout(self, key: str, default: float | None) -> float | None:
+        """A positive number of seconds, clamped to `MAX_TIMEOUT_S` with a note."""
+        value = self.number(key, default)
+        if value is not None and value > MAX_TIMEOUT_S:
+            self.notes.append(
+                f"[{self.name}].{key}={value:g} clamped to {MAX_TIMEOUT_S:g} s "
+                "(the longest timeout a task may set)"
+            )
+            value = MAX_TIMEOUT_S
+        return value
 
     def integer(self, key: str, default: int | None) -> int | None:
         value = self.data.get(key, default)
@@ -241,7 +319,14 @@ class _Section:
         for k, v in value.items():
             if not isinstance(v, str | int | float) or isinstance(v, bool):
                 raise self._fail(f"{key}.{k}", f"must be a string, got {v!r}")
-            out[str(k)] = resolve_template(str(v))
+            withheld: list[str] = []
+            out[str(k)] = resolve_template(str(v), allowed=self.pass_env, withheld=withheld)
+            for name in dict.fromkeys(withheld):
+                why = "not set on the host" if name in self.pass_env else "not passed from the host"
+                self.notes.append(
+                    f"[{self.name}].{key}.{k}: ${{{name}}} is {why}, so it is empty (allow a "
+                    f"host variable by name: --pass-env {name}, pass_env=[...])"
+                )
         return out
 
     def size_mb(self, key: str, legacy: str) -> int | None:
@@ -257,14 +342,95 @@ class _Section:
         return max(1, int(float(m.group(1)) * scale[m.group(2).upper()]))
 
 
-def _read_toml(task_dir: Path) -> dict[str, Any]:
-    path = task_dir / "task.toml"
-    if not path.is_file():
-        raise TaskFormatError(task_dir, "task.toml", "missing (every task needs one)")
+def _read_text(task_dir: Path, rel: str, what: str) -> str:
+    """A text file of the task folder: a regular file inside it, at most
+    `TEXT_FILE_MAX_BYTES` (checked before reading, and never read further)."""
+    path = task_dir / rel
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        resolved = path.resolve(strict=True)
+    except (FileNotFoundError, NotADirectoryError):
+        raise TaskFormatError(task_dir, rel, f"missing ({what})") from None
+    except (OSError, RuntimeError) as e:  # a link loop
+        raise TaskFormatError(task_dir, rel, f"cannot be read ({e})") from None
+    if not resolved.is_relative_to(task_dir):
+        raise TaskFormatError(task_dir, rel, "is a link out of the task folder")
+    try:
+        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise TaskFormatError(task_dir, rel, f"cannot be read ({e.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TaskFormatError(task_dir, rel, "not a regular file")
+        if info.st_size > TEXT_FILE_MAX_BYTES:
+            raise TaskFormatError(
+                task_dir,
+                rel,
+                f"{info.st_size} bytes, larger than the {TEXT_FILE_MAX_BYTES} bytes allowed",
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(TEXT_FILE_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > TEXT_FILE_MAX_BYTES:  # it grew while being read
+        raise TaskFormatError(task_dir, rel, f"larger than the {TEXT_FILE_MAX_BYTES} bytes allowed")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise TaskFormatError(task_dir, "task.toml", "not UTF-8 text") from None
+        raise TaskFormatError(task_dir, rel, "not UTF-8 text") from None
+
+
+def _check_tree(task_dir: Path, rel: str) -> None:
+    """tests/ or solution/: at most `TREE_MAX_BYTES` and `TREE_MAX_FILES` entries, only
+    directories, regular files and links to regular files inside the task folder (it is
+    copied into every trial: a FIFO would hang the copy, a link out would copy a host file)."""
+    root = task_dir / rel
+    if root.is_symlink():
+        raise TaskFormatError(task_dir, rel, "must be a directory, not a link")
+    if not root.is_dir():
+        return
+    total, count = 0, 0
+    stack = [root]
+    while stack:
+        here = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except OSError as e:
+            raise TaskFormatError(task_dir, rel, f"cannot be listed ({e.strerror})") from None
+        for entry in entries:
+            count += 1
+            shown = str(Path(entry.path).relative_to(task_dir))
+            if count > TREE_MAX_FILES:
+                raise TaskFormatError(task_dir, rel, f"more than {TREE_MAX_FILES} entries")
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                try:
+                    target = Path(entry.path).resolve(strict=True)
+                    info = target.stat()
+                except (OSError, RuntimeError):
+                    raise TaskFormatError(task_dir, shown, "a broken link") from None
+                if not target.is_relative_to(task_dir) or not stat.S_ISREG(info.st_mode):
+                    raise TaskFormatError(
+                        task_dir, shown, "a link out of the task folder or to a directory"
+                    )
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(Path(entry.path))
+            elif stat.S_ISREG(info.st_mode):
+                total += info.st_size
+                if total > TREE_MAX_BYTES:
+                    raise TaskFormatError(
+                        task_dir, rel, f"holds more than the {TREE_MAX_BYTES} bytes allowed"
+                    )
+            else:
+                raise TaskFormatError(task_dir, shown, "not a regular file, directory or link")
+
+
+def _read_toml(task_dir: Path) -> dict[str, Any]:
+    if not (task_dir / "task.toml").is_file():
+        raise TaskFormatError(task_dir, "task.toml", "missing (every task needs one)")
+    text = _read_text(task_dir, "task.toml", "every task needs one")
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise TaskFormatError(task_dir, "task.toml", f"invalid TOML ({e})") from None
 
@@ -299,19 +465,29 @@ def _network_mode(section: _Section) -> NetworkMode:
     return NetworkMode.PUBLIC
 
 
-def load_task(path: str | os.PathLike[str]) -> HarborTask:
-    """Parse one task folder; `TaskFormatError` names the file and field of any problem."""
+def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -> HarborTask:
+    """Parse one task folder; `TaskFormatError` names the file and field of any problem.
+
+    `pass_env`: the host environment variables task.toml's `${VAR}` may take (none by
+    default; see the module docstring). What the reader changed is in `HarborTask.notes`.
+    """
+    allowed = check_env_names(pass_env)
     task_dir = Path(path).resolve()
     if not task_dir.is_dir():
         raise TaskFormatError(task_dir, ".", "not a directory")
     data = _read_toml(task_dir)
     version = _schema_version(task_dir, data)
-    agent = _Section(task_dir, "agent", data.get("agent"))
-    verifier = _Section(task_dir, "verifier", data.get("verifier"))
-    environment = _Section(task_dir, "environment", data.get("environment"))
-    solution = _Section(task_dir, "solution", data.get("solution"))
-    package = _Section(task_dir, "task", data.get("task"))
-    metadata = _Section(task_dir, "metadata", data.get("metadata")).data
+    notes: list[str] = []
+
+    def section(name: str) -> _Section:
+        return _Section(task_dir, name, data.get(name), pass_env=allowed, notes=notes)
+
+    agent = section("agent")
+    verifier = section("verifier")
+    environment = section("environment")
+    solution = section("solution")
+    package = section("task")
+    metadata = section("metadata").data
 
     os_name = environment.string("os", "linux") or "linux"
     if os_name != "linux":
@@ -322,7 +498,7 @@ def load_task(path: str | os.PathLike[str]) -> HarborTask:
     if workdir is not None and not workdir.startswith("/"):
         raise environment._fail("workdir", f"must be an absolute path, got {workdir!r}")
     env_settings = EnvironmentSettings(
-        build_timeout_s=environment.number("build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S)
+        build_timeout_s=environment.timeout("build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S)
         or DEFAULT_BUILD_TIMEOUT_S,
         docker_image=environment.string("docker_image"),
         os=os_name,
@@ -335,37 +511,41 @@ def load_task(path: str | os.PathLike[str]) -> HarborTask:
         env=environment.env(),
     )
 
-    instruction_path = task_dir / "instruction.md"
-    if not instruction_path.is_file():
-        raise TaskFormatError(task_dir, "instruction.md", "missing (the agent's instruction)")
-    try:
-        instruction = strip_canary(instruction_path.read_text(encoding="utf-8")).strip()
-    except UnicodeDecodeError:
-        raise TaskFormatError(task_dir, "instruction.md", "not UTF-8 text") from None
+    text = _read_text(task_dir, "instruction.md", "the agent's instruction")
+    instruction = strip_canary(text).strip()
     if not instruction:
         raise TaskFormatError(task_dir, "instruction.md", "empty")
     if not (task_dir / "tests" / "test.sh").is_file():
         raise TaskFormatError(task_dir, "tests/test.sh", "missing (the verifier's entry point)")
     if (task_dir / "solution").is_dir() and not (task_dir / "solution" / "solve.sh").is_file():
         raise TaskFormatError(task_dir, "solution/solve.sh", "missing from solution/")
+    if (task_dir / "environment" / "Dockerfile").is_file():
+        _read_text(task_dir, "environment/Dockerfile", "the environment's Dockerfile")
+    _check_tree(task_dir, "tests")
+    _check_tree(task_dir, "solution")
 
+    agent_settings = AgentSettings(
+        timeout_s=agent.timeout("timeout_sec", None), user=agent.string("user")
+    )
+    verifier_settings = VerifierSettings(
+        timeout_s=verifier.timeout("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S)
+        or DEFAULT_VERIFIER_TIMEOUT_S,
+        env=verifier.env(),
+        user=verifier.string("user"),
+        require_exit_zero=verifier.boolean("require_exit_zero", False),
+    )
     task = HarborTask(
         name=task_dir.name,
         path=task_dir,
         schema_version=version,
         instruction=instruction,
-        agent=AgentSettings(timeout_s=agent.number("timeout_sec", None), user=agent.string("user")),
-        verifier=VerifierSettings(
-            timeout_s=verifier.number("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S)
-            or DEFAULT_VERIFIER_TIMEOUT_S,
-            env=verifier.env(),
-            user=verifier.string("user"),
-            require_exit_zero=verifier.boolean("require_exit_zero", False),
-        ),
+        agent=agent_settings,
+        verifier=verifier_settings,
         environment=env_settings,
         solution_env=solution.env(),
         metadata=dict(metadata),
         package_name=package.string("name"),
+        notes=tuple(notes),
     )
     from skyrl_gym.envs.harbor.lint import log_findings  # the verifier lint
 
