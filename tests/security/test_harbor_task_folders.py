@@ -204,3 +204,64 @@ def test_deep_log_tree_is_not_cut_silently(tmp_path: Path) -> None:
     assert (trial / "verifier" / "test-stdout.txt").is_file(), "the verifier's logs were lost"
     notes = "\n".join(result["environment_notes"])
     assert "agent/a/a/" in notes and "not copied" in notes, notes
+
+
+def test_pass_env_allows_the_named_variables_only(tmp_path: Path) -> None:
+    """(c) `--pass-env OPENAI_API_KEY`: that variable is templated from the host, no other."""
+    skyrl_key = f"sk-skyrl-{secrets.token_hex(12)}"
+    openai_key = f"sk-openai-{secrets.token_hex(12)}"
+    toml = _toml('env = { KEY = "${OPENAI_API_KEY}", OTHER = "${SKYRL_API_KEY}" }')
+    task = make_task(
+        tmp_path,
+        "pass-env",
+        toml=toml,
+        solve_sh="env > /logs/agent/env.txt; echo ok > /app/done.txt",
+    )
+    out = tmp_path / "out"
+    env = {"SKYRL_API_KEY": skyrl_key, "OPENAI_API_KEY": openai_key}
+    result, done = _harbor_run(task, out, "--pass-env", "OPENAI_API_KEY", env=env)
+    assert result["reward"] == 1.0, (result, done.stdout)
+    agent_env = (_trial_dir(out) / "agent" / "env.txt").read_text()
+    assert f"KEY={openai_key}\n" in agent_env and skyrl_key not in agent_env
+    assert "OTHER=\n" in agent_env
+    notes = "\n".join(result["environment_notes"])
+    assert "${SKYRL_API_KEY}" in notes and "OPENAI_API_KEY" not in notes, notes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the copy runs as root only when root")
+def test_copy_never_writes_through_a_link_a_run_step_left(tmp_path: Path) -> None:
+    """(a) A RUN step (the sandbox's user) leaves `/app/config.txt -> HOST FILE`, then COPY
+    writes config.txt: the host copier, as root, must replace the link, not write through it
+    onto the host file. A link in place of a directory on the way is refused."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original\n")
+    task = make_task(
+        tmp_path,
+        "copy-through-link",
+        dockerfile=(
+            "FROM debian:bookworm-slim\nWORKDIR /app\n"
+            f"RUN ln -s {victim} /app/config.txt\nCOPY config.txt /app/config.txt\n"
+        ),
+        files={"environment/config.txt": "planted\n"},
+        solve_sh="cat /app/config.txt > /logs/agent/config.txt; echo ok > /app/done.txt",
+    )
+    out = tmp_path / "out"
+    result, done = _harbor_run(task, out)
+    assert victim.read_text() == "original\n", "COPY wrote through the link onto a host file"
+    assert result["reward"] == 1.0, (result, done.stdout)
+    assert (_trial_dir(out) / "agent" / "config.txt").read_text() == "planted\n"
+
+    victim_dir = tmp_path / "victim-dir"
+    victim_dir.mkdir()
+    task = make_task(
+        tmp_path,
+        "copy-through-dir-link",
+        dockerfile=(
+            "FROM debian:bookworm-slim\nWORKDIR /app\n"
+            f"RUN ln -s {victim_dir} /app/sub\nCOPY config.txt /app/sub/config.txt\n"
+        ),
+        files={"environment/config.txt": "planted\n"},
+    )
+    result, done = _harbor_run(task, tmp_path / "out2")
+    assert list(victim_dir.iterdir()) == [], "COPY wrote through a directory link"
+    assert result["error"] == "environment_error" and "link" in result["error_message"], result
