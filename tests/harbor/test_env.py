@@ -40,3 +40,31 @@ def test_episode_reward_comes_from_the_tasks_verifier(tmp_path):
         finally:
             env.close()
             env.close()
+
+
+def test_make_harbor_pass_env_templates_only_allowed_variables(tmp_path, monkeypatch):
+    """`make("harbor", pass_env=[...])`: only the named host variables reach `${VAR}`."""
+    monkeypatch.setenv("HB_ALLOWED", "allowed-value")
+    monkeypatch.setenv("HB_SECRET", "secret-value")
+    toml = """\
+    schema_version = "1.4"
+    [verifier]
+    timeout_sec = 30.0
+    [environment]
+    network_mode = "no-network"
+    env = { A = "${HB_ALLOWED}", S = "${HB_SECRET}", D = "${HB_SECRET:-dflt}" }
+    """
+    rows = task_rows(make_task(tmp_path, "templated", toml=toml))
+    actions = [bash_call('echo "A=$A S=$S D=$D"'), ANSWER]
+    for kwargs, want in [
+        ({"pass_env": ["HB_ALLOWED"]}, "A=allowed-value S= D=dflt"),
+        ({}, "A= S= D=dflt"),
+    ]:
+        env = skyrl_gym.make("harbor", tasks=rows, **kwargs)
+        try:
+            traj = arun(rollout(env, ScriptedPolicy(actions), rows[0], max_turns=4), 60)
+            assert traj.turns[0].observation[0]["content"].strip() == want
+            notes = env.unwrapped.runtime.notes if env.unwrapped.runtime else []
+        finally:
+            env.close()
+        assert "secret-value" not in "\n".join(notes)

@@ -66,3 +66,15 @@ def test_bad_override_syntax():
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_env_pass_env_reaches_make_kwargs():
+    """`env.pass_env` (Harbor `${VAR}` templating allowlist) is passed to `make` as a kwarg."""
+    from skyrl_sdk.trainer.config import ConfigError, load_config
+
+    cfg = load_config(None, ["env.id=harbor", "env.pass_env=[OPENAI_API_KEY]"])
+    assert cfg.env.pass_env == ["OPENAI_API_KEY"]
+    assert cfg.env.kwargs["pass_env"] == ["OPENAI_API_KEY"]
+    assert "pass_env" not in load_config(None, []).env.kwargs
+    with pytest.raises(ConfigError, match="not an environment variable name"):
+        load_config(None, ["env.pass_env=['A B']"])
