@@ -5,8 +5,11 @@ marks every test report passed), then gets pytest to load it through the reposit
 `addopts = "-p skyrl_pass"` in `pyproject.toml` or in a `tests/pytest.ini`, a
 `sitecustomize.py` at the repository root (the repository was on `PYTHONPATH` while
 grading), a `conftest.py` outside the test patch (at the root and in `tests/`), a `.pth` file,
-and a `*.dist-info` whose `pytest11` entry point names the plugin (auto-loaded). Every one
-must come out NOT resolved, through `skyrl swebench eval` and through `make("swe")`.
+and a `*.dist-info` whose `pytest11` entry point names the plugin (auto-loaded); and a patch
+that writes `.git/config` (through the `patch -p1` fallback) so that the eval script's git
+runs a filter that puts a conftest.py back. Every one must come out NOT resolved, through
+`skyrl swebench eval` and through `make("swe")`. Code under test that rewrites the running
+session's reports stays resolved (a known limit, as in the official harness).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typer.testing import CliRunner
 import skyrl_gym
 from skyrl_gym.cli import app
 from skyrl_gym.envs.swe.bundled.build import INSTANCES_FILE, ensure_repos
-from skyrl_gym.envs.swe.harness import HarnessConfig, run_evaluation
+from skyrl_gym.envs.swe.harness import APPLY_COMMANDS, HarnessConfig, Outcome, run_evaluation
 from skyrl_gym.envs.swe.instances import Prediction, SWEInstance, load_instances
 from skyrl_gym.envs.swe.repos import git, materialize
 from skyrl_sdk.agents import ScriptedPolicy, rollout
@@ -265,11 +268,6 @@ def git_config_attack(instance: SWEInstance, repos_dir: str, tmp: Path) -> str:
     return attack_patch(instance, repos_dir, files, tmp) + GIT_CONFIG_HUNK
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a model patch applied by `patch -p1` writes .git/config: its filter, run by the "
-    "eval script's git, leaves a writer that restores conftest.py after the runner files",
-)
 def test_a_patch_that_writes_git_config_is_not_resolved(
     instances: list[SWEInstance], repos_dir: str, tmp_path: Path
 ) -> None:
@@ -284,4 +282,6 @@ def test_a_patch_that_writes_git_config_is_not_resolved(
         )
     )
     (result,) = run.results
-    assert result.outcome.value != "resolved", result
+    assert result.apply_command == APPLY_COMMANDS[-1]  # only `patch -p1` took it
+    assert result.outcome is Outcome.UNRESOLVED, result
+    assert result.report["tests_status"]["FAIL_TO_PASS"]["success"] == [], result.report

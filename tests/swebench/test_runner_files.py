@@ -8,8 +8,10 @@ from pathlib import Path
 
 from skyrl_gym.envs.swe.harness import (
     HarnessConfig,
+    git_metadata,
     grading_command_env,
     is_runner_file,
+    restore_git_metadata_script,
     restore_runner_script,
     runner_files,
     with_runner_restore,
@@ -109,8 +111,29 @@ def test_the_grading_environment_keeps_the_repository_off_the_start_up_path() ->
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
     assert env["PYTEST_ADDOPTS"] == f"-p {RUNNER_PLUGIN} -p no:cacheprovider"
     assert env["SKYRL_SWE_REPO"] == "/testbed" and env["PYTHONSAFEPATH"] == "1"
-    assert env["GIT_CONFIG_KEY_0"] == "core.hooksPath"
+    assert env["GIT_CONFIG_KEY_0"] == "core.hooksPath" and env["GIT_NO_REPLACE_OBJECTS"] == "1"
     # A runner that is not pytest imports the repository from its own path, as before.
     other = grading_command_env(HarnessConfig(), spec, "/testbed", "./tests/runtests.py")
     assert other["PYTHONPATH"].endswith(":/testbed")
     assert (runner_plugin_dir() / f"{RUNNER_PLUGIN}.py").is_file()
+
+
+def test_git_metadata_is_put_back_after_the_patch(tmp_path) -> None:
+    tree = tmp_path / "repo"
+    _tree(tree, {".git/config": "[core]\n\tbare = false\n", "a.py": "x\n"})
+    pristine = git_metadata(tree)
+    assert [f.path for f in pristine] == [".git/config"]
+    _tree(
+        tree,
+        {
+            ".git/config": '[filter "x"]\n\tclean = evil\n',
+            ".git/info/attributes": "* filter=x\n",
+            ".git/objects/info/alternates": "/elsewhere\n",
+        },
+    )
+    script = restore_git_metadata_script(pristine)
+    done = subprocess.run(["bash", "-c", script], cwd=tree, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tree / ".git/config").read_text() == "[core]\n\tbare = false\n"
+    assert not (tree / ".git/info/attributes").exists()
+    assert not (tree / ".git/objects/info/alternates").exists()

@@ -27,6 +27,11 @@ route. The test runner belongs to the harness, not to the patch:
   only the harness's read-only directories), pytest auto-loads no plugin, and the harness's
   `skyrl_swe_runner` plugin puts the repository on `sys.path` once pytest is parsing its
   options, as a development install would (`grading_command_env`);
+- the model patch cannot make git run its commands: after it is applied (the `patch -p1`
+  fallback writes paths git apply refuses), `.git/config`, `.git/info/attributes` and
+  `.git/objects/info/alternates` are put back as the checkout had them (no filter or diff
+  driver of the patch's), replace refs are ignored, and on bwrap every process a step left
+  is killed when it ends (`end_all`), so no writer survives into the tests;
 - the commands run with `grading_env` (`HOME=/tmp`, the sandbox's fresh tmpfs, so a
   `.local/.../usercustomize.py` the patch adds is never loaded; user site-packages off; no
   agent-writable directory on `PATH`), git runs no hooks or fsmonitor, pytest comes from a
@@ -78,6 +83,7 @@ from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
     Backend,
     BackendUnavailable,
+    ExecResult,
     GradingIsolation,
     Sandbox,
     SandboxSpec,
@@ -87,6 +93,7 @@ from skyrl_sdk.sandboxes import (
     grading_env,
     read_regular_file,
 )
+from skyrl_sdk.sandboxes.bwrap import BwrapSandbox
 from skyrl_sdk.sandboxes.grading import GIT_HARDENING, GRADING_HOME
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
@@ -363,6 +370,44 @@ def restore_runner_script(
     return "\n".join(lines) + "\n"
 
 
+GIT_METADATA = (".git/config", ".git/info/attributes", ".git/objects/info/alternates")
+"""Text files of a repository's git directory that make git run commands (config: filters,
+diff drivers, includes) or read other objects (alternates): put back as the checkout had them
+after the model patch is applied (`patch -p1` writes paths git apply refuses)."""
+
+
+def git_metadata(tree: str | Path) -> tuple[RunnerFile, ...]:
+    """The `GIT_METADATA` files of a work tree nothing has written since its checkout."""
+    root = Path(tree)
+    found = []
+    for rel in GIT_METADATA:
+        path = root / rel
+        if path.is_file() and not path.is_symlink():
+            if path.stat().st_size > RUNNER_FILE_MAX_BYTES:
+                raise RepoError(f"{rel}: over {RUNNER_FILE_MAX_BYTES} bytes")
+            found.append(RunnerFile(rel, path.read_bytes()))
+    return tuple(found)
+
+
+def restore_git_metadata_script(pristine: Sequence[RunnerFile]) -> str:
+    """Shell lines (in the repository root) that rewrite the `GIT_METADATA` files from
+    `pristine` and delete those it lacks; exit status non-zero on failure."""
+    have = {f.path: f for f in pristine}
+    lines = ["set -e"]
+    for rel in GIT_METADATA:
+        path = shlex.quote(rel)
+        lines.append(f"rm -rf -- {path}")
+        item = have.get(rel)
+        if item is not None and item.data is not None:
+            encoded = base64.b64encode(item.data).decode()
+            tag = _heredoc(encoded)
+            lines += [
+                f"mkdir -p -- {shlex.quote(str(PurePosixPath(rel).parent))}",
+                f"base64 -d > {path} <<'{tag}'\n{encoded}\n{tag}",
+            ]
+    return "\n".join(lines) + "\n"
+
+
 def with_runner_restore(script: str, restore: str, start_marker: str) -> str:
     """`script` with `restore` inserted just before its start-of-test-output marker line (at
     the end when it has none)."""
@@ -571,7 +616,7 @@ def grading_command_env(
     conda env, whose installed plugins the repository's configuration may need); `HOME`
     moves off the repository and user site-packages are off.
     local (trusted code only): as bwrap, with the host interpreter's PATH kept.
-    All: git runs no hooks or fsmonitor (`GIT_HARDENING`).
+    All: git runs no hooks or fsmonitor (`GIT_HARDENING`) and honours no replace refs.
     """
     spec_env = dict(spec.env)
     if config.backend == Backend.DOCKER:
@@ -580,8 +625,10 @@ def grading_command_env(
             "PYTHONNOUSERSITE": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
             **GIT_HARDENING,
+            "GIT_NO_REPLACE_OBJECTS": "1",
         }
     env = grading_env(spec_env)
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"  # base_commit is base_commit, whatever refs/replace says
     for name in ("PYTEST_PLUGINS", "PYTEST_ADDOPTS", "PYTHONSTARTUP", "PYTHONHOME"):
         env.pop(name, None)
     paths = [spec_env.get("PYTHONPATH"), str(runner_plugin_dir())]
@@ -596,6 +643,15 @@ def grading_command_env(
     return env
 
 
+async def _run(sb: Sandbox, argv: list[str], **kwargs: Any) -> ExecResult:
+    """`sb.exec`; on bwrap every other process of the sandbox is killed the moment the command
+    exits (`end_all`), so nothing a git filter or the patch tools started lives on into the
+    next step."""
+    if isinstance(sb, BwrapSandbox):
+        return await sb.exec(argv, end_all=True, **kwargs)
+    return await sb.exec(argv, **kwargs)
+
+
 async def _apply_patch(
     sb: Sandbox, patch_path: str, timeout: float, log: _Log, env: dict[str, str] | None = None
 ) -> str | None:
@@ -603,16 +659,16 @@ async def _apply_patch(
     last = ""
     for attempt, command in enumerate(APPLY_COMMANDS):
         if attempt:
-            await sb.exec(["bash", "-c", RESET_TREE], timeout=timeout, env=env)
-        result = await sb.exec(["bash", "-c", f"{command} {patch_path}"], timeout=timeout, env=env)
+            await _run(sb, ["bash", "-c", RESET_TREE], timeout=timeout, env=env)
+        result = await _run(sb, ["bash", "-c", f"{command} {patch_path}"], timeout=timeout, env=env)
         if result.ok:
             log(f"applied with `{command}`:\n{result.output.strip()}")
             return command
         last = result.output.strip()
         log(f"`{command}` failed (exit {result.exit_code}):\n{last[-3000:]}")
-    await sb.exec(["bash", "-c", RESET_TREE], timeout=timeout, env=env)
-    check = await sb.exec(
-        ["git", "apply", "--check", "--reverse", patch_path], timeout=timeout, env=env
+    await _run(sb, ["bash", "-c", RESET_TREE], timeout=timeout, env=env)
+    check = await _run(
+        sb, ["git", "apply", "--check", "--reverse", patch_path], timeout=timeout, env=env
     )
     if check.ok:
         log("patch already applied (git apply --check --reverse)")
@@ -693,6 +749,7 @@ async def _evaluate_in_sandbox(
     log(f"workspace for {instance.repo}@{instance.base_commit[:12]} ready ({config.backend})")
     # Read before the patch touches the tree: the test runner's files as base_commit has them.
     pristine = await asyncio.to_thread(runner_files, workspace)
+    git_meta = await asyncio.to_thread(git_metadata, workspace)
     if config.backend == Backend.DOCKER:
         existing = None
     else:
@@ -717,6 +774,21 @@ async def _evaluate_in_sandbox(
             return done(
                 Outcome.PATCH_APPLY_FAILED, error="the patch does not apply", notes=tuple(notes)
             )
+        # `patch -p1` writes what git apply refuses, .git/config included: its filters and
+        # diff drivers would run in the eval script's git commands.
+        fixed = await _run(
+            sb,
+            ["bash", "-c", restore_git_metadata_script(git_meta)],
+            timeout=config.apply_timeout_s,
+            cwd=sb.workdir,
+            env=env,
+        )
+        if not fixed.ok:
+            return done(
+                Outcome.ERROR,
+                error=f"cannot restore .git metadata: {fixed.output[-500:]}",
+                notes=tuple(notes),
+            )
         script = build_eval_script(
             instance, workdir=sb.workdir, existing_test_files=existing, activate=activate
         )
@@ -729,7 +801,8 @@ async def _evaluate_in_sandbox(
         log.write("eval.sh", script)
         await sb.write_file(f"{scratch}/eval.sh", script)
         out_dir = shlex.quote(os.path.dirname(out_rel))
-        result = await sb.exec(
+        result = await _run(
+            sb,
             [
                 "bash",
                 "-c",
