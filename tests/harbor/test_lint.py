@@ -259,3 +259,52 @@ def test_swe_git_runs_with_hooks_and_fsmonitor_off() -> None:
 
 def lint_rule(text: str, ctx: LintContext, rule: LintRule) -> list[str]:
     return [f.format() for f in RULES[rule](text, ctx, "eval.sh")]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        # Names reused for the agent's output and the expected data (found in real tasks).
+        (
+            "with_reuse.py",
+            "with open('/app/out.txt') as f:\n    got = f.read()\n"
+            "with open('/tests/want.txt') as f:\n    expected = f.read()\n",
+        ),
+        (
+            "zip_pairs.py",
+            "import json\nEXPECTED_ROWS = [['a', 1]]\nrows = json.load(open('/app/rows.json'))\n"
+            "for expected_row, row in zip(EXPECTED_ROWS, rows):\n    assert row == expected_row\n",
+        ),
+        (
+            "subscript_key.py",
+            "import hashlib\nEXPECTED = {'x': 1}\n"
+            "key = hashlib.sha256(open('/app/in.bin', 'rb').read()).hexdigest()\n"
+            "expected = EXPECTED[key]\n",
+        ),
+        # A reward helper function: its write runs when called, not where it is defined.
+        (
+            "helpers.sh",
+            'write_reward() {\n    echo "$1" > /logs/verifier/reward.txt\n}\n'
+            "pass() { write_reward 1; exit 0; }\nfail() { write_reward 0; exit 0; }\n"
+            "[ -x /tests/check ] || fail\n",
+        ),
+        # The usual Terminal-Bench 2 verifier, in its variants.
+        (
+            "tb2.sh",
+            "source $HOME/.local/bin/env\nset +e\nuvx -p 3.13 --with pytest==8.4.1 \\\n"
+            "  python -m pytest /tests/test_outputs.py --ctrf /logs/verifier/ctrf.json -rA\n"
+            'CODE=$?\nR="/logs/verifier/reward.txt"\necho 0.0 > "$R"\n'
+            'if [ "$CODE" -eq 0 ]; then echo 1.0 > "$R"; fi\n',
+        ),
+    ],
+)
+def test_near_misses_are_clean(name: str, text: str) -> None:
+    assert [f.format() for f in lint_text(text, LintContext(), name)] == []
+
+
+def test_python_m_pytest_in_the_workspace_without_safe_path() -> None:
+    text = "python3 -m pytest /tests/test_outputs.py\necho 0 > /logs/verifier/reward.txt\n"
+    assert lint_text(text, LintContext(), "t.sh") == []  # PYTHONSAFEPATH, as our verifier has
+    found = lint_text(text, replace(LintContext(), safe_path=False), "t.sh")
+    assert [(f.rule, f.line) for f in found] == [(LintRule.IMPORTS_AGENT_CODE, 1)]
+    assert "sys.path" in found[0].message

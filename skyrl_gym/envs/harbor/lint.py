@@ -687,8 +687,6 @@ def _agent_program(argv: Sequence[str], cwd: str | None, ctx: LintContext) -> st
             path = ctx.resolve(target[1], cwd)
             if ctx.is_agent(path):
                 return path
-        if target and target[0] == "-m" and not ctx.safe_path and ctx.is_agent(cwd):
-            return f"{target[1]} (a module looked up in {cwd})"
     if base in _BUILD_TOOLS:
         where = cwd
         if "-C" in argv[:-1]:
@@ -1167,13 +1165,38 @@ _READ_FUNCS = ("read_csv", "read_json", "read_excel", "read_table", "read_parque
 _Taint = Callable[[str, int], "str | None"]
 
 
+def _walk_values(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk` without subscript keys: `expected[key]` is expected data, whatever `key`."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        if isinstance(n, ast.Subscript):
+            todo.append(n.value)
+        else:
+            todo.extend(ast.iter_child_nodes(n))
+
+
+def _pairs(target: ast.expr, value: ast.AST) -> list[tuple[ast.expr, ast.AST]]:
+    """Split `a, b = x, y` and `for a, b in zip(x, y)` into (a, x), (b, y)."""
+    if isinstance(target, ast.Tuple | ast.List):
+        elts: list[ast.AST] | None = None
+        if isinstance(value, ast.Tuple | ast.List):
+            elts = list(value.elts)
+        elif isinstance(value, ast.Call) and _call_name(value) == "zip" and not value.keywords:
+            elts = list(value.args)
+        if elts is not None and len(elts) == len(target.elts):
+            return [p for t, v in zip(target.elts, elts, strict=True) for p in _pairs(t, v)]
+    return [(target, value)]
+
+
 def _no_taint(name: str, line: int) -> str | None:
     return None
 
 
 def _py_reads_agent(py: _Py, node: ast.AST, taint: _Taint = _no_taint) -> str | None:
     """The agent path an expression reads data from (directly or through a tainted name)."""
-    for n in ast.walk(node):
+    for n in _walk_values(node):
         if isinstance(n, ast.Name):
             path = taint(n.id, n.lineno)
             if path:
@@ -1210,14 +1233,18 @@ def _py_reads_agent(py: _Py, node: ast.AST, taint: _Taint = _no_taint) -> str | 
 def _py_agent_path_expected(py: _Py, ctx: LintContext) -> _Hits:
     assigns: list[tuple[ast.expr, ast.AST, int]] = []
     for node in ast.walk(py.tree):
+        found: list[tuple[ast.expr, ast.AST]] = []
         if isinstance(node, ast.Assign):
-            assigns += [(t, node.value, node.lineno) for t in node.targets]
+            found = [(t, node.value) for t in node.targets]
         elif isinstance(node, ast.AnnAssign | ast.AugAssign) and node.value is not None:
-            assigns.append((node.target, node.value, node.lineno))
-        elif isinstance(node, ast.For):
-            assigns.append((node.target, node.iter, node.lineno))
+            found = [(node.target, node.value)]
+        elif isinstance(node, ast.For | ast.comprehension):
+            found = [(node.target, node.iter)]
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-            assigns.append((node.optional_vars, node.context_expr, node.context_expr.lineno))
+            found = [(node.optional_vars, node.context_expr)]
+        for target, value in found:
+            line = getattr(node, "lineno", None) or getattr(value, "lineno", 1)
+            assigns += [(t, v, line) for t, v in _pairs(target, value)]
     # Which assignments of each name read agent data: a name is tainted where its latest
     # assignment above the use does (`f` of one `with open(...)` is not the next one's).
     history: dict[str, dict[int, str | None]] = {}
