@@ -51,3 +51,49 @@ def test_docker_builds_the_dockerfile_and_grades(tmp_path, docker_engine):
             trial_dir = out / trials["greet"]["trial_name"]
             log = trial_dir / "agent" / "oracle.txt"
             assert log.is_file(), (trials["greet"], (trial_dir / "result.json").read_text()[-2000:])
+
+
+def test_docker_grading_removes_stale_rewards_and_voids_disagreeing_files(tmp_path, docker_engine):
+    """The docker backend applies the reward-file rules it can (issue 23, item 2): no reward
+    file is in /logs/verifier when test.sh starts (neither the agent's nor one baked into the
+    image: the container's /tmp is its own, and the runtime removes them too), and a
+    reward.json that disagrees with test.sh's reward.txt is void. It has one uid for test.sh
+    and the programs it runs, so the owner rule cannot apply: every trial says `single_uid`."""
+    tasks = tmp_path / "tasks"
+    image = f"FROM {docker_engine}\nWORKDIR /srv/app\n"
+    stale = (
+        "RUN mkdir -p /tmp/harbor/logs/verifier && "
+        "echo 1 > /tmp/harbor/logs/verifier/reward.txt && "
+        "echo '{\"reward\": 1}' > /tmp/harbor/logs/verifier/reward.json\n"
+    )
+    make_task(
+        tasks,
+        "stale",
+        shebang="#!/bin/sh",
+        dockerfile=image + stale,
+        solve_sh="echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > /logs/verifier/reward.json",
+        test_sh="ls /logs/verifier",
+    )
+    make_task(
+        tasks,
+        "forged-json",
+        shebang="#!/bin/sh",
+        dockerfile=image,
+        solve_sh=(
+            "printf '%s\\n' 'echo {\\\"reward\\\": 1.0} > /logs/verifier/reward.json' > tool.sh"
+        ),
+        test_sh="sh /srv/app/tool.sh\necho 0 > /logs/verifier/reward.txt",
+    )
+    out = tmp_path / "out"
+    arun(run_job(JobConfig(tasks, out, agent="oracle", backend="docker", concurrency=2)), 240)
+    results = {}
+    for trial in json.loads((out / "job.json").read_text())["trials"]:
+        results[trial["task"]] = json.loads((out / trial["trial_name"] / "result.json").read_text())
+    assert results["stale"]["error"] == TrialError.REWARD_FILE_NOT_FOUND.value, results["stale"][
+        "error_message"
+    ]
+    forged = results["forged-json"]
+    assert forged["error"] == TrialError.REWARD_FILES_DISAGREE.value, forged
+    for result in results.values():
+        assert result["verifier_isolation"] == "single_uid", result
+        assert any(note.startswith("single_uid: ") for note in result["environment_notes"])

@@ -8,8 +8,8 @@ test.sh runs attacking the grading from inside it (kill test.sh after writing re
 writer left behind, test.sh's /proc/PID/mem, rewriting test.sh or a test file; see also
 test_verifier_processes.py), and (issue 23, item 2) the agent's code that a bundled
 task's test.sh runs writing reward.json, which used to win over test.sh's reward.txt: those
-attack folders link the bundled task's task.toml, instruction, environment and tests, so the
-attack runs against the bundled grader as shipped. They run through the
+attack folders copy the bundled task's task.toml, instruction, environment and tests (a
+test keeps them equal), so the attack runs against the bundled grader as shipped. They run through the
 real CLI, `skyrl harbor run -a oracle`, once per test module, with a root-only secret planted
 on the host and a server on the host's 127.0.0.1 that hands out the loopback task's answer.
 Every task must score 0 (or no reward at all), the secret must appear in no file of the job's
@@ -37,8 +37,15 @@ import skyrl_gym
 from skyrl_gym.envs.harbor.env import BUNDLED_TASKS
 from skyrl_sdk.agents.rollout import rollout
 from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.sandboxes import GradingIsolation
 from tests.conftest import needs_bwrap
-from tests.harbor.conftest import ANSWER, arun, bash_call
+from tests.harbor.conftest import (
+    ANSWER,
+    arun,
+    bash_call,
+    isolation_env,
+    isolation_fixture,  # noqa: F401 - the `isolation` fixture
+)
 
 pytestmark = [
     needs_bwrap,
@@ -67,16 +74,34 @@ ATTEMPTED = {
     "reward-json-fix-python-bug": "reward.json writer planted",
     "fsmonitor-repair-git-repo": "reward.json writer planted",
 }
+TWO, ONE = GradingIsolation.TWO_UID, GradingIsolation.SINGLE_UID
 # The grading-phase attacks (test.sh runs the program they install): the verifier error each
-# must end in, and what test-stdout.txt must show.
+# must end in, and what test-stdout.txt must show, in each grading mode. With two uids the
+# program has the agent's uid: it cannot write the reward, kill test.sh or open its /proc
+# files, so test.sh's own verdict (0) stands; with one uid the older defences catch it.
 GRADING_PHASE = {
-    "verifier-killer": ("verifier_killed", ""),
-    "lingering-writer": ("verifier_stray_processes", "greet.sh printed: goodbye"),
-    "orphan-rewriter": ("verifier_stray_processes", "greet.sh printed: goodbye"),
-    "proc-mem-writer": (None, "mem refused: Read-only file system"),
-    "script-rewriter": (None, "greet.sh printed: append refused"),
-    "helper-swapper": (None, "greet.sh printed: swap refused"),
-    "early-exit": ("verifier_exit_nonzero", ""),
+    "verifier-killer": {ONE: ("verifier_killed", ""), TWO: (None, "greet.sh printed: \n")},
+    "lingering-writer": {
+        ONE: ("verifier_stray_processes", "greet.sh printed: goodbye"),
+        TWO: ("verifier_stray_processes", "greet.sh printed: goodbye"),
+    },
+    "orphan-rewriter": {
+        ONE: ("verifier_stray_processes", "greet.sh printed: goodbye"),
+        TWO: ("verifier_stray_processes", "greet.sh printed: goodbye"),
+    },
+    "proc-mem-writer": {
+        ONE: (None, "mem refused: Read-only file system"),
+        TWO: (None, "Permission denied"),
+    },
+    "script-rewriter": {
+        ONE: (None, "greet.sh printed: append refused"),
+        TWO: (None, "greet.sh printed: append refused"),
+    },
+    "helper-swapper": {
+        ONE: (None, "greet.sh printed: swap refused"),
+        TWO: (None, "greet.sh printed: swap refused"),
+    },
+    "early-exit": {ONE: ("verifier_exit_nonzero", ""), TWO: ("verifier_exit_nonzero", "")},
 }
 
 # Issue 23, item 2: the bundled task each attack folder links, whose test.sh runs the agent's
@@ -87,20 +112,23 @@ REWARD_FILE_ATTACKS = {
     "reward-json-fix-python-bug": "fix-python-bug",
     "fsmonitor-repair-git-repo": "repair-git-repo",
 }
-# What such a trial may end in: reward 0 (the write was refused or never ran), or void.
-REWARD_FILE_VOIDS = {None, "reward_files_disagree", "reward_file_foreign"}
-XFAIL_REWARD_JSON = pytest.mark.xfail(
-    strict=True,
-    reason="issue 23 item 2: reward.json written by the agent's code wins over test.sh's "
-    "reward.txt",
-)
+# What each ends in: with two uids the write is refused (test.sh's 0 stands); with one uid
+# the agent's reward.json disagrees with test.sh's reward.txt. repair-git-repo's test.sh
+# runs git with fsmonitor off, so that hook never runs in either mode.
+REWARD_FILE_OUTCOMES = {
+    TWO: dict.fromkeys(REWARD_FILE_ATTACKS, (0.0, None)),
+    ONE: {
+        "reward-json-fix-failing-script": (None, "reward_files_disagree"),
+        "reward-json-word-frequency": (None, "reward_files_disagree"),
+        "reward-json-fix-python-bug": (None, "reward_files_disagree"),
+        "fsmonitor-repair-git-repo": (0.0, None),
+    },
+}
 
 
-def _param(task: str) -> object:
-    return pytest.param(task, marks=XFAIL_REWARD_JSON) if task in REWARD_FILE_ATTACKS else task
-
-
-def _harbor_run(tasks: Path, out: Path, *flags: str) -> dict[str, dict]:
+def _harbor_run(
+    tasks: Path, out: Path, isolation: GradingIsolation, *flags: str
+) -> dict[str, dict]:
     """`skyrl harbor run -a oracle` over `tasks`: each trial's result.json by task."""
     cli = [sys.executable, "-m", "skyrl_gym", "harbor", "run", "-a", "oracle", "-n", "2"]
     done = subprocess.run(
@@ -109,19 +137,13 @@ def _harbor_run(tasks: Path, out: Path, *flags: str) -> dict[str, dict]:
         text=True,
         timeout=300,
         cwd=REPO,
+        env=isolation_env(isolation),
     )
     assert (out / "job.json").is_file(), done.stdout + done.stderr
     results = {}
     for trial in json.loads((out / "job.json").read_text())["trials"]:
         results[trial["task"]] = json.loads((out / trial["trial_name"] / "result.json").read_text())
     return results
-
-
-def _reward_file_outcome_ok(result: dict) -> bool:
-    """Reward 0 with no error, or no reward with one of `REWARD_FILE_VOIDS`."""
-    if result["error"] is None:
-        return result["reward"] == 0.0
-    return result["reward"] is None and result["error"] in REWARD_FILE_VOIDS
 
 
 @dataclass(frozen=True)
@@ -138,6 +160,8 @@ class AttackJob:
     """Requests the loopback server received."""
     cli_output: str
     """What the CLI printed."""
+    isolation: GradingIsolation
+    """The grading mode the job ran in."""
 
     def trial(self, task: str) -> dict:
         (trial,) = [t for t in self.job["trials"] if t["task"] == task]
@@ -162,8 +186,13 @@ class _Answer(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def attack_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AttackJob]:
+@pytest.fixture(scope="module", params=[TWO, ONE], ids=lambda mode: mode.value)
+def attack_job(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[AttackJob]:
+    """The job, once per grading mode: two uids (where the machine has them), one uid."""
+    isolation: GradingIsolation = request.param
+    env = isolation_env(isolation)
     root = tmp_path_factory.mktemp("attacks")
     token = f"SKYRL-HOST-SECRET-{secrets.token_hex(12)}"
     secret = Path("/root") / f"secret-{secrets.token_hex(6)}"
@@ -189,17 +218,18 @@ def attack_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AttackJob]:
             text=True,
             timeout=600,
             cwd=REPO,  # `-m skyrl_gym` runs this checkout's code; the checkout must stay hidden
+            env=env,
         )
         assert (out / "job.json").is_file(), done.stdout + done.stderr
         job = json.loads((out / "job.json").read_text())
-        yield AttackJob(out, job, token, hits, done.stdout + done.stderr)
+        yield AttackJob(out, job, token, hits, done.stdout + done.stderr, isolation)
     finally:
         server.shutdown()
         server.server_close()
         secret.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("task", [_param(t) for t in TASKS])
+@pytest.mark.parametrize("task", TASKS)
 def test_oracle_attack_scores_zero(attack_job: AttackJob, task: str) -> None:
     """Vectors 1-4: the attack ran (its solve.sh says so) and earned no reward."""
     result = attack_job.trial(task)
@@ -209,11 +239,12 @@ def test_oracle_attack_scores_zero(attack_job: AttackJob, task: str) -> None:
 
 @pytest.mark.parametrize("task", sorted(GRADING_PHASE))
 def test_grading_phase_attacks_end_in_their_verifier_error(attack_job: AttackJob, task: str):
-    """A program test.sh runs (same uid) wrote reward 1 and killed test.sh, left a writer,
-    tried test.sh's /proc/PID/mem, or rewrote test.sh or a test file: `skyrl harbor run`'s
-    result.json and test-stdout.txt say which defence held."""
+    """A program test.sh runs tried to write reward 1 and kill test.sh, left a writer, tried
+    test.sh's /proc/PID/mem, or rewrote test.sh or a test file: `skyrl harbor run`'s
+    result.json and test-stdout.txt say which defence held, in each grading mode."""
     result = attack_job.trial(task)
-    error, shown = GRADING_PHASE[task]
+    error, shown = GRADING_PHASE[task][attack_job.isolation]
+    assert result["verifier_isolation"] == attack_job.isolation.value, result
     assert result["error"] == error, result
     if error is None:
         assert result["reward"] == 0.0, result
@@ -249,42 +280,52 @@ def test_the_host_filesystem_search_finds_nothing(attack_job: AttackJob) -> None
     assert "FOUND-" not in log, log
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
 def test_reward_file_attacks_run_against_the_bundled_graders() -> None:
-    """Each item-2 attack folder is the bundled task (its tests, environment, task.toml and
-    instruction linked) with the attack as its oracle solution."""
+    """Each item-2 attack folder is a copy of the bundled task (its task.toml, instruction,
+    environment and tests, byte for byte: a change to the bundled task must be copied here)
+    with the attack as its oracle solution."""
     for attack, bundled in REWARD_FILE_ATTACKS.items():
-        for part in ("task.toml", "instruction.md", "environment", "tests"):
-            assert (ATTACKS / attack / part).resolve() == BUNDLED_TASKS / bundled / part
-        assert not (ATTACKS / attack / "solution").is_symlink()
+        ours, theirs = _files(ATTACKS / attack), _files(BUNDLED_TASKS / bundled)
+        assert {k: v for k, v in ours.items() if not k.startswith("solution/")} == {
+            k: v for k, v in theirs.items() if not k.startswith("solution/")
+        }, attack
+        assert ours["solution/solve.sh"] != theirs["solution/solve.sh"], attack
 
 
-@XFAIL_REWARD_JSON
 @pytest.mark.parametrize("task", sorted(REWARD_FILE_ATTACKS))
 def test_agent_code_that_writes_reward_json_earns_nothing(attack_job: AttackJob, task: str):
     """Issue 23, item 2, through `skyrl harbor run`: the agent's code that test.sh runs wrote
-    `{"reward": 1.0}` to reward.json; the trial scores 0 or is void."""
+    (or, with two uids, tried to write) `{"reward": 1.0}` to reward.json; the trial scores 0
+    (two uids: the write was refused) or is void (`reward_files_disagree`)."""
     result = attack_job.trial(task)
     assert ATTEMPTED[task] in attack_job.oracle_log(task), result
-    assert _reward_file_outcome_ok(result), result
+    want = REWARD_FILE_OUTCOMES[attack_job.isolation][task]
+    assert (result["reward"], result["error"]) == want, result
 
 
-@XFAIL_REWARD_JSON
-def test_agent_code_that_writes_reward_json_earns_nothing_under_require_exit_zero(tmp_path):
+@pytest.mark.parametrize("isolation", [TWO, ONE], ids=lambda mode: mode.value)
+def test_agent_code_that_writes_reward_json_earns_nothing_under_require_exit_zero(
+    tmp_path: Path, isolation: GradingIsolation
+):
     """The same attacks with `--require-exit-zero`: test.sh exits 0 after its (0) verdict, so
     that rule alone does not catch them."""
     tasks = tmp_path / "tasks"
     for attack in REWARD_FILE_ATTACKS:
         shutil.copytree(ATTACKS / attack, tasks / attack)  # links followed: real copies
-    results = _harbor_run(tasks, tmp_path / "job", "--require-exit-zero")
-    assert sorted(results) == sorted(REWARD_FILE_ATTACKS)
-    bad = {
-        t: (r["reward"], r["error"]) for t, r in results.items() if not _reward_file_outcome_ok(r)
-    }
-    assert bad == {}
+    results = _harbor_run(tasks, tmp_path / "job", isolation, "--require-exit-zero")
+    got = {task: (r["reward"], r["error"]) for task, r in results.items()}
+    assert got == REWARD_FILE_OUTCOMES[isolation]
 
 
-@XFAIL_REWARD_JSON
-def test_agent_code_that_writes_reward_json_earns_nothing_through_make_harbor():
+def test_agent_code_that_writes_reward_json_earns_nothing_through_make_harbor(
+    isolation: GradingIsolation,
+):
     """The same attack on word-frequency played through `make("harbor")` by a scripted model:
     episode reward 0, and the info says why when it is void."""
     task = ATTACKS / "reward-json-word-frequency"
@@ -296,6 +337,8 @@ def test_agent_code_that_writes_reward_json_earns_nothing_through_make_harbor():
         traj = arun(rollout(env.unwrapped, policy, row, max_turns=4), 120)
         info = env.unwrapped.episode_info()
         assert traj.reward == 0.0, info
-        assert info["verifier_error"] in REWARD_FILE_VOIDS, info
+        want = REWARD_FILE_OUTCOMES[isolation]["reward-json-word-frequency"][1]
+        assert info["verifier_error"] == want, info
+        assert info["grading_isolation"] == isolation.value, info
     finally:
         env.close()

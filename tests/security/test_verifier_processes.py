@@ -1,9 +1,10 @@
-"""Programs that test.sh runs share its uid: what they can do to the grading, and what the
-runtime allows.
+"""Programs that test.sh runs: what they can do to the grading, and what the runtime allows.
 
-Many Harbor tasks' test.sh runs the agent's program. That program can write reward.txt and
-kill test.sh, leave a writer that rewrites reward.txt after test.sh's verdict, or rewrite
-test.sh's own memory through /proc/PID/mem. The attack task folders are in
+Many Harbor tasks' test.sh runs the agent's program. With one uid for both, that program
+can write reward.txt and kill test.sh, leave a writer that rewrites reward.txt after
+test.sh's verdict, or rewrite test.sh's own memory through /proc/PID/mem. A two-uid grading
+sandbox (issue 23) runs it under the agent's uid, which can do none of these; each attack
+is run in both modes. The attack task folders are in
 `tests/security/harbor_attacks/` (their `solution/solve.sh` installs the attacking program);
 here each is graded through `HarborRuntime` both as its task.toml asks and under plain Harbor
 semantics (`require_exit_zero=False`), next to legitimate tasks whose grading must stay as in
@@ -13,6 +14,7 @@ Harbor: a non-zero exit after a reward, a server left running.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import platform
 import shutil
@@ -28,7 +30,17 @@ from skyrl_gym.envs.harbor.runtime import HarborRuntime, VerifierError, Verifier
 from skyrl_gym.envs.harbor.task import load_task
 from skyrl_sdk.agents.rollout import rollout
 from skyrl_sdk.agents.scripted import ScriptedPolicy
-from tests.harbor.conftest import ANSWER, arun, bash_call, make_task, needs_bwrap
+from skyrl_sdk.sandboxes import GradingIsolation
+from tests.harbor.conftest import (
+    ANSWER,
+    GRADING_UIDS_ENV,
+    arun,
+    bash_call,
+    isolation_env,
+    isolation_fixture,  # noqa: F401 - the `isolation` fixture
+    make_task,
+    needs_bwrap,
+)
 
 pytestmark = needs_bwrap
 
@@ -111,102 +123,144 @@ def test_a_malformed_require_exit_zero_is_a_clear_task_error(tmp_path):
 
 
 # ---- the attacks ----------------------------------------------------------------------------
+#
+# Each runs in both grading modes (the `isolation` fixture). With two uids the program test.sh
+# runs has the agent's uid: it cannot write /logs/verifier or /tests, signal test.sh or open
+# its /proc files, so the attack is refused and test.sh's own verdict (0) stands. With one uid
+# (no second uid on the machine) the older defences still hold where they can, and the known
+# limits of plain Harbor grading are strict xfails.
+
+TWO = GradingIsolation.TWO_UID
+ONE_UID_LIMIT = "known limit of one-uid grading under Harbor semantics (require_exit_zero off): "
+
+
+def _one_uid_xfail(request: pytest.FixtureRequest, isolation: GradingIsolation, reason: str):
+    """Mark this run a strict xfail when graded with one uid (the known limit `reason`): it
+    still runs, and passing would fail it."""
+    if isolation is not TWO:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 @pytest.mark.parametrize("require_exit_zero", [None, False, True])
-def test_a_program_that_writes_the_reward_then_kills_test_sh_earns_nothing(require_exit_zero):
-    """Under every grading mode: test.sh did not end on its own (`verifier_killed`)."""
+def test_a_program_that_writes_the_reward_then_kills_test_sh_earns_nothing(
+    require_exit_zero, isolation
+):
+    """One uid: test.sh did not end on its own (`verifier_killed`) in every grading mode.
+    Two uids: the program can neither write reward.txt nor kill test.sh; test.sh's 0 stands
+    (its exit 1 voids it under `require_exit_zero`)."""
     result = _grade(ATTACKS / "verifier-killer", require_exit_zero=require_exit_zero)
+    if isolation is TWO:
+        assert result.exit_code == 1 and result.error is not VerifierError.KILLED, result
+        if require_exit_zero:
+            assert result.error is VerifierError.EXIT_NONZERO, result
+        else:
+            assert (result.reward, result.error) == (0.0, None), result
+        return
     assert result.reward is None and result.error is VerifierError.KILLED, result
     assert result.exit_code == -9 and "reward it left (1) is void" in result.message
 
 
-@pytest.mark.parametrize(
-    ("task", "count"), [("lingering-writer", "left_running"), ("orphan-rewriter", "orphaned")]
-)
-def test_a_writer_that_outlives_its_parent_earns_nothing_under_require_exit_zero(task, count):
+@pytest.mark.parametrize("task", ["lingering-writer", "orphan-rewriter"])
+def test_a_writer_that_outlives_its_parent_earns_nothing_under_require_exit_zero(task, isolation):
     """lingering-writer keeps rewriting reward.txt (still running at test.sh's exit);
-    orphan-rewriter overwrites the verdict once and exits before test.sh does. Both tasks set
+    orphan-rewriter overwrites the verdict once and exits before test.sh does (with two uids
+    it never sees the verdict, so it is still waiting at test.sh's exit). Both tasks set
     `require_exit_zero`: both are `verifier_stray_processes`."""
     assert load_task(ATTACKS / task).verifier.require_exit_zero
     result = _grade(ATTACKS / task)
     assert result.reward is None and result.error is VerifierError.STRAY_PROCESSES, result
-    assert getattr(result, count) >= 1 and "greet.sh printed: goodbye" in result.output_tail
+    count = result.orphaned if task == "orphan-rewriter" and isolation is not TWO else None
+    assert (count if count is not None else result.left_running) >= 1, result
+    assert "greet.sh printed: goodbye" in result.output_tail
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit of Harbor semantics (require_exit_zero off): a writer that test.sh's "
-    "program leaves behind rewrites reward.txt after the verdict, and nothing tells it from a "
-    "server a test.sh legitimately leaves; tasks that run the agent's programs must set "
-    "[verifier] require_exit_zero",
-)
 @pytest.mark.parametrize("task", ["lingering-writer", "orphan-rewriter"])
-def test_a_writer_that_outlives_its_parent_under_plain_harbor_grading(task):
+def test_a_writer_that_outlives_its_parent_under_plain_harbor_grading(task, isolation, request):
+    """Two uids (issue 23): the writer has the agent's uid and cannot touch reward.txt, so
+    the verdict stands even without `require_exit_zero`. One uid: nothing tells it from a
+    server a test.sh legitimately leaves (a strict xfail)."""
+    _one_uid_xfail(
+        request,
+        isolation,
+        ONE_UID_LIMIT + "a writer that test.sh's program leaves behind rewrites reward.txt "
+        "after the verdict; tasks that run the agent's programs must set require_exit_zero",
+    )
     result = _grade(ATTACKS / task, require_exit_zero=False)
-    assert not result.reward, result
+    assert (result.reward, result.error) == (0.0, None), result
 
 
-def test_a_program_that_stops_test_sh_early_earns_nothing_under_require_exit_zero():
-    """greet.sh writes reward 1 and fails; test.sh (`set -e`) stops before its verdict with
-    status 1. The task sets `require_exit_zero`: `verifier_exit_nonzero`."""
+def test_a_program_that_stops_test_sh_early_earns_nothing_under_require_exit_zero(isolation):
+    """greet.sh writes reward 1 (refused with two uids) and fails; test.sh (`set -e`) stops
+    before its verdict with status 1. The task sets `require_exit_zero`:
+    `verifier_exit_nonzero`."""
     result = _grade(ATTACKS / "early-exit")
     assert result.reward is None and result.error is VerifierError.EXIT_NONZERO, result
-    assert result.exit_code == 1 and "reward it left (1) is void" in result.message
+    assert result.exit_code == 1
+    left = "reward it left (1) is void" in result.message
+    assert left is (isolation is not TWO), result.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit of Harbor semantics (test.sh's exit status ignored): a program that "
-    "writes reward 1 and makes test.sh stop early with a non-zero status (set -e) keeps it; "
-    "such tasks must set [verifier] require_exit_zero",
-)
-def test_a_program_that_stops_test_sh_early_under_plain_harbor_grading():
-    assert not _grade(ATTACKS / "early-exit", require_exit_zero=False).reward
+def test_a_program_that_stops_test_sh_early_under_plain_harbor_grading(isolation, request):
+    """Two uids (issue 23): the program cannot write the reward it wants before making
+    test.sh stop, so there is no reward file at all. One uid: it keeps its reward 1 (a
+    strict xfail)."""
+    _one_uid_xfail(
+        request,
+        isolation,
+        ONE_UID_LIMIT + "a program that writes reward 1 and makes test.sh stop early with "
+        "a non-zero status (set -e) keeps it; such tasks must set require_exit_zero",
+    )
+    result = _grade(ATTACKS / "early-exit", require_exit_zero=False)
+    assert result.error is VerifierError.REWARD_FILE_NOT_FOUND, result
 
 
-def _rw_proc(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Take the read-only /proc away from the grading sandbox (the control experiment)."""
+def _ungraded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open the verifier's sandbox as an ordinary one, not a grading one: /proc writable, one
+    uid for test.sh and the programs it runs (the control experiment)."""
     bound = harbor_runtime._BoundBwrap.__init__
 
-    def init(self, spec, binds, *, read_only_proc, ro_binds=None):
-        bound(self, spec, binds, read_only_proc=False, ro_binds=ro_binds)
+    def init(self, spec, binds, *, ro_binds=None):
+        bound(self, dataclasses.replace(spec, grading=False), binds, ro_binds=ro_binds)
 
     monkeypatch.setattr(harbor_runtime._BoundBwrap, "__init__", init)
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the attack's machine code is x86-64")
 @pytest.mark.parametrize("require_exit_zero", [None, False])
-def test_a_program_cannot_write_test_sh_memory(require_exit_zero, monkeypatch):
+def test_a_program_cannot_write_test_sh_memory(require_exit_zero, isolation, monkeypatch):
     """greet.py opens test.sh's /proc/PID/mem to plant code that writes reward 1 and exits 0.
-    The grading sandbox's /proc is read-only: the open fails and test.sh's own verdict (0)
-    stands. Control: with a writable /proc the same attack forges reward 1 with exit 0."""
+    The grading sandbox's /proc is read-only (and with two uids test.sh's /proc files are
+    not the program's to open): test.sh's own verdict (0) stands. Control: in an ordinary
+    sandbox (writable /proc, one uid) the same attack forges reward 1 with exit 0."""
     task = ATTACKS / "proc-mem-writer"
     result = _grade(task, require_exit_zero=require_exit_zero)
     assert result.reward == 0.0 and result.exit_code == 0, result
-    assert "mem refused: Read-only file system" in result.output_tail
+    refused = "Permission denied" if isolation is TWO else "mem refused: Read-only file system"
+    assert refused in result.output_tail
     if require_exit_zero is False:
-        _rw_proc(monkeypatch)
+        _ungraded(monkeypatch)
         forged = _grade(task, require_exit_zero=False)
         assert (forged.reward, forged.exit_code) == (1.0, 0), forged
 
 
 def _writable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bind all of /tests read-write in the grading sandbox (the control experiment)."""
+    """Bind all of /tests read-write in a one-uid grading sandbox (the control experiment)."""
+    monkeypatch.setenv(GRADING_UIDS_ENV, "off")
     bound = harbor_runtime._BoundBwrap.__init__
 
-    def init(self, spec, binds, *, read_only_proc, ro_binds=None):
+    def init(self, spec, binds, *, ro_binds=None):
         binds = {**binds, **(ro_binds or {})}
-        bound(self, spec, binds, read_only_proc=read_only_proc, ro_binds={})
+        bound(self, spec, binds, ro_binds={})
 
     monkeypatch.setattr(harbor_runtime._BoundBwrap, "__init__", init)
 
 
 @pytest.mark.parametrize("require_exit_zero", [None, True])
-def test_a_program_cannot_rewrite_the_running_test_sh(require_exit_zero, monkeypatch):
+def test_a_program_cannot_rewrite_the_running_test_sh(require_exit_zero, isolation, monkeypatch):
     """greet.sh appends its own verdict to /tests/test.sh (bash reads a script as it runs
-    it). test.sh is read-only in every grading mode: the append fails and the verdict is 0.
-    Control: with a writable test.sh the appended line runs and forges reward 1."""
+    it). test.sh is read-only in every grading mode (and the verifier's with two uids): the
+    append fails and the verdict is 0. Control: with a writable test.sh and one uid the
+    appended line runs and forges reward 1."""
     task = ATTACKS / "script-rewriter"
     result = _grade(task, require_exit_zero=require_exit_zero)
     assert (result.reward, result.error) == (0.0, None), result
@@ -216,9 +270,10 @@ def test_a_program_cannot_rewrite_the_running_test_sh(require_exit_zero, monkeyp
         assert _grade(task).reward == 1.0
 
 
-def test_a_program_cannot_swap_a_test_file_under_require_exit_zero(monkeypatch):
+def test_a_program_cannot_swap_a_test_file_under_require_exit_zero(isolation, monkeypatch):
     """greet.sh replaces /tests/check.py, which test.sh runs next. The task sets
-    `require_exit_zero`, so all of /tests is read-only. Control: writable, it forges."""
+    `require_exit_zero`, so all of /tests is read-only. Control: writable, one uid, it
+    forges."""
     task = ATTACKS / "helper-swapper"
     result = _grade(task)
     assert (result.reward, result.error) == (0.0, None), result
@@ -227,15 +282,20 @@ def test_a_program_cannot_swap_a_test_file_under_require_exit_zero(monkeypatch):
     assert _grade(task).reward == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit of Harbor semantics (require_exit_zero off): /tests stays writable "
-    "(test.sh may write there), so a program test.sh runs can replace a test file, a helper "
-    "or an expected output that test.sh uses after it; such tasks must set "
-    "[verifier] require_exit_zero",
-)
-def test_a_program_that_swaps_a_test_file_under_plain_harbor_grading():
-    assert not _grade(ATTACKS / "helper-swapper", require_exit_zero=False).reward
+def test_a_program_that_swaps_a_test_file_under_plain_harbor_grading(isolation, request):
+    """Two uids (issue 23): /tests stays writable for test.sh (Harbor semantics) but is the
+    verifier's, so the program (the agent's uid) cannot replace a test file. One uid: it can
+    (a strict xfail)."""
+    _one_uid_xfail(
+        request,
+        isolation,
+        ONE_UID_LIMIT + "/tests stays writable (test.sh may write there), so a program "
+        "test.sh runs can replace a test file, a helper or an expected output that test.sh "
+        "uses after it; such tasks must set require_exit_zero",
+    )
+    result = _grade(ATTACKS / "helper-swapper", require_exit_zero=False)
+    assert (result.reward, result.error) == (0.0, None), result
+    assert "greet.sh printed: swap refused" in result.output_tail
 
 
 def test_tests_stay_writable_by_default_but_not_under_require_exit_zero(tmp_path):
@@ -252,8 +312,10 @@ def test_tests_stay_writable_by_default_but_not_under_require_exit_zero(tmp_path
     assert _grade(task, require_exit_zero=True).reward == 0.0
 
 
-def test_the_harbor_env_reports_a_killed_verifier(tmp_path):
-    """The `harbor` env: reward 0 and `verifier_killed` in the episode's info."""
+def test_the_harbor_env_reports_a_killed_verifier(tmp_path, monkeypatch):
+    """The `harbor` env: reward 0 and `verifier_killed` in the episode's info (graded with
+    one uid, where the program can kill test.sh)."""
+    monkeypatch.setenv(GRADING_UIDS_ENV, "off")
     solve = (ATTACKS / "verifier-killer" / "solution" / "solve.sh").read_text()
     row = {"task_id": "verifier-killer", "path": str(ATTACKS / "verifier-killer")}
     env = HarborEnv([row])
@@ -292,7 +354,8 @@ def test_grading_runs_in_a_read_only_proc_but_the_agent_phase_does_not(tmp_path)
 
 def test_skyrl_harbor_run_reports_the_outcome_and_can_require_exit_zero(tmp_path):
     """`skyrl harbor run`: result.json carries the verifier error and the process counts;
-    `--require-exit-zero` grades every task as if its task.toml asked for it."""
+    `--require-exit-zero` grades every task as if its task.toml asked for it (graded with one
+    uid, where verifier-killer can kill test.sh)."""
     tasks = tmp_path / "tasks"
     make_task(tasks, "exits-3", test_sh="echo 1 > /logs/verifier/reward.txt; exit 3")
     shutil.copytree(ATTACKS / "verifier-killer", tasks / "verifier-killer")
@@ -306,11 +369,13 @@ def test_skyrl_harbor_run_reports_the_outcome_and_can_require_exit_zero(tmp_path
             text=True,
             timeout=300,
             cwd=REPO,
+            env=isolation_env(GradingIsolation.SINGLE_UID),
         )
         assert (out / "job.json").is_file(), done.stdout + done.stderr
         for trial in json.loads((out / "job.json").read_text())["trials"]:
             result = json.loads((out / trial["trial_name"] / "result.json").read_text())
             results[(result["task"], flags)] = (result["reward"], result["error"])
+            assert result["verifier_isolation"] == "single_uid", result
         assert "verifier_killed" in done.stdout
     assert results == {
         ("exits-3", ()): (1.0, None),
