@@ -265,3 +265,53 @@ def test_copy_never_writes_through_a_link_a_run_step_left(tmp_path: Path) -> Non
     result, done = _harbor_run(task, tmp_path / "out2")
     assert list(victim_dir.iterdir()) == [], "COPY wrote through a directory link"
     assert result["error"] == "environment_error" and "link" in result["error_message"], result
+
+
+def test_skyrl_eval_pass_env(tmp_path: Path) -> None:
+    """(c) `skyrl eval harbor --pass-env NAME`: the named variable reaches `${NAME}`, no other;
+    without the flag neither does; an env that takes no pass_env is refused."""
+    from tests.harbor.conftest import ANSWER, bash_call
+
+    openai_key = f"sk-openai-{secrets.token_hex(12)}"
+    skyrl_key = f"sk-skyrl-{secrets.token_hex(12)}"
+    task = make_task(
+        tmp_path,
+        "eval-pass-env",
+        toml=_toml('env = { KEY = "${OPENAI_API_KEY}", OTHER = "${SKYRL_API_KEY}" }'),
+        test_sh=(
+            f'[ "$(cat /app/seen.txt)" = "K={openai_key} O=" ] && echo 1 > '
+            "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"
+        ),
+    )
+    (tmp_path / "tasks.jsonl").write_text(
+        json.dumps({"task_id": task.name, "path": str(task)}) + "\n"
+    )
+    actions = [bash_call('echo "K=$KEY O=$OTHER" > /app/seen.txt'), ANSWER]
+    (tmp_path / "script.json").write_text(json.dumps({"actions": actions}))
+    env = {**os.environ, "OPENAI_API_KEY": openai_key, "SKYRL_API_KEY": skyrl_key}
+    base = [sys.executable, "-m", "skyrl_gym", "eval", "harbor", "--tasks", "tasks.jsonl"]
+    base += ["-p", "scripted:script.json"]
+    rewards = {}
+    for name, flags in (("allowed", ["--pass-env", "OPENAI_API_KEY"]), ("none", [])):
+        done = subprocess.run(
+            [*base, *flags, "-o", name],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={**env, "PYTHONPATH": str(REPO)},
+        )
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        (episode,) = results["episodes"]
+        rewards[name] = episode["reward"]
+        assert skyrl_key not in (tmp_path / name / "trajectories.jsonl").read_text()
+    assert rewards == {"allowed": 1.0, "none": 0.0}, (rewards, done.stdout)
+    math = [sys.executable, "-m", "skyrl_gym", "eval", "math", "-p", "scripted:script.json"]
+    refused = subprocess.run(
+        [*math, "--pass-env", "OPENAI_API_KEY"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 2 and "takes no pass_env" in refused.stdout, refused.stdout
