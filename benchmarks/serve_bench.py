@@ -10,7 +10,14 @@ hits both alike:
   request: HTTP, JSON, chat-template rendering, reply parsing, capture bookkeeping.
 
 The overhead per request is the median server time minus the median in-process time; the
-target is under 5 ms. The client is plain `httpx` with keep-alive (what the `openai` SDK
+target is under 5 ms.
+
+A third measurement is fairness across sessions (issue 23): a "victim" session's 16-token
+request, unloaded, then while a "hog" session (its own session key) sends n=16,
+max_tokens=2000 completions in a loop; the target is the loaded median within 2x of the
+unloaded one. Both sides are client processes of their own; the hog's key has no token budget
+(the default 200k would stop its loop after six requests, which is the budget working, not
+the scheduler). The client is plain `httpx` with keep-alive (what the `openai` SDK
 uses), in its own process. The JSON names uvicorn's HTTP parser and loop (`http`, `loop`):
 `httptools`/`uvloop` when installed, else `h11`/`asyncio`.
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -139,6 +147,108 @@ def _measure(policy: Any, renderer: Any, sampling: Any, body: dict[str, Any]) ->
     }
 
 
+FAIR_TARGET = 2.0
+"""Most the victim's loaded latency may be, as a multiple of its unloaded latency."""
+FAIR_REPEATS = 12
+"""Victim requests per side, in `ROUNDS` alternating blocks (medians are reported)."""
+HOG = r"""
+import json, sys, httpx
+url, key = sys.argv[1], sys.argv[2]
+body = {"model": "bench", "prompt": "the quick brown fox", "n": 16, "max_tokens": 2000}
+with httpx.Client(timeout=3600, headers={"Authorization": f"Bearer {key}"}) as http:
+    while True:
+        http.post(url, json=body)
+"""
+"""The hog: n=16 x 2000-token completions in a loop until it is killed."""
+VICTIM = r"""
+import json, sys, time, httpx
+url, key, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+body = json.loads(sys.stdin.read())
+total = []
+with httpx.Client(timeout=600, headers={"Authorization": f"Bearer {key}"}) as http:
+    for _ in range(n):
+        started = time.perf_counter()
+        http.post(url, json=body).raise_for_status()
+        total.append(time.perf_counter() - started)
+print(json.dumps(total))
+"""
+"""The victim: `n` short chat requests, one at a time; prints their seconds."""
+
+
+def _victim(url: str, key: str, body: dict[str, Any], n: int) -> list[float]:
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", VICTIM, url, key, str(n)],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _fairness(engine: Any, renderer: Any, body: dict[str, Any]) -> dict[str, float]:
+    """The victim's median latency unloaded and beside the hog (alternating blocks, so
+    drifting machine load hits both alike); the hog's peak rows of the batch."""
+    import subprocess
+    import sys
+
+    from skyrl_sdk.agents.serving import ServeConfig, start_server
+
+    config = ServeConfig(model_name="bench", api_key="bench-main")
+    unloaded: list[float] = []
+    loaded: list[float] = []
+    peak = [0]
+    cap = engine.fairness.max_rows or engine.max_batch_size
+    with start_server(engine, config, renderer=renderer) as server:
+        victim_key = server.issue_session_key("victim")
+        hog_key = server.issue_session_key("hog", token_budget=0)
+        victim_url = f"{server.session_url('victim')}/chat/completions"
+        hog_url = f"{server.session_url('hog')}/completions"
+        per_block = FAIR_REPEATS // ROUNDS
+        for _ in range(ROUNDS):
+            unloaded += _victim(victim_url, victim_key, body, per_block + WARMUP)[WARMUP:]
+            hog = subprocess.Popen(
+                [sys.executable, "-c", HOG, hog_url, hog_key],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            watching = threading.Event()
+
+            def watch(watching: threading.Event = watching) -> None:
+                while not watching.is_set():
+                    peak[0] = max(peak[0], engine.running_by_tenant().get("hog", 0))
+                    time.sleep(0.005)
+
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            try:
+                deadline = time.monotonic() + 120
+                while engine.running_by_tenant().get("hog", 0) < cap:
+                    if time.monotonic() > deadline or hog.poll() is not None:
+                        raise RuntimeError("the hog's requests never filled its share")
+                    time.sleep(0.02)
+                loaded += _victim(victim_url, victim_key, body, per_block)
+            finally:
+                hog.kill()
+                hog.wait(30)
+                watching.set()
+                watcher.join(5)
+            deadline = time.monotonic() + 60  # the hog's rows leave once its client is gone
+            while engine.running and time.monotonic() < deadline:
+                time.sleep(0.05)
+    return {
+        "unloaded": _median_ms(unloaded),
+        "loaded": _median_ms(loaded),
+        "hog_rows": float(peak[0]),
+        "cap": float(cap),
+    }
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process (the server thread's, while the client process runs and
     the main thread waits for it): unlike wall time, barely moved by other load."""
@@ -164,6 +274,7 @@ def run() -> BenchReport:
     engine = LocalEngine.from_pretrained(directory, name="tiny")
     try:
         tiny = _measure(engine, renderer, sampling, body)
+        fair = _fairness(engine, renderer, {**body, "model": "bench"})
     finally:
         asyncio.run(engine.aclose())
     reply = "There are 12 apples left. " * 4
@@ -187,6 +298,13 @@ def run() -> BenchReport:
         "target_ms": TARGET_MS,
         "meets_target": overhead < TARGET_MS and ttft_overhead < TARGET_MS,
         "repeats": REPEATS,
+        "fair_victim_ms_unloaded": round(fair["unloaded"], 1),
+        "fair_victim_ms_beside_hog": round(fair["loaded"], 1),
+        "fair_slowdown": round(fair["loaded"] / fair["unloaded"], 2),
+        "fair_hog_peak_rows": int(fair["hog_rows"]),
+        "fair_session_max_rows": int(fair["cap"]),
+        "fair_target": FAIR_TARGET,
+        "fair_meets_target": fair["loaded"] <= FAIR_TARGET * fair["unloaded"],
         **uvicorn_options(),
     }
     rows = [
@@ -201,6 +319,16 @@ def run() -> BenchReport:
             f"target < {TARGET_MS:.0f} ms",
         ),
         ("scripted: server CPU per request", f"{free['cpu_srv']:.2f} ms", "-"),
+        (
+            "fairness: 16-token request beside an n=16 x 2000 hog",
+            f"{fair['loaded']:.1f} ms ({fair['loaded'] / fair['unloaded']:.2f}x)",
+            f"{fair['unloaded']:.1f} ms unloaded, target <= {FAIR_TARGET:.0f}x",
+        ),
+        (
+            "fairness: hog's peak rows of the batch",
+            f"{int(fair['hog_rows'])} of {engine.max_batch_size}",
+            f"cap {int(fair['cap'])}",
+        ),
     ]
     notes = [
         "ours: through `skyrl serve` (127.0.0.1, chat completions, an httpx client in its "
@@ -211,6 +339,10 @@ def run() -> BenchReport:
         "measured with a scripted policy (no model cost), the tiny rows show it next to a model.",
         f"uvicorn with http={result['http']}, loop={result['loop']} (httptools and uvloop "
         "when installed, else h11 and asyncio).",
+        f"fairness: medians of {FAIR_REPEATS} requests of the victim session (chat, "
+        f"{TOKENS} tokens, greedy) alone, then while the hog session's client process sends "
+        "n=16, max_tokens=2000 completions in a loop (its key without a token budget); "
+        "ours is beside the hog, the baseline alone.",
         "server CPU per request: the server process's CPU time over its requests (streamed "
         "and not, warm-ups included); on a loaded machine the overhead is mostly waiting to "
         "be scheduled, which this number leaves out.",
