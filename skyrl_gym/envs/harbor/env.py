@@ -6,8 +6,11 @@ sandbox is then closed and the task's own verifier (tests/test.sh) grades the re
 fresh phase. The reward is the verifier's (0.0 when it gives none; the reason is in
 `info["episode"]["verifier_error"]`). That phase is hardened against an agent that wants the
 reward (HOME off the working directory, no user site-packages, no agent-writable directory on
-PATH/PYTHONPATH, result files never read through a symlink); what a task author must still do
-is in `skyrl_gym.envs.harbor.runtime`'s docstring.
+PATH/PYTHONPATH, result files never read through a symlink, reward files only from the
+verifier: `reward_files_disagree`, `reward_file_foreign`); `info["episode"]["grading_isolation"]`
+says whether the agent's programs it ran had a uid of their own (`two_uid`) or the
+verifier's (`single_uid`). What a task author must still do is in
+`skyrl_gym.envs.harbor.runtime`'s docstring.
 
 Task rows: `{"task_id": <folder name>, "path": <task folder>}`; `task_rows(path)` lists them.
 By default the env plays the bundled example tasks.

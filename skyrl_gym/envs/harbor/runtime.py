@@ -27,9 +27,29 @@ find any way to raise its reward:
   `[environment].storage_mb` (else `DEFAULT_DISK_BYTES`), recorded so it is reaped after a
   SIGKILL.
 
-The reward comes from `reward.json` (a flat object of numbers, which wins) or `reward.txt`
-(one number). As in Harbor, test.sh's exit status is otherwise ignored, with two exceptions
-for a test.sh that runs the agent's programs (they share its uid):
+Reward files come from the verifier alone. No `reward.json` or `reward.txt` is in
+`/logs/verifier` when test.sh starts (bwrap binds a fresh host folder; docker removes them
+in the container first). The reward comes from `reward.json` (a flat object of numbers: its
+`reward`, other keys as metrics) or `reward.txt` (one number); when both exist they must
+agree (reward.json's reward within `REWARD_AGREEMENT_TOLERANCE` of reward.txt's number),
+else the trial is void, `reward_files_disagree`: a task writes one verdict, so a second that
+differs was written by an agent program test.sh ran.
+
+With two-uid grading (`GradingIsolation.TWO_UID`: bwrap as root, the exec shim built) the
+verifier is uid 0 of its own user namespace (host `VERIFIER_HOST_UID`) and the programs it
+execs from the agent's paths (an interpreter given such a script, git and make in the
+agent's tree) run as `AGENT_UID`. `/tests` and `/logs/verifier` are the verifier's before
+test.sh starts (0755), so those programs can write neither; afterwards a reward file counts
+only if the verifier's uid owns it in a directory no other uid can write, else the trial is
+void, `reward_file_foreign` (e.g. a test.sh that opened /logs/verifier to everyone). Without
+a second uid (not root, no compiler for the shim, docker) the programs run with the
+verifier's uid: the owner rule cannot tell their files from test.sh's, and the trial gets
+the `single_uid` note (`SINGLE_UID_NOTE`; `VerifierResult.isolation` says which). Code the
+verifier runs in-process (an imported module, a sourced script, pytest's conftest.py) always
+has the verifier's uid.
+
+As in Harbor, test.sh's exit status is otherwise ignored, with two exceptions for a test.sh
+that runs the agent's programs (with one uid they share its powers):
 
 - `exec` makes test.sh the command server's own child, so its status is exact: a test.sh
   that did not end on its own (a signal killed it, not the timeout) gives no reward
@@ -58,9 +78,11 @@ import or execute the agent's files in a way that lets them change the grading: 
 `/app` on `sys.path` or `PATH` for the checker itself (import the agent's module in a
 subprocess, or load it by path as data), do not `source` files from `/app`, and treat what you
 read there as data. If the check runs the agent's programs, run them first (with a timeout),
-make sure none is left running (they run as the same user and could rewrite
-`/logs/verifier`), write the reward file last, with a fixed path and plain `open(..., "w")`,
-end with `exit 0`, and set `[verifier] require_exit_zero = true`.
+make sure none is left running (with one uid they could rewrite `/logs/verifier`), write the
+reward file last, with a fixed path and plain `open(..., "w")`, run git with
+`-c core.hooksPath=/dev/null -c core.fsmonitor=false`, end with `exit 0`, and set
+`[verifier] require_exit_zero = true`. `skyrl harbor lint` flags the known forgeable
+patterns.
 
 Backends:
 - `bwrap`: the host's root filesystem read-only (or `rootfs`); the Dockerfile is read, not
