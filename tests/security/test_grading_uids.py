@@ -154,6 +154,42 @@ def test_an_agent_program_cannot_kill_the_verifier():
     assert "kill 1 refused: Operation not permitted" in log
 
 
+# Reads the check's expected value from the verifier's command line (`test "$(prog)" = "X"`
+# is how terminal checks are written) and prints it.
+SNOOPER = r"""
+import os
+for name in os.listdir("/proc"):
+    try:
+        words = open(f"/proc/{name}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    for word in words:
+        if b"= " in word and b"expected-" in word:
+            print(word.split(b'"')[-2].decode())
+            raise SystemExit
+print("nothing seen")
+"""
+SNOOPED_CHECK = 'test "$(python3 /workspace/x.py)" = "expected-1729"'
+
+
+@pytest.mark.xfail(strict=True, reason="issue 23: agent programs see the verifier's processes")
+def test_an_agent_program_cannot_read_the_checks_expected_value_from_its_command_line():
+    async def go() -> tuple[bool, str, GradingIsolation]:
+        spec = SandboxSpec(grading=True, files={"x.py": SNOOPER})
+        async with create_sandbox(spec) as sb:
+            os.chown(sb.host_workspace / "x.py", AGENT_UID, AGENT_UID)
+            check = await sb.exec(SNOOPED_CHECK, env=grading_env())
+            seen = await sb.exec(
+                ["sh", "-c", "python3 /workspace/x.py; sleep 0.1"], env=grading_env()
+            )
+            return check.ok, seen.stdout.strip(), sb.grading_isolation
+
+    passed, seen, how = arun(go())
+    assert how is GradingIsolation.TWO_UID
+    assert not passed, "the check passed on a program that only read its command line"
+    assert seen == "nothing seen"
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the planted code is x86-64")
 def test_an_agent_program_cannot_rewrite_the_verifiers_memory():
     """Read-only /proc (landed with `SandboxSpec.grading`) already refuses the open; under two
