@@ -16,7 +16,7 @@ from skyrl_gym.envs.swe.harness import (
     runner_files,
     with_runner_restore,
 )
-from skyrl_gym.envs.swe.packages import RUNNER_PLUGIN, runner_plugin_dir
+from skyrl_gym.envs.swe.packages import RUNNER_PLUGIN, pytest_plugins_in, runner_plugin_dir
 from skyrl_sdk.sandboxes import SandboxSpec
 
 RESET = ">>>>> Reset Failed"
@@ -137,3 +137,22 @@ def test_git_metadata_is_put_back_after_the_patch(tmp_path) -> None:
     assert (tree / ".git/config").read_text() == "[core]\n\tbare = false\n"
     assert not (tree / ".git/info/attributes").exists()
     assert not (tree / ".git/objects/info/alternates").exists()
+
+
+def test_the_package_directorys_own_plugins_are_loaded_by_name(tmp_path) -> None:
+    """Auto-loading is off, so a plugin the harness's package directory holds (e.g. one added
+    with HarnessConfig.packages) is named with -p instead."""
+    _tree(
+        tmp_path,
+        {
+            "pytest_asyncio-1.0.dist-info/entry_points.txt": "[pytest11]\nasyncio = pytest_asyncio.plugin\n",
+            "other-2.0.dist-info/entry_points.txt": "[console_scripts]\nother = other:main\n",
+            "cov-3.0.dist-info/entry_points.txt": "[pytest11]\npytest_cov = pytest_cov.plugin:x\n",
+        },
+    )
+    assert pytest_plugins_in(tmp_path) == ("pytest_asyncio.plugin", "pytest_cov.plugin")
+    spec = SandboxSpec(env={"PYTHONPATH": str(tmp_path)})
+    env = grading_command_env(HarnessConfig(), spec, "/testbed", "python3 -m pytest")
+    assert env["PYTEST_ADDOPTS"] == (
+        f"-p {RUNNER_PLUGIN} -p pytest_asyncio.plugin -p pytest_cov.plugin -p no:cacheprovider"
+    )

@@ -75,6 +75,7 @@ from skyrl_gym.envs.swe.instances import Prediction, SWEInstance
 from skyrl_gym.envs.swe.packages import (
     DEFAULT_PACKAGES,
     RUNNER_PLUGIN,
+    pytest_plugins_in,
     runner_plugin_dir,
     sandbox_packages,
 )
@@ -607,8 +608,8 @@ def grading_command_env(
     bwrap: `grading_env` over the spec's variables. `PYTHONPATH` holds only the harness's
     read-only directories (the packages, then the runner plugin), never the repository, so
     nothing in it runs at interpreter start-up; pytest auto-loads no plugin
-    (`PYTEST_DISABLE_PLUGIN_AUTOLOAD`), and `PYTEST_ADDOPTS` loads the harness's
-    `skyrl_swe_runner`, which puts the repository (`SKYRL_SWE_REPO`) at the end of
+    (`PYTEST_DISABLE_PLUGIN_AUTOLOAD`), and `PYTEST_ADDOPTS` loads, by name, the package
+    directory's own `pytest11` plugins and the harness's `skyrl_swe_runner`, which puts the repository (`SKYRL_SWE_REPO`) at the end of
     `sys.path` as a development install would, and turns the cache provider off. A
     `test_command` that is not pytest (django's and sympy's runners import the repository
     from their own path) keeps the repository on `PYTHONPATH`, as before.
@@ -636,7 +637,10 @@ def grading_command_env(
         paths.append(workdir)
     env["PYTHONPATH"] = ":".join(p for p in paths if p)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    env["PYTEST_ADDOPTS"] = f"-p {RUNNER_PLUGIN} -p no:cacheprovider"
+    # The package directory's own plugins (HarnessConfig.packages may add some) by name.
+    plugins = pytest_plugins_in(spec_env["PYTHONPATH"]) if spec_env.get("PYTHONPATH") else ()
+    loads = " ".join(f"-p {m}" for m in (RUNNER_PLUGIN, *plugins))
+    env["PYTEST_ADDOPTS"] = f"{loads} -p no:cacheprovider"
     env["SKYRL_SWE_REPO"] = workdir
     if config.backend == Backend.LOCAL:
         env["PATH"] = spec_env.get("PATH", DEFAULT_PATH)

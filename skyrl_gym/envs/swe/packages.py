@@ -149,6 +149,29 @@ def sandbox_packages(names: Sequence[str] = DEFAULT_PACKAGES, python: str = sys.
     return build_once(target, build)
 
 
+def pytest_plugins_in(directory: str | Path) -> tuple[str, ...]:
+    """The modules of the `pytest11` entry points of the distributions in a package directory
+    (`sandbox_packages`), sorted: what pytest would auto-load from it. SWE grading turns
+    auto-loading off (a repository's own dist-info could name a plugin) and loads these by
+    name instead (`-p MODULE`)."""
+    import configparser
+
+    modules: set[str] = set()
+    for entry_points in sorted(Path(directory).glob("*.dist-info/entry_points.txt")):
+        parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+        parser.optionxform = str  # type: ignore[assignment,method-assign]
+        try:
+            parser.read_string(entry_points.read_text(encoding="utf-8"))
+        except (configparser.Error, UnicodeDecodeError):
+            continue
+        if parser.has_section("pytest11"):
+            for value in parser["pytest11"].values():
+                module = value.split(":")[0].strip()
+                if module:
+                    modules.add(module)
+    return tuple(sorted(modules))
+
+
 RUNNER_PLUGIN = "skyrl_swe_runner"
 """The module name of SWE grading's own pytest plugin (`-p skyrl_swe_runner`)."""
 
@@ -176,6 +199,7 @@ __all__ = [
     "SYSTEM_CACHE",
     "PackagesUnavailable",
     "packages_root",
+    "pytest_plugins_in",
     "runner_plugin_dir",
     "sandbox_packages",
 ]
