@@ -308,3 +308,36 @@ def test_python_m_pytest_in_the_workspace_without_safe_path() -> None:
     found = lint_text(text, replace(LintContext(), safe_path=False), "t.sh")
     assert [(f.rule, f.line) for f in found] == [(LintRule.IMPORTS_AGENT_CODE, 1)]
     assert "sys.path" in found[0].message
+
+
+def test_functions_that_run_their_arguments() -> None:
+    text = (
+        'slow() { "$@" 2>/dev/null; }\n'
+        'capped() { timeout -k 1 5 "$@" < /dev/null | head -c 65536; }\n'
+        "out=$(slow python3 /app/a.py)\n"
+        "out=$(capped python3 /app/b.py)\n"
+        "echo $out > /logs/verifier/reward.txt\n"
+    )
+    found = lint_text(text, LintContext(), "test.sh")
+    assert [(f.rule, f.line) for f in found] == [(LintRule.NO_TIMEOUT, 3)]
+
+
+def test_terminal_gen_tasks_pass_the_lint(tmp_path: Path) -> None:
+    """`skyrl terminal gen` writes Harbor task folders: one per family (two seeds) lints clean."""
+    from skyrl_gym.envs.terminal_gen.generate import plan, resolve_families, write_tasks
+
+    families = resolve_families(None)
+    dirs = write_tasks(plan(2 * len(families), 0, families), tmp_path)
+    assert len(dirs) == 2 * len(families)
+    assert [f.format() for d in dirs for f in lint_task(d)] == []
+
+
+def test_git_config_environment_turns_hooks_off() -> None:
+    export = (
+        "export GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null"
+        " GIT_CONFIG_KEY_1=core.fsmonitor GIT_CONFIG_VALUE_1={}\n"
+    )
+    text = "cd /app/repo\ngit status --porcelain\necho 0 > /logs/verifier/reward.txt\n"
+    assert lint_text(export.format("false") + text, LintContext(), "t.sh") == []
+    found = lint_text(export.format("/app/hook") + text, LintContext(), "t.sh")
+    assert [f.rule for f in found] == [LintRule.GIT_HOOKS_ON]

@@ -33,7 +33,7 @@ import logging
 import posixpath
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -512,12 +512,16 @@ class _Run:
     timed: bool
 
 
-def _unwrap(words: Sequence[str], runners: Iterable[str] = ()) -> _Run:
-    """Strip `VAR=x`, `timeout N`, `env`, `sudo`, `uvx`, ... to the program that runs."""
+def _unwrap(words: Sequence[str], runners: Mapping[str, bool] | None = None) -> _Run:
+    """Strip `VAR=x`, `timeout N`, `env`, `sudo`, `uvx`, ... to the program that runs.
+
+    `runners`: the file's functions that run their arguments (`run() { timeout 5 "$@"; }`),
+    each with whether it adds a timeout.
+    """
     env: dict[str, str] = {}
     argv = list(words)
     timed = False
-    runners = set(runners)
+    runners = runners or {}
     while argv:
         m = _ASSIGN.match(argv[0])
         if m:
@@ -525,7 +529,10 @@ def _unwrap(words: Sequence[str], runners: Iterable[str] = ()) -> _Run:
             argv.pop(0)
             continue
         prog = posixpath.basename(argv[0])
-        if prog == "timeout":
+        if prog in runners:
+            timed = timed or runners[prog]
+            argv = argv[1:]
+        elif prog == "timeout":
             timed = True
             j = 1
             while j < len(argv) and argv[j].startswith("-"):
@@ -544,14 +551,14 @@ def _unwrap(words: Sequence[str], runners: Iterable[str] = ()) -> _Run:
                     break
                 j += 2 if argv[j] in valued else 1
             argv = argv[j:]
-        elif prog in ("uvx", "pipx", "poetry", "conda", "uv") or prog in runners:
+        elif prog in ("uvx", "pipx", "poetry", "conda", "uv"):
             j = 1
             if prog in ("uv", "pipx", "poetry"):
                 while j < len(argv) and argv[j] in ("run", "tool", "x"):
                     j += 1
             elif prog == "conda" and argv[1:2] == ["run"]:
                 j = 2
-            while prog not in runners and j < len(argv) and argv[j].startswith("-"):
+            while j < len(argv) and argv[j].startswith("-"):
                 takes = argv[j] in ("-p", "--python", "-w", "--with", "--from", "-n", "--name",
                                     "--with-requirements", "--with-editable", "--index-url",
                                     "--extra-index-url", "--project", "--directory", "--spec")  # fmt: skip
@@ -612,7 +619,11 @@ def _expand(word: str, vars_: Mapping[str, str], cwd: str | None) -> str:
 @functools.lru_cache(maxsize=512)
 def _read_shell(text: str, ctx: LintContext, line: int = 1) -> _Shell:
     cmds = _Scanner(text, line).scan()
-    runners = {c.func for c in cmds if c.func and c.words and c.words[0] in ("$@", "$*", "${@}")}
+    runners: dict[str, bool] = {}
+    for c in cmds:
+        inner = _unwrap(c.words) if c.func else None
+        if c.func and inner is not None and inner.argv[:1] in (("$@",), ("$*",), ("${@}",)):
+            runners[c.func] = runners.get(c.func, False) or inner.timed
     git_wrapped: set[str] = set()
     for c in cmds:
         if (
@@ -650,8 +661,13 @@ def _read_shell(text: str, ctx: LintContext, line: int = 1) -> _Shell:
             cwd = ctx.resolve(target, cwd) if target else None
         elif head == "for" and len(words) >= 4 and words[2] == "in":
             vars_[words[1]] = words[3]
-    low = exported.lower()
-    git_env_safe = all(k.split("=")[0] in low for k in _GIT_SAFE) and "git_config" in low
+    # export GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null ...
+    pairs = dict(re.findall(r"(\w+)=(\S*)", exported))
+    given = {
+        f"{pairs.get(f'GIT_CONFIG_KEY_{i}', '').lower()}={pairs.get(f'GIT_CONFIG_VALUE_{i}', '')}"
+        for i in range(8)
+    }
+    git_env_safe = "GIT_CONFIG_COUNT" in pairs and set(_GIT_SAFE) <= given
     safe_path = ctx.safe_path or "PYTHONSAFEPATH=1" in exported
     return _Shell(tuple(steps), frozenset(runners), frozenset(git_wrapped), git_env_safe, safe_path)
 
