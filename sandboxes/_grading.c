@@ -18,6 +18,9 @@
  *      supplementary groups, unshares a user namespace whose uid 0 is host uid V and whose
  *      uid A is host uid A (a forked child, still in the host's namespace, writes the maps),
  *      becomes its uid 0 and execs ARGV (bwrap, then privileged inside that namespace only).
+ *    - `init SECCOMP_FD -- ARGV` (inside, bwrap's command, PID 1): hides other uids'
+ *      processes (/proc hidepid=2,gid=0), drops the capabilities it needed for that, loads
+ *      the seccomp filter and execs the command server (see `init` below).
  *    - `exec -- ARGV` (inside, the first program of every grading command: the command
  *      server is static and never loads the shim): the shim's decision for ARGV, then exec.
  *    - argv[0] `skyrl-as-agent`, then `-- PATH ARGV...`: setgroups(0), setresgid(A),
@@ -74,6 +77,12 @@
 #ifdef SKYRL_SHIM
 #include <dlfcn.h>
 #include <spawn.h>
+#else
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #endif
 
 #define AGENT_ID 65534
@@ -682,6 +691,74 @@ static void write_file(const char *path, const char *data) {
     close(fd);
 }
 
+/* The verifier's capabilities (bwrap.py VERIFIER_CAPS); init drops every other one. */
+static const int verifier_caps[] = {CAP_SETUID, CAP_SETGID, CAP_DAC_OVERRIDE, CAP_CHOWN, CAP_FOWNER, CAP_KILL};
+
+static int kept(int cap) {
+    for (size_t i = 0; i < sizeof verifier_caps / sizeof verifier_caps[0]; i++)
+        if (verifier_caps[i] == cap) return 1;
+    return 0;
+}
+
+/* PID 1 of a two-uid grading sandbox, exec'd by bwrap (argv: init SECCOMP_FD -- ARGV):
+ * 1. remounts the sandbox's /proc with hidepid=2,gid=0, so the agent's programs see no
+ *    process but their own: not the verifier's command lines (a check's expected value is
+ *    often in its `sh -c` text), not /proc/1; the verifier (gid 0) still sees every process;
+ * 2. drops CAP_SYS_ADMIN and CAP_SETPCAP (needed for 1 and 3 only) and every capability but
+ *    the verifier's from the bounding set;
+ * 3. loads the sandbox's seccomp filter (bwrap would have loaded it before 1, which needs
+ *    mount(2));
+ * 4. execs ARGV, the command server, which stays PID 1. */
+static int init(int argc, char **argv) {
+    if (argc < 5 || strcmp(argv[3], "--") != 0) {
+        fprintf(stderr, "usage: skyrl-grading init SECCOMP_FD|-1 -- ARGV...\n");
+        return 2;
+    }
+    if (mount("proc", "/proc", "proc", MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "hidepid=2,gid=0") != 0)
+        fail("remount /proc with hidepid=2");
+    for (int cap = 0; cap <= 63; cap++) {
+        if (kept(cap)) continue;
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) fail("drop a capability");
+        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, cap, 0, 0);
+    }
+    struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &head, data) != 0) fail("capget");
+    for (int cap = 0; cap <= 63; cap++) {
+        if (kept(cap)) continue;
+        unsigned bit = 1u << (cap % 32);
+        data[cap / 32].effective &= ~bit;
+        data[cap / 32].permitted &= ~bit;
+        data[cap / 32].inheritable &= ~bit;
+    }
+    if (syscall(SYS_capset, &head, data) != 0) fail("capset");
+    int fd = atoi(argv[2]);
+    if (fd >= 0) {
+        static struct sock_filter program[4096];
+        size_t got = 0;
+        for (;;) {
+            ssize_t n = read(fd, (char *)program + got, sizeof program - got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) fail("read the seccomp filter");
+            if (n == 0) break;
+            got += (size_t)n;
+            if (got == sizeof program) break;
+        }
+        close(fd);
+        if (got == 0 || got % sizeof program[0] != 0) {
+            errno = EINVAL;
+            fail("the seccomp filter");
+        }
+        struct sock_fprog prog = {(unsigned short)(got / sizeof program[0]), program};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail("no_new_privs");
+        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) fail("load the seccomp filter");
+    }
+    execvp(argv[4], argv + 4); /* the Python server is named `python3` */
+    fail(argv[4]);
+    return 126;
+}
+
 /* On the host, as root: a user namespace where uid 0 is host uid V and uid A is host uid A,
  * then exec ARGV as its uid 0 in this same process (so its pid stays the sandbox's). */
 static int launch(int argc, char **argv) {
@@ -744,6 +821,7 @@ int main(int argc, char **argv) {
     if (argc >= 1 && !strcmp(base_name(argv[0]), "skyrl-as-agent")) return as_agent(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "exec")) return exec_first(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "launch")) return launch(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "init")) return init(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         puts("skyrl-grading ready");
         return 0;

@@ -926,6 +926,11 @@ if libc.ptrace(16, verifier, None, None) == 0:  # PTRACE_ATTACH
 else:
     out["trace"] = os.strerror(ctypes.get_errno())
 try:
+    with open(f"/proc/{verifier}/cmdline", "rb") as f:
+        out["cmdline"] = "READ" if f.read() else "empty"
+except OSError as e:
+    out["cmdline"] = e.strerror
+try:
     os.close(os.open("/proc/self/comm", os.O_WRONLY))
     out["proc"] = "OPENED"
 except OSError as e:
@@ -943,7 +948,7 @@ class _GradingRun:
     """What the agent's program could do to the verifier in one grading sandbox."""
 
     seen: dict[str, Any]
-    """The attack's results by key (`write`, `signal`, `mem`, `trace`, `proc`)."""
+    """The attack's results by key (`write`, `signal`, `mem`, `trace`, `cmdline`, `proc`)."""
     isolation: str
     """The sandbox's `GradingIsolation` value."""
     bwrap: bool
@@ -990,6 +995,10 @@ async def _probe_grading_memory(ctx: _Context) -> Outcome:
     trace = _grading_outcome(run, "trace", "ATTACHED", needs_root=False)
     detail = f"/proc/PID/mem: {run.seen.get('mem')}; ptrace: {run.seen.get('trace')}"
     return _worst([mem[0], trace[0]]), f"{detail} ({run.isolation})"
+
+
+async def _probe_grading_cmdline(ctx: _Context) -> Outcome:
+    return _grading_outcome(await _grading_attack(ctx), "cmdline", "READ", needs_root=True)
 
 
 async def _probe_grading_proc(ctx: _Context) -> Outcome:
@@ -1108,6 +1117,11 @@ PROBES: dict[str, _Probe] = {
         "grading: an agent program cannot trace the verifier or write its memory",
         "23.1",
         _probe_grading_memory,
+    ),
+    "grading-cmdline": _Probe(
+        "grading: an agent program cannot read the verifier's command line (hidepid)",
+        "23.1",
+        _probe_grading_cmdline,
     ),
     "grading-proc": _Probe("grading: /proc is read-only", "23.1", _probe_grading_proc),
     "proc-cmdline": _Probe("the host's kernel command line is hidden", "23.8", _probe_cmdline),

@@ -90,6 +90,9 @@ VERIFIER_HOME = "/run/verifier-home"
 """The verifier's HOME in a two-uid grading sandbox when the caller asked for
 `grading.GRADING_HOME` (/tmp, which the agent's programs can write there): its own 0700
 directory. Agent programs the verifier runs get HOME=/tmp instead."""
+# What the helper's `init` (bwrap's command, before the command server) needs and then drops:
+# remounting /proc with hidepid, and shrinking the bounding set to VERIFIER_CAPS.
+_INIT_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
 _log = logging.getLogger(__name__)
 _warned_single_uid = False
 
@@ -355,7 +358,8 @@ class BwrapSandbox(ServerSandbox):
                 *([] if networked else ["--unshare-net"]),
                 "--cap-drop",
                 "ALL",
-                *(arg for cap in VERIFIER_CAPS for arg in ("--cap-add", cap)),
+                # SYS_ADMIN and SETPCAP for the helper's `init` only (hidepid, bounding set).
+                *(arg for cap in (*VERIFIER_CAPS, *_INIT_CAPS) for arg in ("--cap-add", cap)),
             ]
         args = [
             bwrap_path(),
@@ -410,8 +414,19 @@ class BwrapSandbox(ServerSandbox):
             self.workdir,
             "--chdir",
             self.workdir,
-            *([] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]),
+            # Two uids: the helper's `init` loads the filter, after its remount of /proc.
+            *([] if seccomp_fd is None or tools is not None else ["--seccomp", str(seccomp_fd)]),
             "--",
+            *(
+                []
+                if tools is None
+                else [
+                    GRADING_HELPER_INSIDE,
+                    "init",
+                    str(-1 if seccomp_fd is None else seccomp_fd),
+                    "--",
+                ]
+            ),
             *([INSIDE_PATH] if self._server_binary else [spec.python, *python_args]),
         ]
         return network.wrap_launcher(spec, prefix + args, keep_fds=self._pass_fds)

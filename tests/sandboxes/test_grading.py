@@ -291,3 +291,27 @@ def test_git_options_before_dash_c_do_not_hide_the_agents_tree():
             return (await sb.exec(run, cwd="/")).stdout.strip()
 
     assert arun(go()) == str(AGENT_UID)
+
+
+def test_agent_programs_see_only_their_own_processes_and_the_verifier_sees_all():
+    lister = (
+        "#!/bin/sh\nsleep 5 &\n"
+        "for p in /proc/[0-9]*; do stat -c %u $p; done 2>/dev/null | sort -u | tr '\\n' ' '\n"
+        "echo; ls -d /proc/1 2>&1 | head -1\n"
+    )
+
+    async def go() -> tuple[list[str], str, str]:
+        async with create_sandbox(SandboxSpec(grading=True, files={"l.sh": lister})) as sb:
+            _agent_owned_probe(sb.host_workspace / "l.sh")
+            agent = await sb.exec("./l.sh", end_all=True)
+            verifier = await sb.exec(
+                "./l.sh >/dev/null; ps -eo user:12,comm | grep -c sleep", end_all=True
+            )
+            caps = await sb.exec("grep CapBnd /proc/self/status")
+            return agent.stdout.split("\n")[:2], verifier.stdout.strip(), caps.stdout.split()[1]
+
+    agent, verifier_sees, bounding = arun(go())
+    assert agent[0].split() == [str(AGENT_UID)]  # its own processes only: no verifier, no PID 1
+    assert "No such file" in agent[1]
+    assert verifier_sees == "1"  # the verifier still sees (and can end) the agent's processes
+    assert int(bounding, 16) == 0xEB  # the six verifier capabilities, nothing else

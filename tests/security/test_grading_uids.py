@@ -81,7 +81,7 @@ def verifier_shell():
                 pids.append(int(name))
         except (OSError, ValueError):
             continue
-    return min(pids)
+    return min(pids) if pids else os.getppid()  # hidden: its parent at least is known
 try:
     open("/tmp/verifier/reward.txt", "w").write("1\n")
 except OSError as e:
@@ -106,7 +106,7 @@ def verifier_shell():
                 pids.append(int(name))
         except (OSError, ValueError):
             continue
-    return min(pids)
+    return min(pids) if pids else os.getppid()  # hidden: its parent at least is known
 CODE = bytes.fromhex(
     "488d3d2f000000be41020000baa4010000b8020000000f0589c7488d352f000000ba02000000b8010000000f0531ffb8e70000000f052f746d702f76657269666965722f7265776172642e7478740000310a"
 )
@@ -172,7 +172,6 @@ print("nothing seen")
 SNOOPED_CHECK = 'test "$(python3 /workspace/x.py)" = "expected-1729"'
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23: agent programs see the verifier's processes")
 def test_an_agent_program_cannot_read_the_checks_expected_value_from_its_command_line():
     async def go() -> tuple[bool, str, GradingIsolation]:
         spec = SandboxSpec(grading=True, files={"x.py": SNOOPER})
@@ -231,7 +230,13 @@ class HostCmdlineSandbox(BwrapSandbox):
         return argv[: at - 2] + argv[at + 3 :]  # also its --perms 0444
 
 
-GRADING_PROBES = ["grading-result-dir", "grading-signal", "grading-memory", "grading-proc"]
+GRADING_PROBES = [
+    "grading-result-dir",
+    "grading-signal",
+    "grading-memory",
+    "grading-cmdline",
+    "grading-proc",
+]
 
 
 def _not_contained(report: AuditReport) -> set[str]:
@@ -246,10 +251,16 @@ def test_audit_rows_hold_on_the_default_backend():
 @pytest.mark.parametrize(
     ("weakened", "broken"),
     [
-        (OneUidSandbox, {"grading-result-dir", "grading-signal"}),
+        (OneUidSandbox, {"grading-result-dir", "grading-signal", "grading-cmdline"}),
         (
             WritableProcSandbox,
-            {"grading-result-dir", "grading-signal", "grading-memory", "grading-proc"},
+            {
+                "grading-result-dir",
+                "grading-signal",
+                "grading-memory",
+                "grading-cmdline",
+                "grading-proc",
+            },
         ),
         (HostCmdlineSandbox, {"proc-cmdline"}),
     ],
