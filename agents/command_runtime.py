@@ -30,8 +30,8 @@ class CommandRuntime(HarborRuntime):
     """Memory cap of the agent phase's sandbox (None: the task's)."""
     _agent_over: bool = field(default=False, init=False, repr=False)
 
-    def _spec(self, env: Any) -> SandboxSpec:
-        spec = super()._spec(env)
+    def _spec(self, env: Any, *, grading: bool = False) -> SandboxSpec:
+        spec = super()._spec(env, grading=grading)
         if self._agent_over:
             return spec
         return replace(
