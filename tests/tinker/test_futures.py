@@ -110,3 +110,47 @@ def test_a_short_poll_bound_says_try_again_and_the_sdk_still_gets_the_result(
         params = types.SamplingParams(max_tokens=1000, stop=[], seed=0)
         out = client.sample(types.ModelInput.from_ints([5, 6, 7]), 1, params).result()
         assert len(out.sequences[0].tokens) == 1000
+
+
+def test_a_polled_sample_outlives_the_abandon_timeout_and_an_unpolled_one_does_not(
+    tmp_path: Path,
+) -> None:
+    """`abandon_after_s` cancels only what nobody polls: the SDK's long polls (short here)
+    keep a sample that takes several abandon periods alive to its end; the same request left
+    unpolled is cancelled, and the cancellation says why."""
+    from skyrl_sdk.trainer.tinker.cli import TINY_NAME, default_models
+    from skyrl_sdk.trainer.tinker.server import ServerConfig, ServerThread
+
+    config = ServerConfig(
+        models=default_models(),
+        state_dir=tmp_path,
+        poll_timeout_s=0.2,
+        api_key=API_KEY,
+        abandon_after_s=0.5,
+    )
+    with ServerThread(config) as server:
+        service = tinker.ServiceClient(base_url=server.base_url, api_key=API_KEY)
+        client = service.create_sampling_client(base_model=TINY_NAME)
+        client = client.result() if hasattr(client, "result") else client
+        params = types.SamplingParams(max_tokens=1500, stop=[], seed=0)
+        started = time.monotonic()
+        out = client.sample(types.ModelInput.from_ints([5, 6, 7]), 4, params).result()
+        assert [len(s.tokens) for s in out.sequences] == [1500] * 4
+        took = time.monotonic() - started
+        svc = server.app.state.service
+        body = {
+            "base_model": TINY_NAME,
+            "num_samples": 4,
+            "prompt": {"chunks": [{"type": "encoded_text", "tokens": [5, 6, 7]}]},
+            "sampling_params": {"max_tokens": 1500, "stop": [], "seed": 0},
+        }
+        with httpx.Client(base_url=server.base_url, timeout=60, headers=AUTH) as c:
+            request_id = c.post("/api/v1/asample", json=body).json()["request_id"]
+            deadline = time.monotonic() + 30
+            while svc.store.get(request_id).state is FutureState.PENDING:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            answer = c.post("/api/v1/retrieve_future", json={"request_id": request_id}).json()
+    assert svc.store.get(request_id).state is FutureState.CANCELLED
+    assert "nobody polled" in answer["error"]
+    assert took > 0.5 or svc.queued_sample_tokens() == 0  # it outlived one abandon period

@@ -158,6 +158,33 @@ MicroBatchTokens = Annotated[
 ]
 
 
+AbandonAfter = Annotated[
+    float,
+    typer.Option(
+        "--abandon-after",
+        min=0.1,
+        help="Cancel a sampling request nobody has polled for this many seconds.",
+    ),
+]
+MaxQueuedSampleTokens = Annotated[
+    int,
+    typer.Option(
+        "--max-queued-sample-tokens",
+        min=1,
+        help="Most sampling work (num_samples x max_tokens, summed over queued and running "
+        "requests) the server holds; more gets 429.",
+    ),
+]
+HeaderTimeout = Annotated[
+    float,
+    typer.Option(
+        "--header-timeout",
+        min=0.1,
+        help="Seconds a connection has to send a whole request head, else it is closed.",
+    ),
+]
+
+
 @app.command()
 def serve(
     port: Port = 8000,
@@ -169,6 +196,9 @@ def serve(
     api_key: ApiKey = None,
     max_request_bytes: MaxRequestBytes = DEFAULT_MAX_REQUEST_BYTES,
     micro_batch_tokens: MicroBatchTokens = 4096,  # backend.DEFAULT_MICRO_BATCH_TOKENS (torch-free here)
+    abandon_after: AbandonAfter = 60.0,
+    max_queued_sample_tokens: MaxQueuedSampleTokens = 16 * 65_536,
+    header_timeout: HeaderTimeout = 10.0,
 ) -> None:
     """Serve the Tinker API; point the SDK at it with `TINKER_BASE_URL=http://HOST:PORT`."""
     from skyrl_sdk.http_guard import InsecureBindError, check_bind
@@ -200,6 +230,9 @@ def serve(
         api_key=api_key or None,
         max_request_bytes=max_request_bytes,
         micro_batch_tokens=micro_batch_tokens,
+        abandon_after_s=abandon_after,
+        max_queued_sample_tokens=max_queued_sample_tokens,
+        header_timeout_s=header_timeout,
     )
     if state_dir is not None:
         config.state_dir = state_dir
