@@ -342,3 +342,30 @@ def test_agent_code_that_writes_reward_json_earns_nothing_through_make_harbor(
         assert info["grading_isolation"] == isolation.value, info
     finally:
         env.close()
+
+
+OLD_IN_PROCESS_CHECK = """\
+import importlib.util
+
+spec = importlib.util.spec_from_file_location("stats", "/app/stats.py")
+stats = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(stats)
+raise SystemExit(1)  # (the cases would follow; stats.py never lets them run)
+"""
+
+
+def test_agent_module_that_exits_zero_when_loaded_earns_nothing(tmp_path: Path) -> None:
+    """The bundled fix-python-bug loads the agent's stats.py only in a probe child: a
+    stats.py that calls os._exit(0) when loaded ends the probe, not the check (reward 0).
+    Control: the check that loaded stats.py in its own process (as the task did before issue
+    23) exits 0 through it, and test.sh writes reward 1."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(BUNDLED_TASKS / "fix-python-bug", tasks / "exits-zero")
+    (tasks / "exits-zero" / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\nprintf 'import os\\nos._exit(0)\\n' > /app/stats.py\necho planted\n"
+    )
+    shutil.copytree(tasks / "exits-zero", tasks / "in-process-control")
+    (tasks / "in-process-control" / "tests" / "test_stats.py").write_text(OLD_IN_PROCESS_CHECK)
+    results = _harbor_run(tasks, tmp_path / "job", ONE)
+    got = {task: (r["reward"], r["error"]) for task, r in results.items()}
+    assert got == {"exits-zero": (0.0, None), "in-process-control": (1.0, None)}
