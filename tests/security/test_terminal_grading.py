@@ -158,14 +158,24 @@ def test_the_check_reports_its_isolation() -> None:
     assert ("notes" in episode) == (isolation == "single_uid"), episode
 
 
+@pytest.mark.xfail(
+    strict=True, reason="the check files in /tmp/grader are 0644: the agent's programs read them"
+)
 def test_the_module_terminal_009_tests_runs_as_the_agent() -> None:
     """terminal-009's test imports fib.py only in a child process started from a script in
     the workspace, which a two-uid grading sandbox runs as the agent's uid."""
-    probe = "import os, sys\nprint('fib uid', os.getuid(), file=sys.stderr)\n"
+    probe = (
+        "import os, sys\nprint('fib uid', os.getuid(), file=sys.stderr)\n"
+        "try:\n    open('/tmp/grader/test_fib.py').read()\n    print('grader read', file=sys.stderr)\n"
+        "except OSError as e:\n    print('grader refused:', e.strerror, file=sys.stderr)\n"
+    )
     reward, check = play("terminal-009", _heredoc("fib.py", probe))
     assert reward == 0.0, check
-    want = AGENT_UID if check["isolation"] == "two_uid" else os.getuid()
-    assert f"fib uid {want}" in check["output"], check
+    two_uids = check["isolation"] == "two_uid"
+    assert f"fib uid {AGENT_UID if two_uids else os.getuid()}" in check["output"], check
+    # The check's own files (expected values) are out of the agent's reach with two uids.
+    seen = "grader refused: Permission denied" if two_uids else "grader read"
+    assert seen in check["output"], check
 
 
 # terminal-001: the agent writes a wrong count, then edits app.log to agree with it.
