@@ -158,9 +158,6 @@ def test_the_check_reports_its_isolation() -> None:
     assert ("notes" in episode) == (isolation == "single_uid"), episode
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the check files in /tmp/grader are 0644: the agent's programs read them"
-)
 def test_the_module_terminal_009_tests_runs_as_the_agent() -> None:
     """terminal-009's test imports fib.py only in a child process started from a script in
     the workspace, which a two-uid grading sandbox runs as the agent's uid."""

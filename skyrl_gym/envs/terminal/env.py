@@ -18,7 +18,9 @@ the check runs (`python3 calc.py`, `./sum.sh`) cannot open the check's `/proc/PI
 rewrite where its shell resumes (ptrace and process_vm_writev are refused by the seccomp
 filter), and where the sandbox has a second uid (`GradingIsolation.TWO_UID`: bwrap as root)
 programs from the workspace run as the agent's uid, so they cannot signal the check either.
-Where it has not (`SINGLE_UID`), the episode's `info["episode"]["notes"]` says `single_uid`.
+The check files in `/tmp/grader` are the checker's alone (0700/0600): with two uids the
+agent's programs can neither read nor write them. Where the sandbox has no second uid
+(`SINGLE_UID`), the episode's `info["episode"]["notes"]` says `single_uid`.
 `info["episode"]["check"]["isolation"]` names the isolation either way. What no sandbox can
 isolate is agent code a check imports into its own process: the bundled checks never do
 (terminal-009's test runs `fib` in a child and compares what it prints), and they take
@@ -133,8 +135,15 @@ class TerminalEnv(SandboxToolEnv):
         # Leaving the `async with` closes the grading sandbox (killing anything the check
         # started) before the result is used.
         async with create_sandbox(spec, self.backend) as grader:
-            for rel, content in (task.get("check_files") or {}).items():
-                await grader.write_file(f"{GRADER_DIR}/{rel}", content)
+            check_files = task.get("check_files") or {}
+            if check_files:
+                # The checker's own: with two uids, the agent's programs the check runs cannot
+                # read them (expected values) any more than write them.
+                made = await grader.exec(["mkdir", "-m", "700", "-p", GRADER_DIR])
+                if not made.ok:
+                    raise RuntimeError(f"cannot create {GRADER_DIR}: {made.output[-300:]}")
+            for rel, content in check_files.items():
+                await grader.write_file(f"{GRADER_DIR}/{rel}", content, mode=0o600)
             result = await grader.exec(
                 task["check"],
                 timeout=self.check_timeout_s,
