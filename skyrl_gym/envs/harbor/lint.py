@@ -1110,11 +1110,24 @@ def _py_fallback(rule: LintRule, text: str) -> _Hits:
 # ---- the rules: agent-path-expected -------------------------------------------------------------
 
 
+_GRADER_NAME = re.compile(
+    r"^(verify|verifier|grade|grader|autograder|judge|scorer|score)([_.-][\w.-]*)?\.(py|sh|js|rb|pl)$"
+)
+
+
+def _grader_problem(program: str | None) -> str | None:
+    """A grader the agent can rewrite (`/app/verify.py`): its verdict is the agent's to set."""
+    if program and _GRADER_NAME.match(posixpath.basename(program)):
+        return f"the verdict comes from {program}, a grader the agent can rewrite"
+    return None
+
+
 def _shell_agent_path_expected(sh: _Shell, ctx: LintContext) -> _Hits:
-    hits: _Hits = []
-    by_line: dict[int, list[_Step]] = {}
-    for st in sh.steps:
-        by_line.setdefault(st.cmd.line, []).append(st)
+    hits: _Hits = [
+        (st.cmd.line, why)
+        for st in sh.steps
+        if (why := _grader_problem(_agent_program(st.run.argv, st.cwd, ctx)))
+    ]
 
     def sub_reads(word: str, st: _Step) -> list[str]:
         out: list[str] = []
@@ -1288,6 +1301,10 @@ def _py_agent_path_expected(py: _Py, ctx: LintContext) -> _Hits:
             if path:
                 first = sorted(expected)[0]
                 hits.append((line, f"`{first}` is read from {path}, which the agent can write"))
+    for c in _py_commands(py):
+        why = _grader_problem(_agent_program(_unwrap(c.argv).argv, c.cwd, ctx)) if c.argv else None
+        if why:
+            hits.append((c.call.lineno, why))
     for node in ast.walk(py.tree):
         if isinstance(node, ast.Call) and _call_name(node) in ("filecmp.cmp", "cmp"):
             paths = [py.agent(a) for a in node.args[:2]]
