@@ -120,7 +120,7 @@ def test_copy_is_charged_to_the_sandbox_memory_cap(tmp_path: Path) -> None:
     copied = (trial / "agent" / "big.txt").read_text().strip() if result["error"] is None else ""
     assert copied != str(160 * MiB), "160 MiB landed in a sandbox capped at 64 MiB"
     notes = "\n".join(result["environment_notes"]) + result["error_message"]
-    assert "memory" in notes, (result, done.stdout)
+    assert "out of memory" in notes and "64 MiB" in notes, (result, done.stdout)
 
 
 def test_huge_sparse_instruction_is_refused_without_reading_it(tmp_path: Path) -> None:

@@ -26,6 +26,11 @@ find any way to raise its reward:
 - The trial's scratch directory (working directory, logs, tests) is a `Workspace`: capped at
   `[environment].storage_mb` (else `DEFAULT_DISK_BYTES`), recorded so it is reaped after a
   SIGKILL.
+- A task folder cannot harm the host (`harbor.host`): `memory_mb`, `storage_mb` and `cpus`
+  are clamped to host-sized maxima (timeouts to a day, by `load_task`), each with a note;
+  Dockerfile COPY and /solution are copied by a child process that joins the started
+  sandbox's cgroups first (the tmpfs pages it writes count against the sandbox's memory
+  cap), keep sparse files sparse and follow no link a RUN step left in the workspace.
 
 Reward files come from the verifier alone. No `reward.json` or `reward.txt` is in
 `/logs/verifier` when test.sh starts (bwrap binds a fresh host folder; docker removes them
@@ -741,7 +746,9 @@ class HarborRuntime:
         cgroups (the workspace is a tmpfs: its pages are memory), keeping sparse files
         sparse and following no link in the workspace (`host.charged_copy`)."""
         spec = sandbox.spec
-        procs = sandbox.charge_files() if isinstance(sandbox, _BoundBwrap) else []
+        bound = sandbox if isinstance(sandbox, _BoundBwrap) else None
+        procs = bound.charge_files() if bound is not None else []
+        ooms = bound.oom_kill_count() if bound is not None else 0
         try:
             skipped = await charged_copy(
                 jobs,
@@ -757,6 +764,12 @@ class HarborRuntime:
                 f"{where} ran past build_timeout_sec={self.task.environment.build_timeout_s}"
             ) from None
         except (CopyError, OSError) as e:
+            if bound is not None and bound.oom_kill_count() > ooms:
+                cap = (spec.memory_bytes or 0) >> 20
+                raise TaskEnvironmentError(
+                    f"{where}: out of memory: the copy is charged to the sandbox's memory cap "
+                    f"({cap} MiB; the workspace is a tmpfs, its pages are memory)"
+                ) from None
             raise TaskEnvironmentError(f"{where}: {e}") from None
         self.notes.extend(f"{where}: {line}" for line in skipped)
         _give(dest_root)
