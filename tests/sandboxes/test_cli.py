@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from skyrl_sdk.benchmarks.sandbox_bench import run as bench_run
-from skyrl_sdk.sandboxes import SandboxSpec
+from skyrl_sdk.sandboxes import GradingIsolation, SandboxSpec
 from tests.conftest import needs_bwrap
 
 pytestmark = needs_bwrap
@@ -29,6 +29,11 @@ BENCH_KEYS = {
     "start_vs_bare",
     "net_start_p50_ms",
     "net_start_p99_ms",
+    "grading_isolation",
+    "grading_exec_true_p50_ms",
+    "grading_one_uid_exec_true_p50_ms",
+    "grading_exec_bin_true_p50_ms",
+    "grading_one_uid_exec_bin_true_p50_ms",
 }
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(SandboxSpec)}
 
@@ -68,6 +73,8 @@ def test_bench_reports_exactly_the_promised_keys() -> None:
     result = report.result
     assert set(result) == BENCH_KEYS
     optional = {"net_start_p50_ms", "net_start_p99_ms"}  # None where network=True cannot start
+    isolation = result.pop("grading_isolation")
+    assert isolation in {g.value for g in GradingIsolation}
     assert all(v > 0 for k, v in result.items() if k not in optional or v is not None)
     ratios = (
         ("exec_vs_bare_p50", "exec_p50_ms", "bare_exec_p50_ms"),
@@ -77,6 +84,7 @@ def test_bench_reports_exactly_the_promised_keys() -> None:
         assert abs(result[ratio] - result[num] / result[den]) < 0.01
     assert json.loads(json.dumps(result)) == result
     assert any("network=True" in row[0] for row in report.rows)
+    assert any("grading exec" in row[0] for row in report.rows)
 
 
 def test_exec_help_prints_every_default_cap_from_the_spec() -> None:
