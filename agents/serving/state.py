@@ -176,16 +176,11 @@ class Server:
         budget = self.keys.budget(plan.session)
         if budget is None:
             return plan
-        cost = len(plan.prompt) + plan.n * plan.sampling.max_tokens
         try:
-            ticket = budget.reserve(plan.session, cost)
+            ticket = budget.reserve(plan.session, plan.prompt, plan.n, plan.sampling.max_tokens)
         except BudgetExceeded as e:
             raise ApiError(429, str(e), code="session_token_budget_exceeded") from None
         return replace(plan, ticket=ticket)
-
-    def charge(self, plan: Plan) -> int:
-        """What a finished request costs its session: its prompt and the tokens generated."""
-        return len(plan.prompt) + plan.ticket.generated
 
     @contextlib.asynccontextmanager
     async def settling(self, plan: Plan, *, streamed: bool = False) -> AsyncIterator[None]:
@@ -195,13 +190,13 @@ class Server:
         try:
             yield
         except ClientDisconnected:
-            plan.ticket.settle(plan.ticket.cost)
+            plan.ticket.settle(whole=True)
             raise
         except BaseException:
-            plan.ticket.settle(self.charge(plan))
+            plan.ticket.settle()
             raise
         if not streamed:
-            plan.ticket.settle(self.charge(plan))
+            plan.ticket.settle()
 
     async def settled(self, plan: Plan, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """`events`, settling the plan's reservation when they end (closed early: the client
@@ -212,7 +207,7 @@ class Server:
                 yield data
             complete = True
         finally:
-            plan.ticket.settle(self.charge(plan) if complete else plan.ticket.cost)
+            plan.ticket.settle(whole=not complete)
 
     # -- generation -----------------------------------------------------------------------
 
@@ -233,6 +228,7 @@ class Server:
             for t in tasks:
                 t.cancel()
         plan.ticket.generated += sum(len(c.token_ids) for c in completions)
+        plan.ticket.reply = completions[0].token_ids
         replies = [reply(c, plan.stops, plan.tool_format) for c in completions]
         return replies, time.perf_counter() - started
 

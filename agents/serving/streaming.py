@@ -33,6 +33,7 @@ class PrimedStream:
         )
         self._first: TokenChunk | Completion | None = None
         self._ticket = plan.ticket
+        self._index = index
 
     async def prime(self) -> None:
         self._first = await self._inner.__anext__()
@@ -46,12 +47,16 @@ class PrimedStream:
                 first, self._first = self._first, None
                 if isinstance(first, TokenChunk):
                     self._ticket.generated += len(first.token_ids)
+                elif self._index == 0:
+                    self._ticket.reply = first.token_ids
                 yield first
                 if isinstance(first, Completion):
                     return
             async for item in self._inner:
                 if isinstance(item, Completion):
                     self.finished = time.perf_counter()
+                    if self._index == 0:
+                        self._ticket.reply = item.token_ids
                 else:
                     self._ticket.generated += len(item.token_ids)  # the session's budget
                 yield item

@@ -37,7 +37,13 @@ def _client(server: Any, session: str, **issue: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.session_url(session), api_key=key, max_retries=0)
 
 
-def test_the_budget_counts_prompt_and_generated_tokens_streamed_or_not(tiny: Any) -> None:
+def _settled(budget: Any) -> None:
+    deadline = time.monotonic() + 30
+    while budget.reserved and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_the_budget_counts_new_prompt_and_generated_tokens_streamed_or_not(tiny: Any) -> None:
     with _serve(tiny, session_token_budget=1000) as server:
         api = _client(server, "s")
         budget = server._keys.budget("s")
@@ -45,8 +51,14 @@ def test_the_budget_counts_prompt_and_generated_tokens_streamed_or_not(tiny: Any
         assert budget.used == 3 + plain.usage.completion_tokens and budget.reserved == 0
         stream = api.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=20, stream=True)
         text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
-        assert text and budget.used == 3 + plain.usage.completion_tokens + 3 + 20
+        _settled(budget)  # a streamed answer settles just after its last event
+        # The same prompt again: no new prompt tokens (the session had them), 20 generated.
+        assert text and budget.used == 3 + plain.usage.completion_tokens + 20
         assert budget.reserved == 0
+        # The conversation grows: only the tokens after the last prompt + reply count.
+        grown = [5, 6, 7, *budget.last[3:], 11, 12]
+        api.completions.create(model="tiny", prompt=grown, max_tokens=5)
+        assert budget.used == 3 + plain.usage.completion_tokens + 20 + 2 + 5
         with pytest.raises(openai.RateLimitError) as refused:
             api.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=1000)
         assert refused.value.body["code"] == "session_token_budget_exceeded"
@@ -63,9 +75,7 @@ def test_a_client_that_hangs_up_is_charged_its_whole_reservation(tiny: Any) -> N
                 if line.startswith("data: "):
                     break  # hang up after the first event
         budget = server._keys.budget("s")
-        deadline = time.monotonic() + 30
-        while budget.reserved and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _settled(budget)
         assert budget.used == 3 + 1500 and budget.reserved == 0
 
 
