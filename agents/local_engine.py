@@ -18,6 +18,14 @@ each row has its own position ids, so padding never changes what a row computes.
 requests waiting when it starts and runs until its last request finishes (finished rows stay
 in it), and newcomers wait for the next batch.
 
+**Fair shares** (`fairness`). Admission asks the fairness policy (`agents/fairness.py`)
+for the next request instead of taking the oldest: requests are queued per tenant (the
+generation context's `episode_id`; `skyrl serve` makes it the session), a tenant holds at
+most `fairness.max_rows` rows of the batch (half of it by default, each of `n` choices being a
+row) and has at most `fairness.max_queued` requests waiting (one more raises
+`TenantQueueFull`), and the tenant holding the fewest rows goes first. Calls without a context
+are untenanted and capped only by the batch.
+
 **Prefix reuse** (`prefix_cache_bytes`, 1 GiB by default; 0 turns it off). A multi-turn
 episode's prompt grows by appending, and a GRPO group repeats one prompt. The keys and values
 of each prompt and of each finished sequence (prompt plus sampled ids) go into a

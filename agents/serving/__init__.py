@@ -13,7 +13,19 @@ Endpoints: `GET /health` (no key), `GET /v1/models`, `GET /v1/models/{id}`,
   "param", "code"}}` with OpenAI's status codes; a bad field is a 400 naming it; `model` is
   required and must be the served one (else 404 `model_not_found`).
 - **Limits.** `max_tokens` defaults to what the context leaves and may not exceed it (400
-  `context_length_exceeded`); bodies over `max_request_bytes` get 413 unread.
+  `context_length_exceeded`); bodies over `max_request_bytes` get 413 unread; at most 4 stop
+  strings of 256 characters and 256 `stop_token_ids` (400 naming the field; checked in
+  `Server.sampling`, which every route's sampling passes, with `skyrl_sdk.sampling_limits`);
+  a connection that does not send a whole request head within `header_timeout_s` (10 s) is
+  closed.
+- **Fair shares.** Sessions share the engine's batch through its scheduler's fairness policy
+  (`agents/fairness.py`): a session holds at most half the batch (`n`'s choices included;
+  `--session-max-rows`), at most 64 of its requests wait (`--session-max-queued`; one more is
+  429 `session_queue_full`, checked for all `n` choices before any is queued), and the
+  session with the fewest rows is admitted first. A session key carries a token budget
+  (`--session-token-budget`, 200,000: new prompt tokens plus generated ones; past it 429
+  `session_token_budget_exceeded`; see `budget`). Requests with neither a session URL nor a
+  `user` share the session `default`, and so one share.
 - **Determinism.** A `seed` gives the request its own sampler: the same request gives the
   same tokens streamed or not, alone or batched (choice i of `n` uses seed + i).
 - **Cancellation.** A client that disconnects cancels its generation (streamed or not).
@@ -41,7 +53,7 @@ URL (`/sessions/{id}/v1`), else by the `user` field, else session `default`.
   knows no reward; whoever runs the episode scores it.
 
 Keys: `ServeConfig.api_key` opens everything; `RunningServer.issue_session_key(id)` makes a
-key that opens only `/sessions/{id}/v1` (see `auth`).
+key that opens only `/sessions/{id}/v1`, for the session's token budget (see `auth`, `budget`).
 """
 
 try:
