@@ -153,6 +153,8 @@ SOLUTION = "/solution"
 SANDBOX_UID = 65534  # bwrap sandboxes started by root run as `nobody`
 NO_LIMIT_S = 7 * 24 * 3600.0
 _OUTPUT_TAIL = 4000
+DEFAULT_MEMORY_BYTES = 2048 << 20
+"""The memory cap of a task that sets no `memory_mb` (at most `HostMaxima.memory_bytes`)."""
 REWARD_MAX_BYTES = 1 << 20
 """The most of reward.json / reward.txt the host reads (a larger file is a parse error)."""
 LOG_FILE_MAX_BYTES = 64 << 20
@@ -498,11 +500,13 @@ class HarborRuntime:
             raise ValueError("Harbor tasks need an isolated backend: bwrap or docker")
         # A task folder is untrusted: its sizes are clamped to the host, with a note.
         self.notes.extend(self.task.notes)
-        self._sizes = clamp_task_sizes(self.task.environment, HostMaxima.detect())
+        self._maxima = HostMaxima.detect()
+        self._sizes = clamp_task_sizes(self.task.environment, self._maxima)
         self.notes.extend(self._sizes.notes)
         if self.disk_bytes is None:
             storage = self._sizes.storage_mb
-            self.disk_bytes = storage << 20 if storage else DEFAULT_DISK_BYTES
+            default = min(DEFAULT_DISK_BYTES, self._maxima.disk_bytes)  # a small host too
+            self.disk_bytes = storage << 20 if storage else default
         # Recorded with its owner before it exists: reaped even after a SIGKILL.
         self._workspace = Workspace.create("skyrl-harbor-", disk_bytes=self.disk_bytes)
         self._work = self._workspace.path
@@ -561,7 +565,11 @@ class HarborRuntime:
             workdir=self.workdir,
             workspace_dir=str(self.app_dir),
             network=network,
-            memory_bytes=(self._sizes.memory_mb or 2048) << 20,
+            memory_bytes=(
+                self._sizes.memory_mb << 20
+                if self._sizes.memory_mb
+                else min(DEFAULT_MEMORY_BYTES, self._maxima.memory_bytes)
+            ),
             pids=1024,
             cpus=self._sizes.cpus,
             timeout_s=self.exec_timeout_s,
