@@ -130,3 +130,76 @@ def test_helpers() -> None:
     assert key_matches(b"\xc3\xa9", "é") and not key_matches(None, "k")
     with pytest.raises(ValueError):
         GuardConfig(max_request_bytes=0)
+
+
+# -- header-read deadline ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_the_header_deadline_closes_a_slow_head_and_spares_a_slow_answer(http: str) -> None:
+    """A request head sent a byte at a time is cut after the deadline; an answer that takes
+    longer than the deadline, and a second request on the kept-alive connection, are not."""
+    import asyncio
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from skyrl_sdk.http_guard import header_timeout_protocol
+
+    if http == "httptools":
+        pytest.importorskip("httptools")
+    app = FastAPI()
+
+    @app.get("/slow")
+    async def slow() -> dict[str, str]:
+        await asyncio.sleep(0.8)
+        return {"ok": "yes"}
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    protocol = header_timeout_protocol(http, 0.4)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", http=protocol)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.01)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+            assert c.get("/slow").json() == {"ok": "yes"}  # 0.8 s: twice the deadline
+            time.sleep(0.1)
+            assert c.get("/slow").status_code == 200  # the same connection, kept alive
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n")
+            started, closed = time.monotonic(), None
+            s.settimeout(0.1)
+            while time.monotonic() - started < 5:
+                try:
+                    s.sendall(b"X")
+                    if s.recv(100) == b"":
+                        closed = time.monotonic() - started
+                        break
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = time.monotonic() - started
+                    break
+        assert closed is not None and 0.3 < closed < 2, closed
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_the_header_deadline_refuses_what_it_cannot_guard() -> None:
+    from skyrl_sdk.http_guard import header_timeout_protocol
+
+    with pytest.raises(ValueError, match="positive"):
+        header_timeout_protocol("h11", 0)
+    with pytest.raises(ValueError, match="h11 or httptools"):
+        header_timeout_protocol("zttp", 1.0)
