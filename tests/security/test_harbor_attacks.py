@@ -91,7 +91,7 @@ GRADING_PHASE = {
     },
     "proc-mem-writer": {
         ONE: (None, "mem refused: Read-only file system"),
-        TWO: (None, "Permission denied"),
+        TWO: (None, "greet.py printed: "),  # test.sh's process hidden or not its to open
     },
     "script-rewriter": {
         ONE: (None, "greet.sh printed: append refused"),

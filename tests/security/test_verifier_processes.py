@@ -229,14 +229,17 @@ def _ungraded(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("require_exit_zero", [None, False])
 def test_a_program_cannot_write_test_sh_memory(require_exit_zero, isolation, monkeypatch):
     """greet.py opens test.sh's /proc/PID/mem to plant code that writes reward 1 and exits 0.
-    The grading sandbox's /proc is read-only (and with two uids test.sh's /proc files are
-    not the program's to open): test.sh's own verdict (0) stands. Control: in an ordinary
+    The grading sandbox's /proc is read-only (and with two uids test.sh's process is hidden
+    from the program, or not its to open): test.sh's own verdict (0) stands. Control: in an ordinary
     sandbox (writable /proc, one uid) the same attack forges reward 1 with exit 0."""
     task = ATTACKS / "proc-mem-writer"
     result = _grade(task, require_exit_zero=require_exit_zero)
     assert result.reward == 0.0 and result.exit_code == 0, result
-    refused = "Permission denied" if isolation is TWO else "mem refused: Read-only file system"
-    assert refused in result.output_tail
+    if isolation is TWO:  # test.sh's process is hidden from it (hidepid) or not its to open
+        assert "greet.py printed: " in result.output_tail
+        assert "mem written" not in result.output_tail
+    else:
+        assert "mem refused: Read-only file system" in result.output_tail
     if require_exit_zero is False:
         _ungraded(monkeypatch)
         forged = _grade(task, require_exit_zero=False)
