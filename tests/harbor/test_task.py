@@ -74,6 +74,19 @@ def test_schema_1_1_and_defaults(tmp_path, monkeypatch):
     assert "--pass-env HB_KEY" in withheld.notes[0] and "secret" not in withheld.notes[0]
     with pytest.raises(ValueError, match="not an environment variable name"):
         load_task(task, pass_env=["HB KEY"])
+    twice = make_task(
+        tmp_path,
+        "twice",
+        toml="""\
+        [verifier]
+        env = { A = "${HB_KEY}", B = "x${HB_KEY}y" }
+        [environment]
+        env = { C = "${HB_KEY}" }
+        """,
+    )
+    both = load_task(twice)
+    assert dict(both.verifier.env) == {"A": "", "B": "xy"} and both.environment.env == {"C": ""}
+    assert len(both.notes) == 1, both.notes  # one note per variable, wherever it appears
     assert t.environment.network_mode is NetworkMode.PUBLIC
     assert t.environment.docker_image == "alexgshaw/x:20251031"
     assert t.solution_dir is None

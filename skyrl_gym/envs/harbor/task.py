@@ -253,9 +253,12 @@ class _Section:
         *,
         pass_env: Collection[str] = (),
         notes: list[str] | None = None,
+        withheld: set[str] | None = None,
     ):
         self.task_dir, self.name = task_dir, name
         self.pass_env, self.notes = pass_env, notes if notes is not None else []
+        # Variables already named in a note (shared by the sections: one note per variable).
+        self.withheld = withheld if withheld is not None else set()
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -322,6 +325,9 @@ class _Section:
             withheld: list[str] = []
             out[str(k)] = resolve_template(str(v), allowed=self.pass_env, withheld=withheld)
             for name in dict.fromkeys(withheld):
+                if name in self.withheld:
+                    continue
+                self.withheld.add(name)
                 why = "not set on the host" if name in self.pass_env else "not passed from the host"
                 self.notes.append(
                     f"[{self.name}].{key}.{k}: ${{{name}}} is {why}, so it is empty (allow a "
@@ -478,9 +484,12 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
     data = _read_toml(task_dir)
     version = _schema_version(task_dir, data)
     notes: list[str] = []
+    withheld: set[str] = set()
 
     def section(name: str) -> _Section:
-        return _Section(task_dir, name, data.get(name), pass_env=allowed, notes=notes)
+        return _Section(
+            task_dir, name, data.get(name), pass_env=allowed, notes=notes, withheld=withheld
+        )
 
     agent = section("agent")
     verifier = section("verifier")
