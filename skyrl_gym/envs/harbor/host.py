@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skyrl_gym.envs.harbor.task import EnvironmentSettings
+from skyrl_sdk.sandboxes.cgroups import controller_bases
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
 COPIER = Path(__file__).with_name("_copier.py")
@@ -48,12 +49,23 @@ LOG_MAX_ENTRIES = 100_000
 _NOTE_PATH_CHARS = 240
 
 
+def host_memory_bytes() -> int:
+    """The memory this process may use: the machine's, or its own memory cgroup's limit when
+    that is lower (a container)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    base = controller_bases().get("memory")
+    if base is not None:
+        with contextlib.suppress(OSError, ValueError):
+            total = min(total, int((base / "memory.limit_in_bytes").read_text()))
+    return total
+
+
 @dataclass(frozen=True)
 class HostMaxima:
     """The most one trial may ask of this host."""
 
     memory_bytes: int
-    """Memory cap: `MEMORY_FRACTION` of the host's memory."""
+    """Memory cap: `MEMORY_FRACTION` of the host's memory (`host_memory_bytes`)."""
     disk_bytes: int
     """Workspace size: `TMPFS_DISK_FRACTION` of the host's memory for a tmpfs workspace,
     else `DIR_DISK_FRACTION` of the free space where workspaces are made."""
@@ -65,7 +77,7 @@ class HostMaxima:
     @classmethod
     def detect(cls, *, tmpfs_workspace: bool | None = None) -> HostMaxima:
         """Measure this host (`tmpfs_workspace` defaults to: running as root)."""
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        total = host_memory_bytes()
         tmpfs = os.geteuid() == 0 if tmpfs_workspace is None else tmpfs_workspace
         if tmpfs:
             disk = int(total * TMPFS_DISK_FRACTION)
