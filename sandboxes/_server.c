@@ -903,8 +903,10 @@ static void op_exec(const value_t *req, buf_t *reply) {
     const char *cwd = cwd_v && cwd_v->t == V_STR && cwd_v->n ? cwd_v->s : NULL;
     char *script = NULL;
     size_t argc = get(req, "argv")->n;
-    if (argc == 3 && strcmp(argv[1], "-c") == 0 && strlen(argv[2]) > SCRIPT_THRESHOLD) {
-        script = script_file(argv[2], strlen(argv[2]));
+    /* A two-uid grading sandbox runs `HELPER exec -- sh -c SCRIPT` (bwrap.py `_command`). */
+    int at = argc == 6 && strcmp(argv[1], "exec") == 0 && strcmp(argv[2], "--") == 0 ? 3 : 0;
+    if (argc == at + 3 && strcmp(argv[at + 1], "-c") == 0 && strlen(argv[at + 2]) > SCRIPT_THRESHOLD) {
+        script = script_file(argv[at + 2], strlen(argv[at + 2]));
         if (!script) {
             char message[300];
             os_error_message(message, sizeof message, errno, "/tmp/.skyrl-script");
@@ -913,8 +915,8 @@ static void op_exec(const value_t *req, buf_t *reply) {
             error_reply(reply, os_error_name(errno), message);
             return;
         }
-        argv[1] = script;
-        argv[2] = NULL;
+        argv[at + 1] = script;
+        argv[at + 2] = NULL;
     }
     char *path = which(argv[0], path_var);
     if (!path) {

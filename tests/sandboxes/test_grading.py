@@ -315,3 +315,18 @@ def test_agent_programs_see_only_their_own_processes_and_the_verifier_sees_all()
     assert "No such file" in agent[1]
     assert verifier_sees == "1"  # the verifier still sees (and can end) the agent's processes
     assert int(bounding, 16) == 0xEB  # the six verifier capabilities, nothing else
+
+
+@pytest.mark.parametrize("server", ["native", "python"])
+def test_a_script_too_long_for_execve_runs_in_a_grading_sandbox(monkeypatch, server):
+    """Above 128 KiB a `sh -c` script goes to the server as a file (argv cannot hold it),
+    also behind the helper's `exec --` prefix."""
+    monkeypatch.setenv("SKYRL_SANDBOX_SERVER", server)
+    script = "x=1\n" * 60_000 + "id -u\n"
+
+    async def go() -> tuple[int, str]:
+        async with create_sandbox(SandboxSpec(grading=True)) as sb:
+            done = await sb.exec(script)
+            return done.exit_code, done.stdout.strip()
+
+    assert arun(go()) == (0, "0")
