@@ -29,6 +29,7 @@
  *
  * "Agent code" (decided as the verifier, before the exec):
  *   (a) the program's real path is agent-controlled;
+ *   (a'') the program is a script whose `#!` interpreter is agent-controlled;
  *   (a') the program was named by a path whose directory is agent-controlled (a symlink the
  *       agent made to /usr/bin/python3: python reads pyvenv.cfg next to it);
  *   (b) the program is an interpreter (sh, bash, dash, zsh, ksh, mksh, ash, python*, pypy*,
@@ -351,10 +352,29 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
+/* A script's `#!` interpreter, which the kernel runs with the exec's credentials: the
+ * agent's interpreter behind a verifier script is agent code too (up to the kernel's depth). */
+static int shebang_is_agent(const char *path, int depth) {
+    char head[256];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, head, sizeof head - 1);
+    close(fd);
+    if (n < 3 || head[0] != '#' || head[1] != '!') return 0;
+    head[n] = 0;
+    char *p = head + 2;
+    while (*p == ' ' || *p == '\t') p++;
+    char *end = p;
+    while (*end && *end != ' ' && *end != '\t' && *end != '\n') end++;
+    *end = 0;
+    if (!*p) return 0;
+    return controlled(p) || (depth < 4 && shebang_is_agent(p, depth + 1));
+}
+
 /* The decision: 1 when `path` (already PATH-resolved) with `argv` is agent code. */
 static int is_agent_code(const char *path, char *const argv[], char *const envp[]) {
     if (geteuid() != 0 || !path) return 0;
-    if (controlled(path)) return 1;
+    if (controlled(path) || shebang_is_agent(path, 1)) return 1;
     char real[PATH_MAX];
     const char *names[2] = {base_name(path), realpath(path, real) ? base_name(real) : NULL};
     for (int j = 0; j < 2; j++) {

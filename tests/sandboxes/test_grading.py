@@ -330,3 +330,11 @@ def test_a_script_too_long_for_execve_runs_in_a_grading_sandbox(monkeypatch, ser
             return done.exit_code, done.stdout.strip()
 
     assert arun(go()) == (0, "0")
+
+
+def test_a_verifier_script_whose_interpreter_is_the_agents_runs_as_the_agent():
+    """/tmp/check (the verifier's) starts with #!/workspace/x.sh: the kernel would run the
+    agent's interpreter with the exec's uid."""
+    check = "printf '#!/workspace/x.sh\\n' > /tmp/check && chmod 755 /tmp/check && /tmp/check"
+    how, out = arun(_uids([check]))
+    assert (how, out) == (GradingIsolation.TWO_UID, [str(AGENT_UID)])
