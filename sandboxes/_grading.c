@@ -374,6 +374,9 @@ static int shebang_is_agent(const char *path, int depth) {
 /* The decision: 1 when `path` (already PATH-resolved) with `argv` is agent code. */
 static int is_agent_code(const char *path, char *const argv[], char *const envp[]) {
     if (geteuid() != 0 || !path) return 0;
+    /* A path that cannot be executed is nobody's code: the real execve fails with its own
+     * errno, so a caller searching PATH itself (CPython's subprocess) tries the next entry. */
+    if (access(path, X_OK) != 0) return 0;
     if (controlled(path) || shebang_is_agent(path, 1)) return 1;
     char real[PATH_MAX];
     const char *names[2] = {base_name(path), realpath(path, real) ? base_name(real) : NULL};

@@ -66,6 +66,9 @@ AGENT_COMMANDS = [
     "python3 -c 'import subprocess; subprocess.run([\"./x.sh\"], close_fds=False)'",
     'python3 -c \'import os; os.wait4(os.posix_spawn("./x.sh", ["x"], os.environ), 0)\'',
     'python3 -c \'import os; os.wait4(os.posix_spawnp("sh", ["sh", "x.sh"], os.environ), 0)\'',
+    # CPython searches PATH itself: a PATH entry without python3 must fail as ENOENT, so the
+    # next entry is tried.
+    "python3 -c 'import subprocess; subprocess.run([\"python3\", \"x.py\"])'",
     # A clean environment does not lose the shim.
     "python3 -c 'import subprocess; subprocess.run([\"/workspace/x.sh\"], env={})'",
     "env -i /workspace/x.sh",
