@@ -262,3 +262,10 @@ def test_tests_dir_with_a_fifo_or_a_link_out_is_refused(tmp_path):
     (instruction / "instruction.md").symlink_to("/etc/passwd")
     with pytest.raises(TaskFormatError, match="link out of the task folder"):
         load_task(instruction)
+
+
+def test_deeply_nested_task_toml_is_an_invalid_task(tmp_path):
+    """tomllib recurses per nesting level: a RecursionError would escape the job's trial."""
+    task = make_task(tmp_path, "nested", toml="a = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(TaskFormatError, match="nested too deeply"):
+        load_task(task)

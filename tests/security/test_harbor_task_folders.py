@@ -315,3 +315,24 @@ def test_skyrl_eval_pass_env(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert refused.returncode == 2 and "takes no pass_env" in refused.stdout, refused.stdout
+
+
+def test_deeply_nested_task_toml_does_not_end_the_job(tmp_path: Path) -> None:
+    """A task.toml of arrays nested 50,000 deep (tomllib recurses per level) is one invalid
+    task; the job's other tasks still run and job.json is written."""
+    tasks = tmp_path / "tasks"
+    make_task(tasks, "fine")
+    make_task(tasks, "nested", toml="a = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    cli = [sys.executable, "-m", "skyrl_gym", "harbor", "run", "-a", "oracle"]
+    done = subprocess.run(
+        [*cli, "-p", str(tasks), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert (tmp_path / "out" / "job.json").is_file(), done.stdout + done.stderr
+    trials = json.loads((tmp_path / "out" / "job.json").read_text())["trials"]
+    by_task = {t["task"]: t for t in trials}
+    assert by_task["nested"]["error"] == "invalid_task"
+    assert by_task["fine"]["reward"] == 1.0

@@ -439,6 +439,8 @@ def _read_toml(task_dir: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise TaskFormatError(task_dir, "task.toml", f"invalid TOML ({e})") from None
+    except RecursionError:  # arrays nested thousands deep: one task must not end the job
+        raise TaskFormatError(task_dir, "task.toml", "nested too deeply to parse") from None
 
 
 def _schema_version(task_dir: Path, data: dict[str, Any]) -> str:
