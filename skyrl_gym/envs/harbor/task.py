@@ -408,7 +408,10 @@ def _check_tree(task_dir: Path, rel: str) -> None:
             shown = str(Path(entry.path).relative_to(task_dir))
             if count > TREE_MAX_FILES:
                 raise TaskFormatError(task_dir, rel, f"more than {TREE_MAX_FILES} entries")
-            info = entry.stat(follow_symlinks=False)
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError as e:
+                raise TaskFormatError(task_dir, shown, f"cannot be read ({e.strerror})") from None
             if stat.S_ISLNK(info.st_mode):
                 try:
                     target = Path(entry.path).resolve(strict=True)
