@@ -14,6 +14,10 @@ and `docker` (docker SDK; `pip install 'skyrl-sdk[docker]'`). Every sandbox and 
 Hardening helpers for envs that grade agents: `Workspace` (a size-capped, reaped directory
 shared by the agent and grading sandboxes), `grading_env()` (a verifier environment the agent
 never wrote) and `read_regular_file()` (read result files without following symlinks).
+A grading sandbox (`SandboxSpec(grading=True)`) has a read-only /proc and, on bwrap as root,
+two uids: the verifier (uid 0 inside, host `VERIFIER_HOST_UID`) and the programs it runs from
+the agent's files (`AGENT_UID`); `Sandbox.grading_isolation` says which it got
+(`GradingIsolation`).
 This package imports nothing from `tools`, `skyrl_gym` or `agents`.
 """
 
