@@ -68,7 +68,7 @@ AGENT_COMMANDS = [
     'python3 -c \'import os; os.wait4(os.posix_spawnp("sh", ["sh", "x.sh"], os.environ), 0)\'',
     # CPython searches PATH itself: a PATH entry without python3 must fail as ENOENT, so the
     # next entry is tried.
-    "python3 -c 'import subprocess; subprocess.run([\"python3\", \"x.py\"])'",
+    'python3 -c \'import subprocess; subprocess.run(["python3", "x.py"])\'',
     # A clean environment does not lose the shim.
     "python3 -c 'import subprocess; subprocess.run([\"/workspace/x.sh\"], env={})'",
     "env -i /workspace/x.sh",
