@@ -410,6 +410,12 @@ static const char *search_path(const char *file, const char *path_var, char *out
 
 /* envp with `LD_PRELOAD` holding the shim (add) or not (remove), in a new array. */
 static char **with_shim(char *const envp[], int keep) {
+    /* The usual case, an environment the shim came in with: used as it is, with no malloc
+     * (CPython's subprocess execs from a vfork child, where allocating is best avoided). */
+    const char *preload = env_get(envp, "LD_PRELOAD");
+    size_t len = sizeof SHIM_INSIDE - 1;
+    if (keep && preload && !strncmp(preload, SHIM_INSIDE, len) && (preload[len] == 0 || preload[len] == ':'))
+        return (char **)envp;
     int n = 0;
     while (envp && envp[n]) n++;
     char **out = malloc(sizeof(char *) * (size_t)(n + 2));
