@@ -211,9 +211,16 @@ class Server:
 
     # -- generation -----------------------------------------------------------------------
 
+    def check_admitted(self, plan: Plan) -> None:
+        """Refuse to generate for a plan that skipped `admit` in a session with a budget: a
+        route added later cannot forget the budget silently."""
+        if plan.ticket.budget is None and self.keys.budget(plan.session) is not None:
+            raise RuntimeError("a route generated without Server.admit (the session's budget)")
+
     async def generate(self, plan: Plan) -> tuple[list[Reply], float]:
         """All choices, together (the engine batches them); seconds taken. If one fails,
         the others are cancelled (they would hold rows of the batch for nobody)."""
+        self.check_admitted(plan)
         started = time.perf_counter()
         contexts = [self.context(plan) for _ in range(plan.n)]
         tasks = [

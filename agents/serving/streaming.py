@@ -118,6 +118,7 @@ async def merge(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
 
 async def start_stream(server: Server, plan: Plan) -> PrimedStream:
     """Choice 0's stream with its first item fetched (errors before any byte is sent are HTTP errors)."""
+    server.check_admitted(plan)
     first = PrimedStream(server, plan, 0)
     try:
         await first.prime()
