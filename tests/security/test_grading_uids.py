@@ -189,6 +189,37 @@ def test_an_agent_program_cannot_read_the_checks_expected_value_from_its_command
     assert seen == "nothing seen"
 
 
+# Reads the check's own test file (written by the host into the grading sandbox, as the
+# terminal env writes its check files) and prints the expected value it holds.
+TEST_READER = r"""
+import glob
+for path in glob.glob("/tmp/grader/*"):
+    try:
+        text = open(path).read()
+    except OSError as e:
+        print(f"refused: {e.strerror}")
+        raise SystemExit
+    print(text.split("EXPECTED = ")[1].split()[0].strip("'"))
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="issue 23: the check's files are readable by agent programs")
+def test_an_agent_program_cannot_read_the_checks_test_files():
+    async def go() -> tuple[bool, str, GradingIsolation]:
+        spec = SandboxSpec(grading=True, files={"x.py": TEST_READER})
+        async with create_sandbox(spec) as sb:
+            os.chown(sb.host_workspace / "x.py", AGENT_UID, AGENT_UID)
+            test = "import subprocess\nEXPECTED = '31337'\nout = subprocess.run(['python3', '/workspace/x.py'], capture_output=True, text=True).stdout\nassert out.strip() == EXPECTED, out\n"
+            await sb.write_file("/tmp/grader/test_x.py", test)
+            check = await sb.exec(["python3", "/tmp/grader/test_x.py"], env=grading_env())
+            return check.ok, check.output, sb.grading_isolation
+
+    passed, output, how = arun(go())
+    assert how is GradingIsolation.TWO_UID
+    assert not passed, "the check passed on a program that only read the check's test file"
+    assert "refused: Permission denied" in output
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the planted code is x86-64")
 def test_an_agent_program_cannot_rewrite_the_verifiers_memory():
     """Read-only /proc (landed with `SandboxSpec.grading`) already refuses the open; under two
