@@ -222,6 +222,12 @@ class ServerSandbox(Sandbox):
         (`_server.py`); None until started. `$SKYRL_SANDBOX_SERVER` chooses."""
         return self._server_kind
 
+    @property
+    def _private_dirs(self) -> bool:
+        """True if directories `write_file` creates are the server's alone (0700): a two-uid
+        grading sandbox's check files stay out of the agent programs' reach."""
+        return False
+
     def _command(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         """The argv and environment the server is asked to run for one `exec` (a two-uid
         grading sandbox routes them through its exec shim)."""
@@ -603,16 +609,16 @@ class ServerSandbox(Sandbox):
         self, path: str, data: str | bytes, *, mode: int = 0o644, parents: bool = True
     ) -> None:
         payload = to_bytes(data, "data")
-        await self._request(
-            {
-                "op": "write",
-                "path": self.resolve(path),
-                "data": payload,
-                "mode": mode,
-                "parents": parents,
-            },
-            self.spec.timeout_s,
-        )
+        request: dict[str, Any] = {
+            "op": "write",
+            "path": self.resolve(path),
+            "data": payload,
+            "mode": mode,
+            "parents": parents,
+        }
+        if self._private_dirs:
+            request["dir_mode"] = 0o700
+        await self._request(request, self.spec.timeout_s)
 
     def _archive_request(self, request: dict[str, Any]) -> dict[str, Any]:
         """The native server does not implement tar: it runs this helper (the Python

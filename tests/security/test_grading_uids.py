@@ -193,7 +193,7 @@ def test_an_agent_program_cannot_read_the_checks_expected_value_from_its_command
 # terminal env writes its check files) and prints the expected value it holds.
 TEST_READER = r"""
 import glob
-for path in glob.glob("/tmp/grader/*"):
+for path in glob.glob("/tmp/grader/*") or ["/tmp/grader/test_x.py"]:  # listed, or guessed
     try:
         text = open(path).read()
     except OSError as e:
@@ -203,7 +203,6 @@ for path in glob.glob("/tmp/grader/*"):
 """
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23: the check's files are readable by agent programs")
 def test_an_agent_program_cannot_read_the_checks_test_files():
     async def go() -> tuple[bool, str, GradingIsolation]:
         spec = SandboxSpec(grading=True, files={"x.py": TEST_READER})
