@@ -222,12 +222,6 @@ class ServerSandbox(Sandbox):
         (`_server.py`); None until started. `$SKYRL_SANDBOX_SERVER` chooses."""
         return self._server_kind
 
-    @property
-    def _private_dirs(self) -> bool:
-        """True if directories `write_file` creates are the server's alone (0700): a two-uid
-        grading sandbox's check files stay out of the agent programs' reach."""
-        return False
-
     def _command(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         """The argv and environment the server is asked to run for one `exec` (a two-uid
         grading sandbox routes them through its exec shim)."""
@@ -616,8 +610,6 @@ class ServerSandbox(Sandbox):
             "mode": mode,
             "parents": parents,
         }
-        if self._private_dirs:
-            request["dir_mode"] = 0o700
         await self._request(request, self.spec.timeout_s)
 
     def _archive_request(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -285,12 +285,6 @@ class BwrapSandbox(ServerSandbox):
         probe = await self.exec(["/bin/sh", "-c", ":"], env={"SKYRL_GRADING_SHIM_PROBE": "1"})
         return "skyrl-grading-shim-ok" in probe.stdout
 
-    @property
-    def _private_dirs(self) -> bool:
-        # The verifier's files (e.g. a check's test files under /tmp) must not be readable by
-        # the agent's programs it runs: one could print the expected values a test holds.
-        return self._grading_tools is not None
-
     def _command(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         if self._grading_tools is None:
             return argv, env

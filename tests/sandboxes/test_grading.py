@@ -341,13 +341,3 @@ def test_a_verifier_script_whose_interpreter_is_the_agents_runs_as_the_agent():
     check = "printf '#!/workspace/x.sh\\n' > /tmp/check && chmod 755 /tmp/check && /tmp/check"
     how, out = arun(_uids([check]))
     assert (how, out) == (GradingIsolation.TWO_UID, [str(AGENT_UID)])
-
-
-def test_directories_write_file_creates_are_the_verifiers_alone_in_grading():
-    async def mode(grading: bool) -> list[str]:
-        async with create_sandbox(SandboxSpec(grading=grading)) as sb:
-            await sb.write_file("/tmp/grader/sub/t.py", "x = 1\n")
-            return (await sb.exec("stat -c %a /tmp/grader /tmp/grader/sub")).stdout.split()
-
-    assert arun(mode(True)) == ["700", "700"]
-    assert arun(mode(False)) == ["755", "755"]

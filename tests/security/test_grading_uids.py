@@ -190,7 +190,8 @@ def test_an_agent_program_cannot_read_the_checks_expected_value_from_its_command
 
 
 # Reads the check's own test file (written by the host into the grading sandbox, as the
-# terminal env writes its check files) and prints the expected value it holds.
+# terminal env writes its check files, in a 0700 directory of the verifier's) and prints the
+# expected value it holds. With one uid the 0700 directory is no obstacle.
 TEST_READER = r"""
 import glob
 for path in glob.glob("/tmp/grader/*") or ["/tmp/grader/test_x.py"]:  # listed, or guessed
@@ -209,6 +210,8 @@ def test_an_agent_program_cannot_read_the_checks_test_files():
         async with create_sandbox(spec) as sb:
             os.chown(sb.host_workspace / "x.py", AGENT_UID, AGENT_UID)
             test = "import subprocess\nEXPECTED = '31337'\nout = subprocess.run(['python3', '/workspace/x.py'], capture_output=True, text=True).stdout\nassert out.strip() == EXPECTED, out\n"
+            # The check's own directory, 0700: under two uids no agent program can read it.
+            assert (await sb.exec(["mkdir", "-m", "0700", "/tmp/grader"])).ok
             await sb.write_file("/tmp/grader/test_x.py", test)
             check = await sb.exec(["python3", "/tmp/grader/test_x.py"], env=grading_env())
             return check.ok, check.output, sb.grading_isolation
