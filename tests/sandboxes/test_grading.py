@@ -11,6 +11,7 @@ import pytest
 from skyrl_sdk.sandboxes import (
     AGENT_UID,
     VERIFIER_HOST_UID,
+    BackendUnavailable,
     GradingIsolation,
     SandboxSpec,
     create_sandbox,
@@ -341,3 +342,15 @@ def test_a_verifier_script_whose_interpreter_is_the_agents_runs_as_the_agent():
     check = "printf '#!/workspace/x.sh\\n' > /tmp/check && chmod 755 /tmp/check && /tmp/check"
     how, out = arun(_uids([check]))
     assert (how, out) == (GradingIsolation.TWO_UID, [str(AGENT_UID)])
+
+
+def test_no_exec_shim_means_one_uid(monkeypatch):
+    """No C compiler (or a failed build): grading still runs, with one uid, and says so."""
+
+    def no_compiler():
+        raise BackendUnavailable("the grading helper is unavailable: no C compiler")
+
+    monkeypatch.setattr("skyrl_sdk.sandboxes._native.build_grading", no_compiler)
+    monkeypatch.setattr("skyrl_sdk.sandboxes._native.grading_settled", lambda: True)
+    how, out = arun(_uids(["id -u", "./x.sh"]))
+    assert (how, out) == (GradingIsolation.SINGLE_UID, [str(AGENT_UID), str(AGENT_UID)])
