@@ -52,6 +52,7 @@ __all__ = [
     "QueryStatus",
     "ReadOnlyDatabase",
     "SQLAlchemyDatabase",
+    "SQLNotAStatement",
     "SQLRefused",
     "SQLiteDatabase",
     "check_statement",
@@ -66,6 +67,11 @@ __all__ = [
 
 class SQLRefused(ValueError):
     """A statement that is not a single read-only query."""
+
+
+class SQLNotAStatement(ValueError):
+    """A query whose first word starts no SQL statement (a typo, or prose): a syntax error,
+    reported as `QueryStatus.ERROR`, not a refusal (it could not have written anything)."""
 
 
 class QueryStatus(enum.Enum):
@@ -120,6 +126,21 @@ _TOKENS = re.compile(
 )
 _FIRST_WORD = re.compile(r"[\s(]*([A-Za-z_]+)")
 _READ_KEYWORDS = frozenset({"SELECT", "WITH", "VALUES", "EXPLAIN", "PRAGMA", "TABLE", "SHOW"})
+# Statements of SQLite, DuckDB and PostgreSQL that are not reads: refused. A first word that
+# is neither these nor a read keyword starts no statement at all (`SELEC`, prose), which the
+# databases would reject as a syntax error; it is reported as one.
+_OTHER_STATEMENT_KEYWORDS = frozenset(
+    {
+        "ABORT", "ALTER", "ANALYZE", "ATTACH", "BEGIN", "CALL", "CHECKPOINT", "CLOSE",
+        "CLUSTER", "COMMENT", "COMMIT", "COPY", "CREATE", "DEALLOCATE", "DECLARE", "DELETE",
+        "DESCRIBE", "DETACH", "DISCARD", "DO", "DROP", "END", "EXECUTE", "EXPORT", "FETCH",
+        "FORCE", "FROM", "GRANT", "IMPORT", "INSERT", "INSTALL", "LISTEN", "LOAD", "LOCK",
+        "MERGE", "MOVE", "NOTIFY", "PIVOT", "PREPARE", "REASSIGN", "REFRESH", "REINDEX",
+        "RELEASE", "RENAME", "REPLACE", "RESET", "REVOKE", "ROLLBACK", "SAVEPOINT",
+        "SECURITY", "SET", "START", "SUMMARIZE", "TRUNCATE", "UNLISTEN", "UNPIVOT", "UPDATE",
+        "UPSERT", "USE", "VACUUM",
+    }
+)  # fmt: skip
 _WRITE_HINT = {
     "ATTACH": "ATTACH is not allowed",
     "DETACH": "DETACH is not allowed",
@@ -150,7 +171,8 @@ def _strip_comments(sql: str) -> str:
 
 def check_statement(sql: str) -> str:
     """Return the single statement in `sql` (without a trailing `;`), or raise `SQLRefused`
-    with a sentence saying why it will not run."""
+    with a sentence saying why it will not run (`SQLNotAStatement` when its first word starts
+    no SQL statement)."""
     statements = split_statements(sql)
     if not statements:
         raise SQLRefused("refused: the query is empty")
@@ -163,6 +185,10 @@ def check_statement(sql: str) -> str:
     word = match.group(1).upper() if match else ""
     if word == "PRAGMA" and "=" in _strip_comments(statement):
         raise SQLRefused("refused: PRAGMA changes are not allowed; the database is read-only")
+    if word not in _READ_KEYWORDS and word not in _OTHER_STATEMENT_KEYWORDS:
+        text = _strip_comments(statement).strip()
+        start = text.split(None, 1)[0][:40] if text else ""
+        raise SQLNotAStatement(f'syntax error: "{start}" does not start an SQL statement')
     if word not in _READ_KEYWORDS:
         reason = _WRITE_HINT.get(word, f"{word or 'this'} statements are not allowed")
         raise SQLRefused(
@@ -201,6 +227,8 @@ class ReadOnlyDatabase(abc.ABC):
             statement = check_statement(sql)
         except SQLRefused as e:
             return QueryOutcome(QueryStatus.REFUSED, message=str(e))
+        except SQLNotAStatement as e:
+            return QueryOutcome(QueryStatus.ERROR, message=str(e))
         limit = self.limits.timeout_s if timeout_s is None else timeout_s
         with self._lock:
             outcome = self._run(statement, limit, max_rows)

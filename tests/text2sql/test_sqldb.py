@@ -165,3 +165,13 @@ def test_postgres_by_url() -> None:
         with engine.begin() as conn:
             conn.execute(text("DROP TABLE skyrl_person"))
         engine.dispose()
+
+
+@pytest.mark.parametrize("sql", ["SELEC name FROM person", "The answer is 3", "name FROM person"])
+def test_a_query_that_is_not_sql_is_a_syntax_error_not_a_refusal(tmp_path: Path, sql: str) -> None:
+    """A typo in the first word (or prose) is no write: it fails as an error, which the metrics
+    score `pred_error`; statements that do write stay refused (`WRITES`)."""
+    with open_database(make_sqlite(tmp_path / "shop.sqlite")) as db:
+        outcome = db.execute(sql)
+    assert outcome.status is QueryStatus.ERROR, outcome
+    assert "syntax error" in outcome.message and "refused" not in outcome.message
