@@ -33,9 +33,33 @@ def eval_command(
         ..., "--policy", "-p", help="Policy SPEC: tiny, DIR, URL or scripted:FILE."
     ),
     tasks: Path | None = typer.Option(
-        None, "--tasks", help="JSONL task rows (default: the env's own)."
+        None,
+        "--tasks",
+        metavar="FILE",
+        help="Task rows to play (JSONL or parquet, plain rows with task_id or SkyRL rows; "
+        "default: the env's own).",
     ),
-    num: int | None = typer.Option(None, "--num", "-n", help="Evaluate the first N tasks."),
+    num: int | None = typer.Option(
+        None,
+        "--num",
+        "-n",
+        min=1,
+        help="Evaluate the first N tasks; an env without tasks plays seeds 0..N-1.",
+    ),
+    seed_offset: int | None = typer.Option(
+        None,
+        "--seed-offset",
+        min=0,
+        metavar="K",
+        help="Envs played by seeds (no task list): play seeds K..K+N-1 instead of 0..N-1.",
+    ),
+    env_kwargs: list[str] = typer.Option(
+        [],
+        "--env-kwarg",
+        metavar="KEY=VALUE",
+        help="Pass KEY=VALUE to the env's constructor (repeatable; VALUE is read as JSON when "
+        "it parses, else as text), e.g. --env-kwarg tool_format=hermes.",
+    ),
     concurrency: int = typer.Option(8, "--concurrency", "-c", help="Episodes running at once."),
     out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Output directory."),
     resume: bool = typer.Option(
@@ -107,8 +131,10 @@ def eval_command(
         DEFAULT_MAX_TURNS,
         EvalError,
         check_resume,
+        eval_rows,
         failure_outside_policy,
         load_policy,
+        parse_env_kwargs,
         plan,
     )
     from skyrl_sdk.agents.policy import SamplingParams
@@ -125,8 +151,8 @@ def eval_command(
     except CommandAgentError as e:
         _die(str(e))
     try:
+        make_kwargs: dict[str, Any] = parse_env_kwargs(env_kwargs)
         spec = resolve(env_id, imports=imports, from_cwd=True)
-        make_kwargs: dict[str, Any] = {}
         if pass_env:
             make_kwargs["pass_env"] = list(pass_env)
         if max_turns is None:
@@ -154,19 +180,26 @@ def eval_command(
             except ValueError as e:
                 _die(f"--pass-env: {e}")
 
-        if command_agent is not None:  # refuse an env that cannot host it, before any episode
+        try:  # one env up front: bad --env-kwarg values fail here, once, not per episode
             probe = make_env()
-            try:
+        except TypeError as e:
+            if not env_kwargs:
+                raise
+            _die(f"--env-kwarg: env {env_id!r} does not take {', '.join(env_kwargs)} ({e})")
+        except ValueError as e:
+            if not env_kwargs:
+                raise
+            _die(f"--env-kwarg: env {env_id!r} refused {', '.join(env_kwargs)}: {e}")
+        try:
+            if command_agent is not None:  # refuse an env that cannot host it, before any run
                 host_env(probe)
-            finally:
-                probe.close()
-        if tasks is not None:
-            rows = load_tasks(tasks)
-        else:
-            probe = make_env()
-            rows = list(getattr(probe.unwrapped, "tasks", ()))
+            required = getattr(probe.unwrapped, "required_fields", ())
+            env_rows = list(getattr(probe.unwrapped, "tasks", ()))
+        finally:
             probe.close()
-        rows = rows[:num] if num is not None else rows
+        if tasks is not None:  # the user's rows, validated once against the env's fields
+            env_rows = load_tasks(tasks, required=tuple(required))
+        rows = eval_rows(env_rows, env_id=env_id, num=num, seed_offset=seed_offset)
         the_plan = plan(rows, out, resume=resume)
     except (UnknownEnvError, EntryPointError, TaskError, EvalError, CommandAgentError) as e:
         _die(str(e))

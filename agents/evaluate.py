@@ -5,7 +5,11 @@ An evaluation directory holds:
 - `results.json`: the summary and one row per episode, written when the run ends.
 
 Resuming reads `trajectories.jsonl`, keeps every episode that finished without an
-infrastructure error, and runs only the missing or errored ones.
+infrastructure error, and runs only the missing or errored ones (keyed on task id).
+
+An env without a task list (its state drawn from the seed, the Gymnasium way) is played by
+seeds: `eval_rows` gives seeds `offset .. offset + num - 1` as the rows `seed-<n>`, whose
+episodes start with `reset(seed=n)` and whose trajectories and result rows carry `seed`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skyrl_gym.tasks import TaskRow, seed_tasks
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import Policy, SamplingParams
 from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
@@ -97,6 +102,25 @@ def load_policy(
     return LocalEngine.from_pretrained(path, device=device)
 
 
+def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """`--env-kwarg KEY=VALUE` items as constructor keyword arguments.
+
+    VALUE is read as JSON when it parses (`3`, `true`, `["a"]`), else kept as text
+    (`tool_format=hermes`). `EvalError` names an item without `=` or with a bad key.
+    """
+    kwargs: dict[str, Any] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            raise EvalError(f"--env-kwarg {item!r}: expected KEY=VALUE with KEY a Python name")
+        try:
+            kwargs[key] = json.loads(raw)
+        except ValueError:
+            kwargs[key] = raw
+    return kwargs
+
+
 # -- summaries ----------------------------------------------------------------------------
 
 
@@ -154,6 +178,34 @@ def summarize(trajectories: Sequence[Trajectory]) -> EvalSummary:
 # -- runs ---------------------------------------------------------------------------------
 
 
+def eval_rows(
+    rows: Sequence[TaskRow],
+    *,
+    env_id: str,
+    num: int | None = None,
+    seed_offset: int | None = None,
+) -> list[TaskRow]:
+    """The rows an evaluation plays.
+
+    `rows` are the task rows (the env's own, or `--tasks`): their first `num`. With none, the
+    env is played by seeds: `num` seed rows from `seed_offset` (default 0) up. `EvalError`
+    for a seed env without `num`, and for `seed_offset` on an env that has tasks.
+    """
+    if rows:
+        if seed_offset is not None:
+            raise EvalError(
+                f"--seed-offset: env {env_id!r} has {len(rows)} task row(s), which pick its "
+                "episodes; --seed-offset is for envs played by seeds (no task list)"
+            )
+        return list(rows[:num]) if num is not None else list(rows)
+    if num is None:
+        raise EvalError(
+            f"--num: env {env_id!r} has no task list, so it is played by seeds: pass --num N "
+            "for seeds 0..N-1 (--seed-offset K shifts them), or --tasks FILE"
+        )
+    return seed_tasks(num, seed_offset or 0)
+
+
 @dataclass(frozen=True)
 class EvalPlan:
     """What an evaluation run will do, decided before any episode starts."""
@@ -166,6 +218,8 @@ class EvalPlan:
     """Finished episodes carried over from an earlier run (`--resume`)."""
     total: int = 0
     """Episodes in the whole evaluation (kept + to run)."""
+    order: tuple[str, ...] = ()
+    """Every episode id of the evaluation in task order (`results.json` lists them so)."""
 
 
 def plan(tasks: Sequence[dict[str, Any]], out_dir: str | Path, *, resume: bool = False) -> EvalPlan:
@@ -185,7 +239,13 @@ def plan(tasks: Sequence[dict[str, Any]], out_dir: str | Path, *, resume: bool =
     wanted = {e for e, _ in episodes}
     kept = [t for e, t in previous.items() if e in wanted and not t.stop_reason.is_error]
     done = {t.episode_id for t in kept}
-    return EvalPlan(out, [(e, t) for e, t in episodes if e not in done], kept, len(episodes))
+    return EvalPlan(
+        out,
+        [(e, t) for e, t in episodes if e not in done],
+        kept,
+        len(episodes),
+        tuple(e for e, _ in episodes),
+    )
 
 
 def check_resume(the_plan: EvalPlan, *, env_id: str, policy: str) -> None:
@@ -297,9 +357,11 @@ async def run_plan(
                 writer=writer,
                 on_done=on_done,
             )
-    order = {e: i for i, (e, _) in enumerate(the_plan.episodes)}
+    # Task order, kept episodes in their places (a plan built by hand may lack `order`).
+    order = {e: i for i, e in enumerate(the_plan.order or [e for e, _ in the_plan.episodes])}
     everything = sorted(
-        [*the_plan.kept, *new], key=lambda t: (t.episode_id not in order, t.episode_id)
+        [*the_plan.kept, *new],
+        key=lambda t: (t.episode_id not in order, order.get(t.episode_id, 0), t.episode_id),
     )
     name = agent.name if agent is not None else policy.name
     write_results(the_plan.out_dir, everything, env_id=env_id, policy=name)
@@ -314,6 +376,7 @@ def write_results(
         {
             "episode_id": t.episode_id,
             "task_id": t.task_id,
+            "seed": t.seed,
             "reward": t.reward,
             "success": t.success,
             "stop_reason": t.stop_reason.value,

@@ -35,6 +35,7 @@ from typing import Any, overload
 
 from skyrl_gym.core import TextEnv
 from skyrl_gym.step_info import StepInfo, StepInfoError
+from skyrl_gym.tasks import reset_kwargs, task_seed
 from skyrl_gym.wrappers import EpisodeGuard
 from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
@@ -255,6 +256,7 @@ async def rollout(
         started_at,
         _now() - t0,
         error,
+        task_seed(task),
     )
 
 
@@ -367,10 +369,12 @@ async def _play(
     limits)."""
     inline = _steps_inline(env)
     try:
+        # A seed row (`skyrl_gym.tasks.seed_task`) resets with its seed, any other row
+        # is handed to the env as the task.
         if inline:
-            messages, _ = env.reset(options={"task": task})
+            messages, _ = env.reset(**reset_kwargs(task))
         else:
-            messages, _ = await env.areset(options={"task": task})
+            messages, _ = await env.areset(**reset_kwargs(task))
     except Exception as e:
         raise _EpisodeEnd(StopReason.ENV_ERROR, f"reset: {type(e).__name__}: {e}") from e
     try:
@@ -712,4 +716,5 @@ def _failed(
         success=False,
         started_at=time.time(),
         error=error,
+        seed=task_seed(task),
     )

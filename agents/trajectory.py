@@ -165,6 +165,9 @@ class Trajectory:
     """Wall-clock seconds for the whole episode."""
     error: str | None = None
     """What went wrong, for `env_error` / `policy_error` / `timeout`."""
+    seed: int | None = None
+    """The seed the episode reset with, for an env played by seeds (task `seed-<n>`);
+    None when a task row picked the episode."""
     schema: int = SCHEMA_VERSION
     """Version of the JSON layout."""
 
@@ -254,6 +257,7 @@ class Trajectory:
             "started_at": self.started_at,
             "duration_s": self.duration_s,
             "error": self.error,
+            "seed": self.seed,
             "prompt_messages": [dict(m) for m in self.prompt_messages],
             "segments": [
                 {
@@ -292,6 +296,7 @@ class Trajectory:
             started_at=float(data.get("started_at", 0.0)),
             duration_s=float(data.get("duration_s", 0.0)),
             error=data.get("error"),
+            seed=data.get("seed"),
             schema=int(data.get("schema", SCHEMA_VERSION)),
         )
 

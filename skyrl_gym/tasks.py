@@ -9,6 +9,11 @@ SkyRL's dataset rows are accepted too: a row with a `prompt` (a list of chat mes
 gets `task_id` = its 0-based position in the file (as a string, like SkyRL's row uid) and is
 otherwise kept as it is; `skyrl_row_parts` splits it into the prompt and the `extras` SkyRL
 passes to the env's constructor (the row without `prompt`, `env_class` and `task_id`).
+
+An env without a task list (the Gymnasium way: its state drawn from the seed) is played by
+seeds: `seed_task(n)` is the row of seed `n` (`task_id` `seed-<n>`), and `reset_kwargs(row)`
+says how an episode starts, `reset(seed=n)` for a seed row and `reset(options={"task": row})`
+for any other.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ SKYRL_ENV_CLASS_KEY = "env_class"
 """The field of a SkyRL row naming the env id it is played in."""
 PARQUET_EXTRA = "parquet"
 """The optional dependency group that reads parquet datasets (pyarrow)."""
+SEED_KEY = "seed"
+"""The field of a seed row (`seed_task`) holding the seed its episode resets with."""
+SEED_TASK_PREFIX = "seed-"
+"""`task_id` prefix of a seed row: seed 3 is task `seed-3`."""
 
 
 class TaskError(ValueError):
@@ -96,6 +105,39 @@ def skyrl_row_parts(row: TaskRow) -> tuple[list[dict[str, Any]], dict[str, Any]]
         )
     skip = (SKYRL_PROMPT_KEY, SKYRL_ENV_CLASS_KEY, "task_id")
     return prompt, {k: v for k, v in row.items() if k not in skip}
+
+
+def seed_task(seed: int) -> TaskRow:
+    """The row of an episode that starts with `reset(seed=seed)`: `task_id` `seed-<seed>`."""
+    return {"task_id": f"{SEED_TASK_PREFIX}{seed}", SEED_KEY: seed}
+
+
+def seed_tasks(num: int, offset: int = 0) -> list[TaskRow]:
+    """Rows of seeds `offset .. offset + num - 1` (`seed_task` each)."""
+    return [seed_task(s) for s in range(offset, offset + num)]
+
+
+def task_seed(row: TaskRow) -> int | None:
+    """The seed of a seed row (`seed_task`), None for any other row.
+
+    Only a row that is exactly `seed_task(n)` counts, so a dataset row that happens to carry a
+    `seed` field of its own is still played as a task.
+    """
+    seed = row.get(SEED_KEY)
+    if (
+        seed.__class__ is int  # exact: bool is not a seed
+        and len(row) == 2
+        and row.get("task_id") == f"{SEED_TASK_PREFIX}{seed}"
+    ):
+        return seed  # type: ignore[return-value]
+    return None
+
+
+def reset_kwargs(row: TaskRow) -> dict[str, Any]:
+    """Keyword arguments of the `reset` that starts `row`'s episode: `{"seed": n}` for a seed
+    row, else `{"options": {"task": row}}`."""
+    seed = task_seed(row)
+    return {"seed": seed} if seed is not None else {"options": {"task": row}}
 
 
 def load_tasks(path: str | Path, required: Sequence[str] = ()) -> list[TaskRow]:
