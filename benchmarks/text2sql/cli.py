@@ -52,6 +52,9 @@ def eval_command(
     tables: Path | None = typer.Option(None, "--tables", help="Spider tables.json (schemas)."),
     workers: int = typer.Option(1, "--workers", help="Questions scored in parallel."),
     max_turns: int = typer.Option(6, "--max-turns", help="--policy: turns per episode."),
+    max_tokens: int = typer.Option(
+        3000, "--max-tokens", min=1, help="--policy: tokens the policy may generate per turn."
+    ),
     concurrency: int = typer.Option(8, "--concurrency", help="--policy: episodes at once."),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N questions."),
     # Defaults come from SQLLimits (not imported here: the CLI loads lazily).
@@ -124,17 +127,42 @@ def eval_command(
             keep_distinct=keep_distinct, workers=workers, extra=extra, limits=limits,
         )  # fmt: skip
     else:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         from skyrl_sdk.benchmarks.text2sql.policy_eval import PolicyUnavailable, evaluate_policy
 
         assert policy is not None
-        try:
-            report = evaluate_policy(
-                rows, policy, db_root=db_root, metric=chosen, timeout_s=timeout,
-                max_turns=max_turns, concurrency=concurrency, out_dir=out, extra=extra,
-                limits=limits,
-            )  # fmt: skip
-        except PolicyUnavailable as e:
-            _die(str(e))
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("env reward {task.fields[reward]:.3f}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, transient=False) as progress:
+            bar = progress.add_task("text2sql episodes", total=len(rows), reward=0.0)
+            done = [0, 0.0]  # episodes finished, their summed env reward
+
+            def on_done(trajectory) -> None:  # type: ignore[no-untyped-def]
+                done[0] += 1
+                done[1] += trajectory.reward
+                progress.update(bar, advance=1, reward=done[1] / done[0])
+
+            try:
+                report = evaluate_policy(
+                    rows, policy, db_root=db_root, metric=chosen, timeout_s=timeout,
+                    max_turns=max_turns, max_tokens=max_tokens, concurrency=concurrency,
+                    out_dir=out, extra=extra, limits=limits, on_done=on_done,
+                )  # fmt: skip
+            except PolicyUnavailable as e:
+                progress.stop()
+                _die(str(e))
     from skyrl_sdk.benchmarks.text2sql.evaluate import write_report
 
     path = write_report(report, out)
@@ -157,7 +185,45 @@ def _print_summary(report, path: Path) -> None:  # type: ignore[no-untyped-def]
             table.add_row(f"{title[3:]}: {name}", str(bucket["n"]), f"{bucket['accuracy']:.3f}")
     console.print(table)
     console.print(f"statuses: {data['statuses']}")
+    _print_wrong(console, report)
     console.print(f"wrote {path}")
+
+
+WRONG_SHOWN = 10
+"""Wrong answers the summary shows (all are in results.json)."""
+
+
+def _print_wrong(console, report) -> None:  # type: ignore[no-untyped-def]
+    """The first `WRONG_SHOWN` wrong answers: the predicted SQL, the gold rows and the
+    predicted rows side by side (the first rows of each)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    wrong = [i for i in report.items if i.status == "wrong"]
+    if not wrong:
+        return
+    table = Table(title=f"wrong answers ({min(len(wrong), WRONG_SHOWN)} of {len(wrong)})")
+    table.add_column("task")
+    table.add_column("predicted SQL")
+    table.add_column("gold rows")
+    table.add_column("predicted rows")
+    for item in wrong[:WRONG_SHOWN]:
+        table.add_row(
+            escape(item.task_id),
+            escape(item.prediction or ""),
+            escape(_rows_text(item.gold_rows)),
+            escape(_rows_text(item.pred_rows)),
+        )
+    console.print(table)
+
+
+def _rows_text(rows: list[list[object]] | None) -> str:
+    """A few result rows, one per line ("(no rows)" when empty)."""
+    if rows is None:
+        return "(not available)"
+    if not rows:
+        return "(no rows)"
+    return "\n".join(", ".join(repr(v) if isinstance(v, str) else str(v) for v in r) for r in rows)
 
 
 @app.command("build")

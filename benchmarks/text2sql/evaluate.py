@@ -6,6 +6,9 @@ Predictions come as (see `read_predictions`):
 - JSONL: `{"index": i, "sql": ...}` or `{"question_id": q, "sql": ...}` (or `task_id`);
 - JSON: BIRD's `{"0": "SQL\\t----- bird -----\\tdb_id", ...}`, or a list of SQL strings.
 
+A wrong answer's item also holds the first `PREVIEW_ROWS` rows of the gold and of the
+predicted result on the question's database (`gold_rows`, `pred_rows`), to see what differs.
+
 Every prediction runs read-only: one that tries to write scores 0 and changes nothing. Every
 query (prediction and gold) runs under the caps of `SQLLimits` (rows, result bytes, memory
 growth): a prediction that hits one scores 0 with status `pred_too_large`, and the evaluation
@@ -37,6 +40,7 @@ from skyrl_sdk.tools.sql_limits import DEFAULT_SQL_LIMITS, SQLCap, SQLLimits, ca
 from skyrl_sdk.tools.sqldb import ReadOnlyDatabase, open_database
 
 __all__ = [
+    "PREVIEW_ROWS",
     "EvalItem",
     "EvalReport",
     "PredictionsError",
@@ -44,6 +48,10 @@ __all__ = [
     "score_predictions",
     "write_report",
 ]
+
+
+PREVIEW_ROWS = 5
+"""Rows of the gold and the predicted result kept on a wrong answer's item."""
 
 
 class PredictionsError(ValueError):
@@ -71,13 +79,17 @@ class EvalItem:
     """The row's difficulty bucket, when the data has one."""
     error: str | None = None
     """Why the prediction failed (or the gold query did), when it did."""
+    gold_rows: list[list[Any]] | None = None
+    """A wrong answer: the first `PREVIEW_ROWS` rows of the gold result on the question's
+    database (values JSON can hold; others as text). None otherwise."""
+    pred_rows: list[list[Any]] | None = None
+    """A wrong answer: the first `PREVIEW_ROWS` rows of the predicted result there."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        if self.error is None:
-            del data["error"]
-        if self.difficulty is None:
-            del data["difficulty"]
+        for name in ("error", "difficulty", "gold_rows", "pred_rows"):
+            if data[name] is None:
+                del data[name]
         return data
 
 
@@ -307,9 +319,17 @@ def score_predictions(
             result = MatchResult(
                 MatchStatus.PRED_TOO_LARGE, f"query stopped: {cap_message(SQLCap.MEMORY, limits)}"
             )
+        previews: dict[str, list[list[Any]] | None] = {}
+        if result.status is MatchStatus.WRONG:
+            # Run again on the question's own database, a few rows each: what a reader needs to
+            # see why the answer is wrong (scoring itself keeps no rows).
+            db = databases.get([main])[0]
+            previews["gold_rows"] = _preview(db, str(row["gold_sql"]), limit)
+            previews["pred_rows"] = _preview(db, pred, limit)
         return EvalItem(
-            **common, correct=int(result.correct), status=result.status.value, error=result.error
-        )
+            **common, correct=int(result.correct), status=result.status.value, error=result.error,
+            **previews,
+        )  # fmt: skip
 
     try:
         if workers > 1:
@@ -321,6 +341,23 @@ def score_predictions(
         databases.close()
     details = {**(extra or {}), "limits": _limits_json(limits)}
     return EvalReport(metric, items, limit, mode, time.perf_counter() - started, details)
+
+
+def _preview(db: ReadOnlyDatabase, sql: str, timeout_s: float) -> list[list[Any]] | None:
+    """The first `PREVIEW_ROWS` rows of `sql` on `db`, JSON-safe (None if it fails now)."""
+    outcome = db.execute(sql, timeout_s=timeout_s, max_rows=PREVIEW_ROWS)
+    if not outcome.ok:
+        return None
+    return [[_json_cell(v) for v in r] for r in outcome.rows[:PREVIEW_ROWS]]
+
+
+def _json_cell(value: Any) -> Any:
+    """`value` as JSON holds it: numbers, text and null as they are, anything else as text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, bytes):
+        return value.hex() if len(value) <= 32 else value[:32].hex() + "..."
+    return str(value)
 
 
 def _limits_json(limits: SQLLimits) -> dict[str, Any]:

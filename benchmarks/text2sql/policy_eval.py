@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +79,12 @@ def evaluate_policy(
     out_dir: str | Path | None = None,
     extra: dict[str, Any] | None = None,
     limits: SQLLimits | None = None,
+    on_done: Callable[[Any], None] | None = None,
 ) -> EvalReport:
     """Run one episode per row with `spec`'s policy; score each final solution. Every query
-    (exploration and scoring) runs under `limits` (default `DEFAULT_SQL_LIMITS`)."""
+    (exploration and scoring) runs under `limits` (default `DEFAULT_SQL_LIMITS`); the policy
+    generates at most `max_tokens` tokens per turn. `on_done` is called with each trajectory
+    as its episode ends (the CLI's progress bar)."""
     from skyrl_gym.envs.sql.env import SQLEnv
     from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
     from skyrl_sdk.agents.trajectory import TrajectoryWriter
@@ -99,7 +102,7 @@ def evaluate_policy(
         try:
             return await run_episodes(
                 make_env, policy, episodes, concurrency=concurrency, limits=rollout_limits,
-                env_id="sql", writer=writer,
+                env_id="sql", writer=writer, on_done=on_done,
             )  # fmt: skip
         finally:
             await policy.aclose()
@@ -125,6 +128,7 @@ def evaluate_policy(
         "policy": spec,
         "policy_name": getattr(policy, "name", spec),
         "max_turns": max_turns,
+        "max_tokens": max_tokens,
         "mean_env_reward": sum(rewards) / len(rewards) if rewards else 0.0,
         "stop_reasons": stops,
     }

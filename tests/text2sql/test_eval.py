@@ -153,3 +153,40 @@ def test_bench_ours_only() -> None:
     report = run(seconds=0.2, include_peer=False)
     assert report.result["ours_steps_per_s"] > 0 and report.result["ours_final_reward"] == 1.0
     assert set(report.result) >= {"ours_steps_per_s", "skyrl_gym_steps_per_s", "speedup"}
+
+
+def test_syntax_error_scores_pred_error_and_a_write_pred_refused(bundled: Path) -> None:
+    rows = bundled_tasks()[:3]
+    preds = ["SELEC COUNT(*) FROM customers", "DELETE FROM customers", "SELECT COUNT(*) FRM x"]
+    report = score_predictions(rows, preds, db_root=bundled, metric=Metric.BIRD)
+    statuses = [i.status for i in report.items]
+    assert statuses == ["pred_error", "pred_refused", "pred_error"], report.items
+    assert "syntax error" in (report.items[0].error or "")
+
+
+def test_policy_mode_progress_max_tokens_and_wrong_rows(bundled: Path, tmp_path: Path) -> None:
+    """`--policy`: a progress bar, `--max-tokens` reaches the episodes, and a wrong answer
+    shows (in the console and results.json) the gold rows next to the predicted ones."""
+    pytest.importorskip("skyrl_sdk.agents.rollout")
+    rows = bundled_tasks()[:3]
+    answers = [rows[0]["gold_sql"], rows[1]["wrong_sql"], "SELEC name FROM categories"]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({
+        str(r["task_id"]): [f"<solution>{sql}</solution>"] for r, sql in zip(rows, answers, strict=True)
+    }))  # fmt: skip
+    out = tmp_path / "pol"
+    result = runner.invoke(app, ["text2sql", "eval", "--dataset", "bundled", "--policy",
+                                 f"scripted:{script}", "--limit", "3", "--max-tokens", "64",
+                                 "--metric", "bird", "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "3/3" in result.output  # the progress bar's count
+    data = json.loads((out / "results.json").read_text())
+    assert data["max_tokens"] == 64
+    items = data["items"]
+    assert [i["status"] for i in items] == ["correct", "wrong", "pred_error"]
+    assert "gold_rows" not in items[0] and "gold_rows" not in items[2]
+    wrong = items[1]
+    assert "Books" in json.dumps(wrong["gold_rows"])
+    assert "Books" not in json.dumps(wrong["pred_rows"])
+    assert "wrong answers" in result.output and rows[1]["task_id"] in result.output
+    assert "gold rows" in result.output and "predicted rows" in result.output
