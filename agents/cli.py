@@ -439,6 +439,9 @@ def serve_command(
         min=0.1,
         help="Seconds a connection has to send a whole request head, else it is closed.",
     ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Do not log one line per request to stderr."
+    ),
 ) -> None:
     """Serve a policy over an OpenAI-compatible HTTP API (chat and completions, streaming,
     tools, token ids), optionally capturing every session token-exact for training."""
@@ -490,6 +493,7 @@ def serve_command(
         tool_format=fmt,
         session_token_budget=session_token_budget or None,
         header_timeout_s=header_timeout,
+        log_requests=not quiet,
     )
     app = create_app(loaded.policy, config, renderer=loaded.renderer)
     auth = "API key required" if api_key else "no API key"

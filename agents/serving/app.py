@@ -86,6 +86,10 @@ def create_app(
         ),
     )
     app.add_middleware(SessionGate, api_key=config.api_key, keys=keys, open_paths=OPEN_PATHS)
+    if config.log_requests:  # added last: the outermost layer, so refusals are logged too
+        from skyrl_sdk.agents.serving.request_log import RequestLog
+
+        app.add_middleware(RequestLog)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError) -> JSONResponse:

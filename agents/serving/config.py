@@ -40,3 +40,6 @@ class ServeConfig:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     """A connection must send a whole request head within this many seconds of opening (or
     of its previous response), else it is closed (`http_guard.header_timeout_protocol`)."""
+    log_requests: bool = False
+    """Write one line per request to stderr (`request_log.RequestLog`): `skyrl serve` does
+    unless `--quiet`; in-process servers (training, tests) do not."""

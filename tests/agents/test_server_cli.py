@@ -146,3 +146,43 @@ def test_proxy_to_an_upstream_is_token_exact(tiny_dir) -> None:
     assert b.choices[0].message.content == a.choices[0].message.content
     assert captured is not None and captured.trainable
     assert list(captured.turns[0].token_ids) == a.choices[0].model_extra["token_ids"]
+
+
+def _serve_and_call(tmp_path, *extra: str) -> str:
+    """Start `skyrl serve` on a scripted policy, make one good and one bad request, stop it;
+    its output."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["hello"]))
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SKYRL, "serve", "--policy", f"scripted:{script}", "--port", str(port), *extra],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_up(proc, f"http://127.0.0.1:{port}")
+        base = f"http://127.0.0.1:{port}/sessions/s-1/v1"
+        ok = httpx.post(
+            f"{base}/chat/completions",
+            json={"model": "scripted", "messages": [{"role": "user", "content": "hi"}]},
+            timeout=30,
+        )
+        assert ok.status_code == 200, ok.text
+        bad = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={}, timeout=30)
+        assert bad.status_code >= 400
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    return proc.stdout.read().decode()
+
+
+def test_serve_logs_one_line_per_request_and_quiet_turns_it_off(tmp_path) -> None:
+    said = _serve_and_call(tmp_path)
+    lines = [line for line in said.splitlines() if "/chat/completions" in line]
+    assert len(lines) == 2, said
+    assert "POST /sessions/s-1/v1/chat/completions 200" in lines[0]
+    assert "POST /v1/chat/completions 4" in lines[1]
+    assert "/health" not in said  # the readiness polls are not logged
+    quiet = _serve_and_call(tmp_path, "--quiet")
+    assert "/chat/completions" not in quiet and "serving scripted" in quiet
