@@ -47,13 +47,17 @@ def render_html(
     """The report page for `trajectories`. `decode` turns one id into text (ids shown otherwise)."""
     n = len(trajectories)
     mean = sum(t.reward for t in trajectories) / n if n else 0.0
+    successes = sum(t.success for t in trajectories)
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_esc(title)}</h1>",
-        "<table class='summary'><tr><th>episodes</th><th>mean reward</th><th>success</th></tr>",
+        "<table class='summary'><tr><th>episodes</th><th>mean reward</th>"
+        "<th>success rate</th></tr>",
         f"<tr><td id='n-episodes'>{n}</td><td id='mean-reward'>{mean:.3f}</td>",
-        f"<td>{sum(t.success for t in trajectories)}</td></tr></table>",
+        # A rate, with the count it comes from: a bare count reads as a rate on small pages.
+        f"<td id='success-rate'>{successes / n if n else 0.0:.0%} ({successes}/{n})</td>"
+        "</tr></table>",
     ]
     parts.extend(_episode(t, decode) for t in trajectories)
     parts.append("</body></html>")

@@ -134,3 +134,20 @@ def test_report_renders_in_headless_chromium(tmp_path, chromium, chatml_renderer
         timeout=120,
     )
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_summary_shows_success_as_a_rate() -> None:
+    from skyrl_sdk.agents.trajectory import StopReason, Trajectory
+    from skyrl_sdk.agents.viewer import render_html
+
+    def episode(i: int, success: bool) -> Trajectory:
+        return Trajectory(
+            episode_id=f"e{i}", task_id=f"t{i}", env_id="lookup", policy="p",
+            stop_reason=StopReason.DONE, turns=(), segments=(), prompt_messages=(),
+            reward=float(success), success=success,
+        )  # fmt: skip
+
+    page = render_html([episode(0, True), episode(1, False), episode(2, False), episode(3, True)])
+    assert "<th>success rate</th>" in page
+    assert "<td id='success-rate'>50% (2/4)</td>" in page
+    assert "<td id='success-rate'>0% (0/0)</td>" in render_html([])
