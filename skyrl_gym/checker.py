@@ -3,6 +3,11 @@
 Each `check_*` function takes a fresh env (or the same env again, when given an instance) and
 raises `EnvCheckError` naming what broke. `run_checks` runs them all and reports each;
 `check_env` raises on the first failure. The last check runs Gymnasium's own `check_env`.
+
+A check may also warn (`EnvCheckWarning`) about something that is legal but likely a bug: an
+env whose seeds change neither its opening nor the result of a fixed action would play the
+same episode under every seed (`skyrl eval --num N` on an env without tasks). A warning never
+fails a check; `check_env` re-issues it with `warnings.warn`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,15 @@ from skyrl_sdk.tools.messages import is_message
 EnvSource = gym.Env | Callable[[], gym.Env]
 CHECK_SEED = 1234
 PROBE_ACTION = "hello"
+SEED_PROBE_ACTIONS = (PROBE_ACTION, "50", "1", "yes", "A")
+"""Fixed actions played under several seeds when the openings coincide: a seed that reaches
+the env's state (GuessEnv's secret) changes the result of at least one of them."""
+SEED_PROBES = 4
+"""Seeds compared by `check_reset_seed_determinism`."""
+
+
+class EnvCheckWarning(UserWarning):
+    """Legal but suspicious behaviour (the check still passes)."""
 
 
 class EnvCheckError(AssertionError):
@@ -47,6 +61,8 @@ class CheckResult:
     """Why it failed (empty when it passed)."""
     duration_s: float
     """Wall time the check took."""
+    warning: str = ""
+    """What the check warned about (`EnvCheckWarning`), empty if nothing; never a failure."""
 
 
 def _fail(message: str) -> None:
@@ -118,16 +134,45 @@ def check_reset_return_type(env: gym.Env) -> None:
 
 
 def check_reset_seed_determinism(env: gym.Env) -> None:
-    """The same seed gives the same opening messages, even after steps in between."""
+    """The same seed gives the same opening messages, even after steps in between.
+
+    Where different seeds give the same opening (an env whose state is drawn from the seed,
+    like the README's GuessEnv, or tasks that share a prompt), a few fixed actions are played
+    under each seed: when every result is identical too, the seed seems not to reach the env,
+    and the check warns (`EnvCheckWarning`) without failing.
+    """
     first, _ = _reset(env)
     env.step(PROBE_ACTION)
     second, _ = _reset(env)
     if first != second:
         _fail("reset(seed=s) twice gave different messages")
-    other = [_reset(env, CHECK_SEED + k)[0] for k in range(1, 4)]
+    seeds = [CHECK_SEED + k for k in range(SEED_PROBES)]
+    if all(_reset(env, s)[0] == first for s in seeds[1:]) and not _seeds_change_steps(env, seeds):
+        tasks = len(getattr(env.unwrapped, "tasks", ()))
+        what = f"although the env has {tasks} tasks" if tasks > 1 else "(an env played by seeds)"
+        warnings.warn(
+            EnvCheckWarning(
+                f"seeds {seeds[0]}..{seeds[-1]} gave the same opening and the same results for "
+                f"the fixed actions {list(SEED_PROBE_ACTIONS)} {what}: reset(seed=...) seems "
+                "not to reach the env's state (seed it from self.np_random after "
+                "super().reset(seed=seed)), so every seed would play the same episode"
+            ),
+            stacklevel=2,
+        )
     _reset(env)
-    if all(o == first for o in other) and len(getattr(env.unwrapped, "tasks", ())) > 1:
-        _fail("different seeds always give the same task although the env has several")
+
+
+def _seeds_change_steps(env: gym.Env, seeds: list[int]) -> bool:
+    """Whether some fixed action's first step differs between `seeds`."""
+    for action in SEED_PROBE_ACTIONS:
+        outcomes = []
+        for seed in seeds:
+            _reset(env, seed)
+            messages, reward, terminated, truncated, _ = _step(env, action)
+            outcomes.append((messages, reward, terminated, truncated))
+        if any(o != outcomes[0] for o in outcomes[1:]):
+            return True
+    return False
 
 
 def check_step_return_type(env: gym.Env) -> None:
@@ -253,8 +298,20 @@ def run_checks(env: EnvSource) -> list[CheckResult]:
         instance = None
         try:
             instance = factory()
-            check(instance)
-            results.append(CheckResult(check.__name__, True, "", time.perf_counter() - started))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", EnvCheckWarning)
+                check(instance)
+            warned = []
+            for w in caught:
+                if issubclass(w.category, EnvCheckWarning):
+                    warned.append(str(w.message))
+                else:  # the env's own warnings are not ours to swallow
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            results.append(
+                CheckResult(
+                    check.__name__, True, "", time.perf_counter() - started, "; ".join(warned)
+                )
+            )
         except EnvCheckError as e:
             results.append(
                 CheckResult(check.__name__, False, e.message, time.perf_counter() - started)
@@ -271,8 +328,14 @@ def run_checks(env: EnvSource) -> list[CheckResult]:
 
 
 def check_env(env: EnvSource) -> None:
-    """Raise `EnvCheckError` listing every broken invariant; return None if the env passes."""
-    failures = [r for r in run_checks(env) if not r.passed]
+    """Raise `EnvCheckError` listing every broken invariant; return None if the env passes.
+
+    Warnings (`EnvCheckWarning`) are issued with `warnings.warn`, naming their check."""
+    results = run_checks(env)
+    for r in results:
+        if r.warning:
+            warnings.warn(EnvCheckWarning(f"{r.name}: {r.warning}"), stacklevel=2)
+    failures = [r for r in results if not r.passed]
     if failures:
         first = failures[0]
         detail = "; ".join(f"{r.name}: {r.message}" for r in failures)

@@ -2,7 +2,8 @@
 
 These formats cover what models are trained on:
 - `XMLTagFormat`: one tag per tool, the body is the single argument (`<sql>SELECT 1</sql>`),
-  as in SkyRL-SQL and Search-R1.
+  as in SkyRL-SQL and Search-R1; a tool with several arguments (or none) takes each as a
+  child tag (`<move><x>3</x><y>4</y></move>`).
 - `HermesFormat`: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen).
 - `MistralFormat`: `[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]` (Mistral).
 - `Llama3JSONFormat`: the reply is `{"name": ..., "parameters": {...}}`, optionally after
@@ -62,40 +63,73 @@ class ToolFormat(abc.ABC):
         return {"role": "user", "content": f"Your reply could not be parsed: {error.message}"}
 
 
-class XMLTagFormat(ToolFormat):
-    """`<tag>body</tag>`: each tag is a tool taking one string argument.
+_TAG_NAME = re.compile(r"[A-Za-z_][\w-]*")
 
-    `tags` maps tag name to the argument name the body fills, e.g. `{"sql": "query"}`.
-    `strip=False` keeps the body's surrounding whitespace (SkyRL-SQL's own parsing does).
+
+class XMLTagFormat(ToolFormat):
+    """`<tag>body</tag>`: each tag is a tool.
+
+    `tags` maps the tag of a one-argument tool to the argument its body fills, e.g.
+    `{"sql": "query"}`. `nested` maps the tag of a tool with any other number of arguments
+    to `{argument: JSON-schema type}`; each argument is a child tag of the call
+    (`<move><x>3</x><y>4</y></move>`), its text read as the type says (`3` for an integer,
+    JSON for arrays and objects; text that does not parse stays text, and the tool's schema
+    check reports it). `strip=False` keeps a body's surrounding whitespace (SkyRL-SQL's own
+    parsing does).
     """
 
     name = "xml"
 
     def __init__(
-        self, tags: Mapping[str, str], result_tag: str = "observation", *, strip: bool = True
+        self,
+        tags: Mapping[str, str],
+        result_tag: str = "observation",
+        *,
+        strip: bool = True,
+        nested: Mapping[str, Mapping[str, str]] | None = None,
     ):
-        if not tags:
+        nested = {k: dict(v) for k, v in (nested or {}).items()}
+        if not tags and not nested:
             raise ValueError("XMLTagFormat needs at least one tag")
-        for tag in tags:
-            if not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
+        for tag in [*tags, *nested, *(a for args in nested.values() for a in args)]:
+            if not _TAG_NAME.fullmatch(tag):
                 raise ValueError(f"invalid tag name {tag!r}")
         self.tags = dict(tags)
+        self.nested = nested
+        """Tags of tools whose arguments are child tags: `{tag: {argument: type}}`."""
         self.result_tag = result_tag
         self.strip = strip
-        self._open = re.compile("<(" + "|".join(map(re.escape, self.tags)) + ")>")
+        names = [*self.tags, *self.nested]
+        self._open = re.compile("<(" + "|".join(map(re.escape, names)) + ")>")
 
     @classmethod
     def for_tools(cls, tools: Sequence[Tool], result_tag: str = "observation") -> XMLTagFormat:
-        """One tag per single-argument tool, named after the tool."""
-        tags = {}
+        """One tag per tool, named after it: a one-argument tool's body is its argument, the
+        arguments of any other tool are child tags."""
+        tags: dict[str, str] = {}
+        nested: dict[str, dict[str, str]] = {}
         for t in tools:
-            params = list(t.parameters["properties"])
-            if len(params) != 1:
-                raise ValueError(
-                    f"XML tag format needs one-argument tools; {t.name} has {len(params)}"
-                )
-            tags[t.name] = params[0]
-        return cls(tags, result_tag)
+            props = t.parameters.get("properties", {})
+            if len(props) == 1:
+                tags[t.name] = next(iter(props))
+            else:
+                nested[t.name] = {k: str(v.get("type", "string")) for k, v in props.items()}
+        return cls(tags, result_tag, nested=nested)
+
+    def _child_arguments(self, tag: str, body: str) -> dict[str, object]:
+        """The arguments written as child tags in a nested call's body."""
+        arguments: dict[str, object] = {}
+        for arg, kind in self.nested[tag].items():
+            start = body.find(f"<{arg}>")
+            if start < 0:
+                continue  # a missing argument is the schema check's to report
+            start += len(arg) + 2
+            end = body.find(f"</{arg}>", start)
+            if end < 0:
+                continue
+            text = body[start:end].strip() if self.strip else body[start:end]
+            arguments[arg] = _typed(text, kind)
+        return arguments
 
     def parse(self, text: str) -> ParsedAction:
         calls: list[ToolCall] = []
@@ -114,12 +148,21 @@ class XMLTagFormat(ToolFormat):
                 )
                 return ParsedAction("".join(outside).strip(), calls, error)
             body = text[match.end() : end]
-            calls.append(ToolCall(tag, {self.tags[tag]: body.strip() if self.strip else body}))
+            if tag in self.nested:
+                calls.append(ToolCall(tag, self._child_arguments(tag, body)))
+            else:
+                calls.append(ToolCall(tag, {self.tags[tag]: body.strip() if self.strip else body}))
             pos = end + len(close)
         outside.append(text[pos:])
         return ParsedAction("".join(outside).strip(), calls)
 
     def render_call(self, call: ToolCall) -> str:
+        if call.name in self.nested:
+            children = "".join(
+                f"<{k}>{v if isinstance(v, str) else json.dumps(v)}</{k}>"
+                for k, v in call.arguments.items()
+            )
+            return f"<{call.name}>{children}</{call.name}>"
         return f"<{call.name}>{call.arguments[self.tags[call.name]]}</{call.name}>"
 
     def render_result(self, result: ToolResult) -> Message:
@@ -133,8 +176,34 @@ class XMLTagFormat(ToolFormat):
         for t in tools:
             if t.name in self.tags:
                 lines.append(f"- <{t.name}>{self.tags[t.name]}</{t.name}>: {t.description}")
+            elif t.name in self.nested:
+                children = "".join(f"<{a}>{a}</{a}>" for a in self.nested[t.name])
+                lines.append(f"- <{t.name}>{children}</{t.name}>: {t.description}")
         lines.append(f"Results come back inside <{self.result_tag}>...</{self.result_tag}>.")
         return "\n".join(lines)
+
+
+def _typed(text: str, kind: str) -> object:
+    """A child tag's text as its JSON-schema type; text that does not parse stays text."""
+    if kind == "string":
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    wanted = {
+        "integer": int,
+        "number": (int, float),
+        "boolean": bool,
+        "array": list,
+        "object": dict,
+        "null": type(None),
+    }.get(kind)
+    if wanted is None or isinstance(value, wanted):
+        if kind in ("integer", "number") and isinstance(value, bool):
+            return text  # true is no number
+        return value
+    return text
 
 
 def _call_from_json(

@@ -38,13 +38,29 @@ def _factory(
     # Resolve now, so an import error is reported once and not inside every check.
     target = resolve(env_id, imports=imports or (), from_cwd=True)
     if tasks is None:
+        _build_once(env_id, lambda: skyrl_gym.make(target))
         return lambda: skyrl_gym.make(target)
-    rows = load_tasks(tasks)
+    # Validated once, here, against the fields the env's rows need (one line naming them).
+    required = getattr(target.load(), "required_fields", ())
+    rows = load_tasks(tasks, required=tuple(required) if isinstance(required, tuple) else ())
     try:
         skyrl_gym.make(target, tasks=rows).close()  # fail once, here, if tasks= is not taken
     except TypeError as e:
         raise TasksNotTaken(f"env {env_id!r} does not take --tasks ({e})") from None
     return lambda: skyrl_gym.make(target, tasks=rows)
+
+
+class EnvBuildError(RuntimeError):
+    """The env's constructor raised: every check (every episode) would fail the same way."""
+
+
+def _build_once(env_id: str, build: Callable[[], Any]) -> None:
+    """Build and close one env, so a constructor that raises is one line, not a failure in
+    each of the checks (e.g. a multi-argument tool in a format that takes one argument)."""
+    try:
+        build().close()
+    except Exception as e:
+        raise EnvBuildError(f"env {env_id!r} cannot be built: {type(e).__name__}: {e}") from e
 
 
 class TasksNotTaken(ValueError):
@@ -57,9 +73,22 @@ def _die(message: str) -> None:
 
 
 @app.command("list")
-def list_envs() -> None:
-    """List registered environments."""
+def list_envs(
+    imports: list[str] = typer.Option([], "--import", metavar="MODULE", help=IMPORT_HELP),
+) -> None:
+    """List registered environments (with --import, those MODULE registers too)."""
+    import importlib
+    import os
+
     import skyrl_gym
+
+    if imports and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `resolve(from_cwd=True)`: the user's own modules
+    for module_name in imports:
+        try:
+            importlib.import_module(module_name)
+        except ImportError as e:
+            _die(f"--import: cannot import module {module_name!r} ({type(e).__name__}: {e})")
 
     table = Table(title="registered environments")
     table.add_column("id", style="bold")
@@ -85,6 +114,9 @@ def check(
         factory = _factory(env_id, imports, tasks)
     except (UnknownEnvError, EntryPointError, TaskError, TasksNotTaken) as e:
         _die(str(e))
+    except EnvBuildError as e:  # the env is broken, not the command line: a failed check
+        console.print(f"[bold red]FAIL:[/] {escape(str(e))}")
+        raise typer.Exit(1) from None
     results = run_checks(factory)
     table = Table(title=f"skyrl env check {env_id}")
     table.add_column("check")
@@ -93,13 +125,21 @@ def check(
     table.add_column("detail")
     for r in results:
         mark = "[green]pass[/]" if r.passed else "[bold red]FAIL[/]"
-        table.add_row(r.name, mark, f"{r.duration_s * 1000:.1f}", escape(r.message))
+        if r.passed and r.warning:
+            mark = "[yellow]warn[/]"
+        detail = r.message or r.warning
+        table.add_row(r.name, mark, f"{r.duration_s * 1000:.1f}", escape(detail))
     console.print(table)
+    for r in results:
+        if r.warning:
+            console.print(f"[yellow]warning:[/] {r.name}: {escape(r.warning)}")
     failed = [r for r in results if not r.passed]
     if failed:
         console.print(f"[bold red]{len(failed)} of {len(results)} checks failed[/]")
         raise typer.Exit(1)
-    console.print(f"[green]all {len(results)} checks passed[/]")
+    warned = sum(bool(r.warning) for r in results)
+    note = f" ({warned} with a warning)" if warned else ""
+    console.print(f"[green]all {len(results)} checks passed[/]{note}")
 
 
 def _show_messages(messages: list[dict[str, Any]]) -> None:
@@ -152,7 +192,7 @@ def play(
 
     try:
         env = _factory(env_id, imports, tasks)()
-    except (UnknownEnvError, EntryPointError, TaskError, TasksNotTaken) as e:
+    except (UnknownEnvError, EntryPointError, TaskError, TasksNotTaken, EnvBuildError) as e:
         _die(str(e))
     options = None
     if task_id is not None:

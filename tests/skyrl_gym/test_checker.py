@@ -99,3 +99,19 @@ def test_readme_custom_env_passes_our_checker_and_gymnasium():
         assert env.step(str(secret))[1:3] == (1.0, True)
     finally:
         skyrl_gym.deregister("guess")
+
+
+def test_seeds_that_reach_nothing_warn_without_failing():
+    from skyrl_gym.checker import EnvCheckWarning
+
+    results = {r.name: r for r in run_checks(envs.CountdownEnv)}  # its seed changes nothing
+    seeds = results["check_reset_seed_determinism"]
+    assert seeds.passed and "seem" in seeds.warning and "same opening" in seeds.warning
+    with pytest.warns(EnvCheckWarning, match="check_reset_seed_determinism: seeds 1234"):
+        skyrl_gym.check_env(envs.CountdownEnv)  # warns, does not raise
+
+
+def test_a_seed_that_changes_a_fixed_actions_result_does_not_warn():
+    from examples.guess_env import GuessEnv  # same opening under every seed, secret differs
+
+    assert not [r.warning for r in run_checks(lambda: skyrl_gym.make(GuessEnv)) if r.warning]
