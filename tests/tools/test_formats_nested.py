@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from skyrl_sdk.tools import tool
-from skyrl_sdk.tools.tool_calls import ToolCall
+from skyrl_sdk.tools.calls import ToolCall
 from skyrl_sdk.tools.formats import XMLTagFormat
 
 
