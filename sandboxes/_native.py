@@ -205,6 +205,15 @@ def settled() -> bool:
     return _built is not None or _failure is not None or server_choice() is ServerChoice.PYTHON
 
 
+def unavailable_reason() -> str | None:
+    """Why this process could not build the native server (None: built, or never tried).
+
+    `skyrl sandbox exec --json` reports it as `server_note` when the Python server ran.
+    """
+    with _lock:
+        return _failure
+
+
 _warned = False
 
 

@@ -1,5 +1,9 @@
 """`skyrl sandbox exec | ls | reap | audit`.
 
+`exec --json` (field `server`) and `exec --verbose` (a stderr line) say which command server ran
+the command: `native` (`_server.c`, compiled from the installed package) or `python`, with the
+reason the native one was unavailable (`server_note`).
+
 Imports only typer and `SandboxSpec` (stdlib only) at module level, so `--help` stays fast; the
 cap options of `exec` take their defaults and help text from `SandboxSpec`'s own defaults.
 """
@@ -12,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from skyrl_sdk.sandboxes.spec import SandboxSpec
+from skyrl_sdk.sandboxes.spec import ExecResult, SandboxSpec
 
 app = typer.Typer(
     help="Run commands in sandboxes; list, reap and audit them.", no_args_is_help=True
@@ -98,10 +102,23 @@ def exec_command(
     workspace: Path | None = typer.Option(
         None, help="Host directory to use as the workspace (kept afterwards; no disk cap)."
     ),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print one JSON object (exit_code, stdout, stderr, timed_out, truncated, backend, "
+        "server, server_note) instead of the command's output; the exit status is the same.",
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Say on stderr which command server ran the command (native or python).",
+    ),
 ) -> None:
     import asyncio
+    import json
 
-    from skyrl_sdk.sandboxes import BackendUnavailable, SandboxError, create_sandbox
+    from skyrl_sdk.sandboxes import BackendUnavailable, SandboxError, _native, create_sandbox
 
     for name, value in (
         ("--memory-mb", memory_mb),
@@ -131,19 +148,39 @@ def exec_command(
         raise typer.BadParameter(str(e)) from None
     command: str | list[str] = cmd[0] if len(cmd) == 1 else list(cmd)
 
-    async def run():
+    async def run() -> tuple[ExecResult, str | None]:
         async with create_sandbox(spec, backend) as sandbox:
-            return await sandbox.exec(command, timeout=timeout)
+            result = await sandbox.exec(command, timeout=timeout)
+            # Only the bwrap and local backends run our command server (docker execs directly).
+            return result, getattr(sandbox, "server_kind", None)
 
     try:
-        result = asyncio.run(run())
+        result, server = asyncio.run(run())
     except (BackendUnavailable, SandboxError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
+    # Why the Python server ran under `auto` (no compiler, a missing `_server.c`, ...), if so.
+    note = _native.unavailable_reason() if server == _native.ServerChoice.PYTHON.value else None
+    if as_json:
+        doc = {
+            "exit_code": result.exit_code,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+            "timed_out": result.timed_out,
+            "truncated": result.truncated,
+            "backend": backend,
+            "server": server,
+            "server_note": note,
+        }
+        typer.echo(json.dumps(doc))
+    else:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        if verbose:
+            typer.echo(f"[server: {server or 'none'}{f' ({note})' if note else ''}]", err=True)
     if result.timed_out:
-        typer.echo(f"[timed out after {timeout:g}s]", err=True)
+        if not as_json:  # the JSON object says so in `timed_out`
+            typer.echo(f"[timed out after {timeout:g}s]", err=True)
         raise typer.Exit(124)
     code = result.exit_code
     raise typer.Exit(128 - code if code < 0 else code)

@@ -104,7 +104,9 @@ class WandbSink:
         try:
             import wandb
         except ImportError as e:
-            raise ImportError("logging.wandb=true needs wandb: pip install wandb") from e
+            raise ImportError(
+                "logging.wandb=true needs wandb: pip install 'skyrl-sdk[wandb]'"
+            ) from e
         self.run = wandb.init(project=project, dir=str(run_dir), config=dict(config))
 
     def log(self, metrics: Metrics, step: int) -> None:

@@ -16,6 +16,16 @@ app = typer.Typer(
 )
 console = Console()
 
+BUNDLED = "bundled"
+"""`--path` value naming the bundled example tasks (as in `skyrl text2sql eval` and swebench)."""
+
+
+def bundled_path() -> Path:
+    """The bundled Harbor task folders, inside the installed package."""
+    from skyrl_gym.envs.harbor.env import BUNDLED_TASKS
+
+    return BUNDLED_TASKS
+
 
 @app.callback()
 def _group() -> None:
@@ -24,7 +34,14 @@ def _group() -> None:
 
 @app.command("run")
 def run_command(
-    path: Path = typer.Option(..., "--path", "-p", help="A task folder or a folder of tasks."),
+    path_arg: str = typer.Option(
+        ...,
+        "--path",
+        "-p",
+        metavar="PATH",
+        help=f"A task folder, a folder of tasks, or {BUNDLED!r}: the bundled example tasks "
+        "(a local folder of that name: ./bundled).",
+    ),
     agent: str = typer.Option(
         "oracle",
         "--agent",
@@ -80,6 +97,7 @@ def run_command(
     from skyrl_sdk.agents.command_agent import CommandAgentError, parse_agent
     from skyrl_sdk.benchmarks.harbor.job import JobConfig, run_job, summary_table
 
+    path = bundled_path() if path_arg == BUNDLED else Path(path_arg)
     if not path.exists():
         raise typer.BadParameter(f"{path} does not exist", param_hint="--path")
     try:

@@ -220,5 +220,16 @@ def _root() -> None:
 
 
 def main() -> None:
-    """The `skyrl` console script."""
-    app()
+    """The `skyrl` console script. A command that needs an optional extra which is not
+    installed prints one line naming it (exit 1) instead of a traceback."""
+    try:
+        app()
+    except ModuleNotFoundError as e:
+        from skyrl_gym.extras import missing_module_message
+
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+        message = missing_module_message(e, f"`skyrl {command}`" if command else "this")
+        if message is None:  # not a package of ours: a bug, keep the traceback
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(1)
