@@ -180,16 +180,15 @@ def eval_command(
             except ValueError as e:
                 _die(f"--pass-env: {e}")
 
-        try:  # one env up front: bad --env-kwarg values fail here, once, not per episode
+        try:  # one env up front: a bad --env-kwarg or setting fails here, once, not per episode
             probe = make_env()
         except TypeError as e:
             if not env_kwargs:
                 raise
             _die(f"--env-kwarg: env {env_id!r} does not take {', '.join(env_kwargs)} ({e})")
-        except ValueError as e:
-            if not env_kwargs:
-                raise
-            _die(f"--env-kwarg: env {env_id!r} refused {', '.join(env_kwargs)}: {e}")
+        except (ValueError, OSError) as e:  # the env refused its settings (a missing file)
+            where = f"--env-kwarg {', '.join(env_kwargs)}: " if env_kwargs else ""
+            _die(f"{where}env {env_id!r} cannot be built: {type(e).__name__}: {e}")
         try:
             if command_agent is not None:  # refuse an env that cannot host it, before any run
                 host_env(probe)

@@ -114,6 +114,8 @@ def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
         key = key.strip()
         if not eq or not key.isidentifier():
             raise EvalError(f"--env-kwarg {item!r}: expected KEY=VALUE with KEY a Python name")
+        if key == "tasks":  # a path given here would reach the env as a string
+            raise EvalError("--env-kwarg tasks=...: give task rows as --tasks FILE")
         try:
             kwargs[key] = json.loads(raw)
         except ValueError:
@@ -226,6 +228,8 @@ def plan(tasks: Sequence[dict[str, Any]], out_dir: str | Path, *, resume: bool =
     """Decide which episodes to run; refuses to mix runs unless `resume`."""
     out = Path(out_dir)
     path = out / TRAJECTORIES
+    if out.exists() and not out.is_dir():
+        raise EvalError(f"--out {out}: not a directory")
     if not tasks:
         raise EvalError("no tasks to evaluate")
     episodes = [(str(t["task_id"]), t) for t in tasks]

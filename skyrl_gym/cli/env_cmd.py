@@ -177,7 +177,10 @@ def play(
     env_id: str = typer.Argument(..., help=ENV_ID_HELP),
     seed: int | None = typer.Option(None, help="Seed for reset (picks the task)."),
     task_id: str | None = typer.Option(
-        None, "--task", help="Play this task_id from the env's dataset."
+        None,
+        "--task",
+        help="Play this task_id from the env's dataset (an env without tasks: seed-<n>, as "
+        "`skyrl eval` names its episodes).",
     ),
     imports: list[str] = typer.Option([], "--import", metavar="MODULE", help=IMPORT_HELP),
     tasks: Path | None = typer.Option(None, "--tasks", metavar="FILE", help=TASKS_HELP),
@@ -188,7 +191,7 @@ def play(
     """
     from skyrl_gym.core import ResetNeeded
     from skyrl_gym.registry import EntryPointError, UnknownEnvError
-    from skyrl_gym.tasks import TaskError
+    from skyrl_gym.tasks import SEED_TASK_PREFIX, TaskError
 
     try:
         env = _factory(env_id, imports, tasks)()
@@ -196,10 +199,16 @@ def play(
         _die(str(e))
     options = None
     if task_id is not None:
-        rows = [t for t in getattr(env.unwrapped, "tasks", ()) if str(t["task_id"]) == task_id]
-        if not rows:
-            _die(f"env {env_id!r} has no task {task_id!r}")
-        options = {"task": rows[0]}
+        env_tasks = getattr(env.unwrapped, "tasks", ())
+        rows = [t for t in env_tasks if str(t["task_id"]) == task_id]
+        seed_of = task_id.removeprefix(SEED_TASK_PREFIX)
+        if not rows and not env_tasks and seed_of.isdigit() and seed is None:
+            seed = int(seed_of)  # an env played by seeds: task seed-<n> is reset(seed=n)
+        elif not rows:
+            env.close()
+            _die(f"--task: env {env_id!r} has no task {task_id!r}")
+        else:
+            options = {"task": rows[0]}
     try:
         messages, info = env.reset(seed=seed, options=options)
         console.print(f"[dim]episode started: {json.dumps(info, default=str)}[/]")

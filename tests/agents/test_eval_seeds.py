@@ -98,3 +98,30 @@ def test_seed_offset_on_an_env_with_tasks_is_refused(user_dir: Path) -> None:
     done = skyrl(user_dir, "eval", "math", "-p", "scripted:guesses.json", "--seed-offset", "3")
     assert done.returncode == 2
     assert "--seed-offset: env 'math' has" in " ".join(done.stdout.split())
+
+
+def test_env_play_task_seed_n_plays_that_seed(user_dir: Path) -> None:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(
+        [str(SKYRL), "env", "play", ENV, "--task", "seed-3"],
+        cwd=user_dir,
+        input=f"{secret(3)}\n/quit\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": path},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reward 1  return 1  terminated=True" in done.stdout  # seed 3's secret, first try
+
+
+def test_bad_eval_settings_are_one_line(user_dir: Path) -> None:
+    args = ("eval", ENV, "--policy", "scripted:guesses.json", "--num", "2")
+    for extra, message in (
+        (("--out", "guesses.json"), "--out guesses.json: not a directory"),
+        (("--env-kwarg", "tasks=rows.jsonl"), "--env-kwarg tasks=...: give task rows as --tasks"),
+    ):
+        done = skyrl(user_dir, *args, *extra)
+        text = done.stdout + done.stderr
+        assert done.returncode == 2 and "Traceback" not in text, text
+        assert message in " ".join(text.split())
