@@ -28,10 +28,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from skyrl_sdk.trainer.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,11 @@ PRESETS: dict[str, DemoPreset] = {
         # The settings of the suite's learning test (tests/trainer/test_async_trainer.py).
         # `lookup` has only 16 (key, value) rows: the held-out rows are another seed's
         # pairing of keys and values, which the policy can only get right by reading the tool.
+        # The model and env are named here: the framework's defaults are not the demo's
+        # (`model.source` defaults to `tiny`, and `env.id` has no default).
         config={
+            "model": {"source": "lookup-tiny"},
+            "env": {"id": "lookup"},
             "optim": {"lr": 1e-3, "schedule": "cosine"},
             "algorithm": {"kl_coef": 0.05},
             "heldout": {"env_kwargs": {"seed": 1000}, "episodes": 64},
@@ -125,6 +132,30 @@ PRESETS: dict[str, DemoPreset] = {
     ),
 }
 DEFAULT_MODEL = "smollm2"
+
+
+def demo_config(
+    preset: DemoPreset,
+    *,
+    steps: int | None = None,
+    out_dir: str | Path = "runs/demo",
+    staleness: int | None = None,
+    seed: int = 0,
+) -> TrainConfig:
+    """The training config `run_demo` trains `preset` with: the preset's config plus
+    `out_dir`, `seed`, the steps and the staleness (None: the preset's)."""
+    from skyrl_sdk.trainer.config import build_config
+
+    data = json.loads(json.dumps(preset.config))  # a deep, mutable copy
+    data["out_dir"] = str(out_dir)
+    data["seed"] = seed
+    data.setdefault("trainer", {}).update(
+        {
+            "steps": preset.steps if steps is None else steps,
+            "max_staleness": preset.staleness if staleness is None else staleness,
+        }
+    )
+    return build_config(data)
 
 
 def run_demo(
@@ -138,7 +169,6 @@ def run_demo(
     report; returns the summary (also in `results.json`). `seed` seeds the data order,
     sampling and initialisation."""
     from skyrl_sdk.trainer.async_trainer import AsyncTrainer
-    from skyrl_sdk.trainer.config import build_config
     from skyrl_sdk.trainer.heldout import read_results
 
     if model not in PRESETS:
@@ -147,13 +177,8 @@ def run_demo(
     started = time.perf_counter()
     preset = _available(PRESETS[model], console)
     out = Path(out_dir)
-    steps = preset.steps if steps is None else steps
-    staleness = preset.staleness if staleness is None else staleness
-    data = json.loads(json.dumps(preset.config))  # a deep, mutable copy
-    data["out_dir"] = str(out)
-    data["seed"] = seed
-    data.setdefault("trainer", {}).update({"steps": steps, "max_staleness": staleness})
-    cfg = build_config(data)
+    cfg = demo_config(preset, steps=steps, out_dir=out, staleness=staleness, seed=seed)
+    steps, staleness = cfg.trainer.steps, cfg.trainer.max_staleness
     console.print(
         f"[bold]skyrl demo[/bold]: GRPO on the `{preset.env_id}` env, {preset.label}, "
         f"{steps} steps of {cfg.trainer.groups_per_step}x{cfg.rollout.group_size} episodes, "
