@@ -108,8 +108,10 @@ def _resolve(names: Sequence[str], python: str) -> dict:
         timeout=120,
     )
     if done.returncode != 0:
+        # The default set is what SWE grading needs: the `swe` extra installs it.
+        hint = " (pip install 'skyrl-sdk[swe]')" if set(names) <= set(DEFAULT_PACKAGES) else ""
         raise PackagesUnavailable(
-            f"cannot collect {', '.join(names)} from {python}: {done.stderr.strip()[-500:]}"
+            f"cannot collect {', '.join(names)} from {python}: {done.stderr.strip()[-500:]}{hint}"
         )
     return json.loads(done.stdout)
 
