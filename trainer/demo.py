@@ -15,7 +15,8 @@ in-flight weight updates):
   an echo corpus (it learns to read a number back from its context, nothing about the task),
   trained for 100 steps on the word-level `lookup` env. Fast (under a minute); tests use it.
 
-The report goes to `runs/demo/`: `report.md` (reward curve picture, metrics table, summary),
+The report goes to `runs/demo/`: `report.md` (reward chart `reward_curve.svg` with the
+held-out points, metrics table, summary),
 `trajectories.html` (the viewer on the first and last episodes), `trajectories.jsonl` (all of
 them, for `skyrl view`), `metrics.jsonl` and `results.json`.
 """
@@ -32,6 +33,18 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+
+# The chart, viewer and console helpers (`demo_report`); `write_curve` and `moving_average`
+# stay importable from here (the terminal demo uses them).
+from skyrl_sdk.trainer.demo_report import (
+    HEARTBEAT_S,
+    Heartbeat,
+    moving_average,  # noqa: F401 - re-exported
+    print_outputs,
+    quiet_libraries,
+    write_curve,
+    write_viewer,
+)
 
 if TYPE_CHECKING:
     from skyrl_sdk.trainer.config import TrainConfig
@@ -168,6 +181,7 @@ def run_demo(
     """Train the `model` preset for `steps` optimizer steps (None: the preset's) and write the
     report; returns the summary (also in `results.json`). `seed` seeds the data order,
     sampling and initialisation."""
+    quiet_libraries()  # before the model loads: no weight-loading bars or library warnings
     from skyrl_sdk.trainer.async_trainer import AsyncTrainer
     from skyrl_sdk.trainer.heldout import read_results
 
@@ -184,8 +198,20 @@ def run_demo(
         f"{steps} steps of {cfg.trainer.groups_per_step}x{cfg.rollout.group_size} episodes, "
         f"max_staleness={staleness}, CPU"
     )
+    heldout_episodes = cfg.heldout.episodes if cfg.heldout.env_kwargs is not None else None
+    console.print(
+        "Loading the model"
+        + (
+            f"; the untrained policy then plays {heldout_episodes} held-out episodes before step 1"
+            if heldout_episodes
+            else ""
+        )
+        + f". A line at least every {HEARTBEAT_S:.0f} s says what runs.",
+        highlight=False,
+    )
     trainer = AsyncTrainer(cfg, console=console)
-    result = trainer.run()
+    with Heartbeat(trainer, console, steps=steps, heldout_episodes=heldout_episodes):
+        result = trainer.run()
     rows = list(result.history)
     rewards = [r["reward/mean"] for r in rows]
     window = max(1, min(10, len(rows) // 4 or 1))
@@ -230,7 +256,7 @@ def run_demo(
         )
     console.print(table)
     title = f"{preset.env_id} env, {preset.label}, GRPO"
-    picture = write_curve(rewards, out, title=title)
+    picture = write_curve(rewards, out, title=title, heldout=evaluations)
     viewer = write_viewer(out, trainer.tokenizer, title=title)
     report = out / "report.md"
     report.write_text(_report(preset, summary, picture, viewer, table_rows))
@@ -243,10 +269,9 @@ def run_demo(
         )
     console.print(
         f"reward {summary['reward_start']:.2f} -> {summary['reward_end']:.2f} "
-        f"(mean of the first/last {window} steps), {summary['wall_s']:.0f} s in all.\n"
-        f"Report: {report}; picture: {picture}; viewer: {viewer} "
-        f"(all episodes: skyrl view {out / 'trajectories.jsonl'})"
+        f"(mean of the first/last {window} steps), {summary['wall_s']:.0f} s in all."
     )
+    print_outputs(console, report, viewer, out / "trajectories.jsonl")
     return summary
 
 
@@ -271,111 +296,10 @@ def _available(preset: DemoPreset, console: Console) -> DemoPreset:
     return preset
 
 
-def write_curve(rewards: list[float], out: Path, title: str = "mean reward per step") -> Path:
-    """The reward curve as PNG (matplotlib, when installed) or a hand-written SVG."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        path = out / "reward_curve.svg"
-        path.write_text(_svg(rewards, title=title))
-        return path
-    path = out / "reward_curve.png"
-    steps = range(1, len(rewards) + 1)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, rewards, marker="o" if len(rewards) <= 30 else None, label="per step")
-    ax.plot(steps, moving_average(rewards), color="#d62728", label="moving average")
-    ax.set(xlabel="step", ylabel="mean reward", ylim=(0, 1), title=title)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def moving_average(values: list[float], width: int | None = None) -> list[float]:
-    """Trailing mean over `width` points (default: a quarter of the run, 3 to 10)."""
-    width = width or max(3, min(10, len(values) // 4))
-    return [
-        sum(values[max(0, i + 1 - width) : i + 1]) / (i + 1 - max(0, i + 1 - width))
-        for i in range(len(values))
-    ]
-
-
-def write_viewer(out: Path, tokenizer: Any, *, title: str, per_end: int = 24) -> Path:
-    """`trajectories.html`: the trajectory viewer on the first and the last `per_end`
-    episodes (before and after training), with each token's text."""
-    from skyrl_sdk.agents.trajectory import read_trajectories
-    from skyrl_sdk.agents.viewer import render_html
-
-    episodes = read_trajectories(out / "trajectories.jsonl")
-    if len(episodes) > 2 * per_end:
-        episodes = episodes[:per_end] + episodes[-per_end:]
-    path = out / "trajectories.html"
-    html = render_html(
-        episodes,
-        decode=lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
-        title=f"{title}: first and last {per_end} episodes",
-    )
-    path.write_text(html, encoding="utf-8")
-    return path
-
-
-def _svg(
-    values: list[float],
-    width: int = 600,
-    height: int = 300,
-    pad: int = 40,
-    title: str = "mean reward per step",
-) -> str:
-    n = max(len(values) - 1, 1)
-    xy = [
-        (
-            pad + i * (width - 2 * pad) / n,
-            height - pad - max(0.0, min(1.0, v)) * (height - 2 * pad),
-        )
-        for i, v in enumerate(values)
-    ]
-    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
-    smooth = " ".join(
-        f"{x:.1f},{height - pad - max(0.0, min(1.0, v)) * (height - 2 * pad):.1f}"
-        for (x, _), v in zip(xy, moving_average(values), strict=True)
-    )
-    dots = (
-        "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#1f77b4"/>' for x, y in xy)
-        if len(values) <= 30
-        else ""
-    )
-    grid = "".join(
-        f'<line x1="{pad}" x2="{width - pad}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
-        f'<text x="{pad - 8}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{label}</text>'
-        for label, y in (
-            (f"{t:.1f}", height - pad - t * (height - 2 * pad)) for t in (0, 0.25, 0.5, 0.75, 1.0)
-        )
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif">'
-        f'<rect width="100%" height="100%" fill="white"/>{grid}'
-        f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{points}"/>{dots}'
-        f'<polyline fill="none" stroke="#d62728" stroke-width="2" points="{smooth}"/>'
-        f'<text x="{width - pad}" y="{height - pad - 8}" font-size="11" text-anchor="end" '
-        'fill="#d62728">moving average</text>'
-        f'<text x="{width / 2}" y="{height - 8}" font-size="12" text-anchor="middle">step (1..{len(values)})</text>'
-        f'<text x="{width / 2}" y="20" font-size="13" text-anchor="middle">mean reward per step: {_xml(title)}</text>'
-        "</svg>"
-    )
-
-
 def _rate(summary: dict[str, Any], end: str) -> str:
     """`45% [33%, 57%]`: a held-out success rate (`end`: start or end) with its interval."""
     low, high = summary[f"heldout_ci_{end}"]
     return f"{summary[f'heldout_success_{end}']:.0%} [{low:.0%}, {high:.0%}]"
-
-
-def _xml(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _report(

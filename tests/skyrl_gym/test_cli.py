@@ -109,6 +109,14 @@ def test_demo_writes_results(tmp_path):
         assert low <= results[f"heldout_success_{end}"] <= high
     assert results["heldout_episodes"] == 64
     assert "**Held-out success" in report
+    # It ends by naming the report and the viewer, one path a line; the chart shows the
+    # held-out evaluations; library bars and warnings stay off the console.
+    lines = out.stdout.splitlines()
+    assert f"Report: {demo_dir.resolve() / 'report.md'}" in lines
+    assert f"Viewer: {demo_dir.resolve() / 'trajectories.html'}" in lines
+    assert (demo_dir / "reward_curve.svg").read_text().count('class="heldout"') == 2
+    for noise in ("Loading weights", "Writing model shards", "Setting accelerator", "Warning"):
+        assert noise not in out.stdout + out.stderr
 
 
 def test_demo_rejects_unknown_models():
