@@ -160,7 +160,11 @@ def exec_command(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     # Why the Python server ran under `auto` (no compiler, a missing `_server.c`, ...), if so.
-    note = _native.unavailable_reason() if server == _native.ServerChoice.PYTHON.value else None
+    note = None
+    if server == _native.ServerChoice.PYTHON.value:
+        note = _native.unavailable_reason()
+        if note is None and _native.server_choice() is _native.ServerChoice.PYTHON:
+            note = f"${_native.SERVER_ENV}=python"
     if as_json:
         doc = {
             "exit_code": result.exit_code,

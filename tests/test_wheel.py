@@ -217,6 +217,39 @@ def test_the_installed_package_is_the_one_imported(installed: Installed) -> None
     )
 
 
+WALK = """
+import importlib, json, pkgutil
+from skyrl_gym.extras import extras_providing
+bad, by_extra = [], {}
+for root in ("skyrl_gym", "skyrl_sdk"):
+    package = importlib.import_module(root)
+    for info in pkgutil.walk_packages(package.__path__, root + "."):
+        if info.name.endswith("__main__"):
+            continue  # runs the CLI
+        try:
+            importlib.import_module(info.name)
+        except ModuleNotFoundError as e:
+            extras = extras_providing(e.name or "")
+            if extras in (None, ("",)):  # declared nowhere, or a core dependency that is absent
+                bad.append(f"{info.name}: {e}")
+            else:
+                by_extra.setdefault(extras[0], []).append(info.name)
+        except ImportError as e:  # a module's own message must name the extra
+            if "pip install 'skyrl-sdk[" not in str(e):
+                bad.append(f"{info.name}: {e}")
+print(json.dumps({"bad": bad, "by_extra": by_extra}))
+"""
+
+
+def test_every_module_imports_or_needs_a_declared_extra(installed: Installed) -> None:
+    # Core dependencies only: a module that fails to import must fail on a package some extra
+    # of ours provides, never on one that no requirement declares.
+    found = _installed_python(installed, WALK)
+    assert isinstance(found, dict)
+    assert found["bad"] == [], found["bad"]
+    assert "train" in found["by_extra"]  # the walk did reach the torch-based modules
+
+
 def test_help_and_env_list_run_from_another_directory(installed: Installed) -> None:
     help_text = skyrl(installed, "--help").stdout
     for command in ("env", "eval", "sandbox", "harbor", "train"):
