@@ -77,6 +77,13 @@ USER_ENVS = textwrap.dedent(
             return [{"role": "user", "content": "no"}], 0.0, False, False, {}
 
 
+    class Broken(Deaf):
+        """Its constructor refuses, as an env whose settings name a missing file."""
+
+        def __init__(self):
+            raise ValueError("no database at /data/shop.db")
+
+
     skyrl_gym.register("user-add", AddEnv, description="adds with a tool", max_turns=3)
     '''
 )
@@ -202,3 +209,14 @@ def test_eval_env_kwarg_reaches_the_constructor(user_dir: Path) -> None:
     assert "--env-kwarg: env 'user_envs:AddEnv' does not take colour=red" in out
     out = one_line_error(skyrl(user_dir, *args, "--env-kwarg", "tool_format", "-o", "y"))
     assert "--env-kwarg 'tool_format': expected KEY=VALUE" in out
+
+
+def test_an_env_that_cannot_be_built_is_one_line_not_a_failure_per_check(user_dir: Path) -> None:
+    done = skyrl(user_dir, "env", "check", "user_envs:Broken")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines == [
+        "FAIL: env 'user_envs:Broken' cannot be built: ValueError: no database at /data/shop.db"
+    ]
+    out = one_line_error(skyrl(user_dir, "eval", "user_envs:Broken", "-p", "tiny", "-n", "1"))
+    assert "env 'user_envs:Broken' cannot be built: ValueError: no database at /data/shop.db" in out
