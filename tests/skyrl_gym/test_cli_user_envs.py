@@ -220,3 +220,27 @@ def test_an_env_that_cannot_be_built_is_one_line_not_a_failure_per_check(user_di
     ]
     out = one_line_error(skyrl(user_dir, "eval", "user_envs:Broken", "-p", "tiny", "-n", "1"))
     assert "env 'user_envs:Broken' cannot be built: ValueError: no database at /data/shop.db" in out
+
+
+def test_eval_tasks_parquet_rows(user_dir: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")  # the optional `parquet` extra
+    import pyarrow as pa
+
+    rows = [{"task_id": "p0", "a": 1, "b": 1}, {"task_id": "p1", "a": 2, "b": 2}]
+    pq.write_table(pa.Table.from_pylist(rows), user_dir / "rows.parquet")
+    answer = "<answer>{}</answer>"
+    (user_dir / "script.json").write_text(
+        json.dumps({"p0": [answer.format(2)], "p1": [answer.format(5)]})
+    )
+    done = skyrl(
+        user_dir,
+        "eval",
+        "user_envs:AddEnv",
+        "-p",
+        "scripted:script.json",
+        "--tasks",
+        "rows.parquet",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((user_dir / "runs" / "eval" / "results.json").read_text())
+    assert [(e["task_id"], e["reward"]) for e in data["episodes"]] == [("p0", 1.0), ("p1", 0.0)]
