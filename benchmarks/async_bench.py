@@ -126,6 +126,8 @@ def time_run(settings: AsyncBenchSettings, staleness: int, out_dir: Path) -> Run
             f"trainer.max_staleness={staleness}",
             "trainer.torch_threads=1",
             f"rollout.group_size={settings.group_size}",
+            "env.id=lookup",
+            "model.source=lookup-tiny",
             f"model.pretrain_steps={settings.pretrain_steps}",
             "logging.console=false",
             "logging.jsonl=false",

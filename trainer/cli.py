@@ -54,8 +54,9 @@ def train_command(
     ),
 ) -> None:
     """Train a policy with the async trainer (GRPO/PPO, bounded staleness, checkpoints);
-    `backend=tinker` runs the same loop through a Tinker API endpoint. `env.id` is a
-    registered id or an entry point 'module:Class'."""
+    `backend=tinker` runs the same loop through a Tinker API endpoint. `env.id` (required)
+    is a registered id or an entry point 'module:Class'; `env.tasks=PATH` gives it JSONL or
+    parquet task rows; an env without tasks is played by seeds."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -86,12 +87,17 @@ def train_command(
         typer.echo(cfg.to_yaml(), nl=False)
         return
 
-    import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the default `lookup` env)
+    import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the bundled `lookup` env)
     from skyrl_gym.registry import EntryPointError, UnknownEnvError, resolve
     from skyrl_sdk.trainer.checkpoint import ResumeConfigError
+    from skyrl_sdk.trainer.loop import require_env_id, resolve_env_kwargs
 
     try:
-        spec = resolve(cfg.env.id, imports=imports, from_cwd=True)
+        env_id = require_env_id(cfg)  # no default: say so before anything loads
+    except ConfigError as e:
+        die(str(e))
+    try:
+        spec = resolve(env_id, imports=imports, from_cwd=True)
     except (UnknownEnvError, EntryPointError) as e:
         die(f"env.id: {e}")
     if spec.max_turns is not None and cfg.env.max_turns > spec.max_turns:
@@ -119,10 +125,13 @@ def train_command(
         probe = None
         try:
             parse_agent(cfg.agent.spec, venv=cfg.agent.venv, binds=cfg.agent.binds)
-            probe = skyrl_gym.make(cfg.env.id, max_turns=cfg.env.max_turns, **cfg.env.kwargs)
+            kwargs = resolve_env_kwargs(cfg)
+            probe = skyrl_gym.make(env_id, max_turns=cfg.env.max_turns, **kwargs)
             host_env(probe)
         except CommandAgentError as e:
             die(f"agent: {e}")
+        except ConfigError as e:
+            die(str(e))
         finally:
             if probe is not None:
                 probe.close()

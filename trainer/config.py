@@ -116,8 +116,9 @@ class LoRAConfig(_Section):
 class ModelConfig(_Section):
     """The policy model."""
 
-    source: ModelSource = ModelSource.LOOKUP_TINY
-    """Where weights come from."""
+    source: ModelSource = ModelSource.TINY
+    """Where weights come from. The default, `tiny`, has a byte-level tokenizer, so every env's
+    text is tokenized (`lookup-tiny` knows only the `lookup` env's 19 words)."""
     path: str | None = None
     """Model directory, for `source: pretrained`."""
     hidden_size: int = Field(64, ge=8)
@@ -142,16 +143,30 @@ class ModelConfig(_Section):
 class EnvConfig(_Section):
     """The environment episodes are played in."""
 
-    id: str = "lookup"
-    """Registered env id (`skyrl env list`)."""
+    id: str | None = None
+    """Registered env id (`skyrl env list`) or an entry point `module:Class`. No default:
+    training needs one (`--print-config` works without it)."""
+    tasks: str | None = None
+    """A JSONL or parquet file of task rows (plain rows with `task_id`, or SkyRL rows), read
+    and validated once when the run starts and passed to the env as its `tasks` (None: the
+    env's own tasks, or its seeds when it has none)."""
     kwargs: dict[str, Any] = {}
-    """Constructor arguments passed to `make`."""
+    """Constructor arguments passed to `make`. A path string in `kwargs.tasks` is read like
+    `env.tasks`."""
     max_turns: int = Field(3, ge=1)
     """Assistant turns per episode."""
     pass_env: list[str] = []
     """Harbor-task envs: host environment variables task.toml's `${VAR}` may take (none by
     default, so a task cannot copy the host's secrets into its environment). Passed to `make`
     as `kwargs["pass_env"]`."""
+
+    @model_validator(mode="after")
+    def _one_task_source(self) -> EnvConfig:
+        if self.tasks is not None and "tasks" in self.kwargs:
+            raise ValueError("env.tasks and env.kwargs.tasks are both set; set one of them")
+        if self.tasks is not None and not self.tasks.strip():
+            raise ValueError("env.tasks: empty path (a JSONL or parquet file of task rows)")
+        return self
 
     @model_validator(mode="after")
     def _pass_env_into_kwargs(self) -> EnvConfig:
@@ -369,9 +384,15 @@ class HeldoutConfig(_Section):
 
     env_kwargs: dict[str, Any] | None = None
     """Constructor arguments, over `env.kwargs`, that make the env serve held-out tasks (for
-    example `{split: heldout}`); None turns held-out evaluation off."""
+    example `{split: heldout}`, or `{tasks: heldout.jsonl}`); `{}` evaluates the training env
+    itself (for an env played by seeds: on seeds from `seed_offset` up); None turns held-out
+    evaluation off."""
     episodes: int = Field(64, ge=1)
-    """Episodes per evaluation, cycling through the held-out tasks in order."""
+    """Episodes per evaluation, cycling through the held-out tasks in order (an env without
+    tasks: seeds `seed_offset` .. `seed_offset + episodes - 1`)."""
+    seed_offset: int = Field(1_000_000, ge=1)
+    """Envs played by seeds (no task list): training draws every group's seed below it, and
+    held-out episodes play the seeds from it up, so the two never share an episode."""
     every_steps: int = Field(0, ge=0)
     """Also evaluate after every this many steps (0: only before and after training)."""
     temperature: float | None = Field(None, ge=0)
@@ -542,5 +563,9 @@ def _describe(error: ValidationError) -> str:
             and not isinstance(item["input"], dict)
         ):
             message += f" (got {item['input']!r})"
-        lines.append(f"{where}: {message}")
-    return "invalid training config:\n  " + "\n  ".join(lines)
+        # A validator's own message already names its field ("env.tasks: ..."): drop
+        # pydantic's "Value error, " and the section prefix it would repeat.
+        message = message.removeprefix("Value error, ")
+        lines.append(message if message.startswith(f"{where}.") else f"{where}: {message}")
+    # One line (a command prints it and exits 2), however many fields are wrong.
+    return "invalid training config: " + "; ".join(lines)

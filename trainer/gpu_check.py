@@ -235,6 +235,7 @@ def build_config(options: Options, run_dir: Path) -> Any:
         [
             f"out_dir={run_dir}",
             "seed=0",
+            "env.id=lookup",
             "model.source=lookup-tiny",
             "model.pretrain_steps=0",  # random weights: the check is about plumbing, not skill
             "model.hidden_size=64",

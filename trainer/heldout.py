@@ -5,6 +5,10 @@ policy generalises. `HeldoutEvaluator` plays `heldout.episodes` episodes on the 
 `heldout.env_kwargs` (over `env.kwargs`: e.g. a held-out split) and reports the success rate
 with a 95% Wilson interval, overall and per task family.
 
+An env without tasks (the Gymnasium way: its state drawn from the seed) is evaluated on seeds
+`heldout.seed_offset`, `+1`, ... (task ids `seed-<n>`); training draws its seeds below
+`heldout.seed_offset`, so no held-out episode is ever trained on.
+
 Every evaluation plays the same episodes with the same sampling seeds (episode ids do not
 include the step), so two evaluations of one run differ only by the weights: common random
 numbers, which make a before/after difference less noisy than two independent samples.
@@ -16,12 +20,13 @@ import asyncio
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import skyrl_gym
+from skyrl_gym.tasks import seed_tasks
 from skyrl_sdk.agents.policy import Policy, SamplingParams
 from skyrl_sdk.agents.rollout import RolloutLimits, rollout
 from skyrl_sdk.agents.trajectory import Trajectory, TrajectoryWriter
@@ -122,20 +127,64 @@ def summarize(
     )
 
 
+def heldout_env_kwargs(
+    config: TrainConfig, env_kwargs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The held-out env's constructor arguments: `heldout.env_kwargs` over the run's
+    (`env_kwargs`, default `env.kwargs`), task rows of a path in `heldout.env_kwargs.tasks`
+    read once (a `ConfigError` naming that field)."""
+    from skyrl_sdk.trainer.loop import TASKS_FIELD, read_task_rows
+
+    if config.heldout.env_kwargs is None:
+        raise ValueError("heldout.env_kwargs is not set: there is no held-out split")
+    own = dict(config.heldout.env_kwargs)
+    if isinstance(own.get(TASKS_FIELD), str | list | tuple):
+        own[TASKS_FIELD] = read_task_rows(own[TASKS_FIELD], "heldout.env_kwargs.tasks")
+    base = config.env.kwargs if env_kwargs is None else env_kwargs
+    return {**base, **own}
+
+
+def heldout_tasks(
+    config: TrainConfig, env_kwargs: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The episodes of every held-out evaluation: `heldout.episodes` rows cycling through the
+    held-out env's tasks, or, for an env without tasks, the seed rows `heldout.seed_offset`
+    up. Bad settings (rows, arguments the env rejects) are a `ConfigError` naming the field."""
+    from skyrl_sdk.trainer.loop import build_env, require_env_id
+
+    settings = config.heldout
+    kwargs = heldout_env_kwargs(config, env_kwargs)
+    probe = build_env(require_env_id(config), config.env.max_turns, kwargs, "heldout.env_kwargs")
+    try:
+        tasks = list(getattr(probe.unwrapped, "tasks", None) or ())
+    finally:
+        probe.close()
+    if not tasks:
+        return seed_tasks(settings.episodes, settings.seed_offset)
+    return [tasks[i % len(tasks)] for i in range(settings.episodes)]
+
+
 class HeldoutEvaluator:
     """Plays a run's held-out episodes and records the results (see the module docstring)."""
 
     def __init__(
-        self, config: TrainConfig, run_dir: Path, sampling: SamplingParams, limits: RolloutLimits
+        self,
+        config: TrainConfig,
+        run_dir: Path,
+        sampling: SamplingParams,
+        limits: RolloutLimits,
+        *,
+        tasks: Sequence[dict[str, Any]] | None = None,
+        env_kwargs: Mapping[str, Any] | None = None,
     ):
         """Held-out evaluation of the run `config` describes (`config.heldout.env_kwargs`
-        must be set); `sampling` and `limits` are the training episodes'."""
+        must be set); `sampling` and `limits` are the training episodes'. `tasks` (default:
+        `heldout_tasks`) are the episodes every evaluation plays, `env_kwargs` (default:
+        `heldout_env_kwargs`) the held-out env's arguments."""
         settings = config.heldout
-        if settings.env_kwargs is None:
-            raise ValueError("heldout.env_kwargs is not set: there is no held-out split")
         self.settings = settings
         self.env_id = config.env.id
-        self.env_kwargs = {**config.env.kwargs, **settings.env_kwargs}
+        self.env_kwargs = dict(env_kwargs) if env_kwargs is not None else heldout_env_kwargs(config)
         self.max_turns = config.env.max_turns
         temperature = (
             settings.temperature if settings.temperature is not None else sampling.temperature
@@ -143,15 +192,10 @@ class HeldoutEvaluator:
         self.sampling = replace(sampling, temperature=temperature)
         self.limits = limits
         self.run_dir = run_dir
-        probe = self.make_env()
-        try:
-            self.tasks: list[dict[str, Any]] = list(getattr(probe.unwrapped, "tasks", ()))
-        finally:
-            probe.close()
-        if not self.tasks:
-            raise ValueError(
-                f"env {self.env_id!r} with heldout.env_kwargs={settings.env_kwargs} has no tasks"
-            )
+        self.tasks: list[dict[str, Any]] = (
+            list(tasks) if tasks is not None else heldout_tasks(config, self.env_kwargs)
+        )
+        """The episodes of one evaluation, in order."""
 
     def make_env(self) -> Any:
         """A fresh env serving the held-out tasks."""
@@ -165,7 +209,7 @@ class HeldoutEvaluator:
     async def evaluate(self, policy: Policy, *, step: int, version: int) -> HeldoutResult:
         """Play the held-out episodes with `policy` (serving `version`), append the result
         to `heldout.jsonl` and the episodes to `heldout_trajectories.jsonl`."""
-        chosen = [self.tasks[i % len(self.tasks)] for i in range(self.settings.episodes)]
+        chosen = self.tasks
 
         async def play(i: int, task: dict[str, Any]) -> Trajectory:
             env = self.make_env()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import json
 import random
 import time
@@ -50,9 +51,12 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 from rich.console import Console
+from rich.markup import escape
 
 import skyrl_gym
 import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
+from skyrl_gym.registry import EntryPointError, UnknownEnvError
+from skyrl_gym.tasks import TaskError, TaskRow, load_tasks, seed_task, to_task_rows, validate_task
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.command_agent import CommandAgentRunner
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
@@ -63,11 +67,12 @@ from skyrl_sdk.trainer import heldout
 from skyrl_sdk.trainer.checkpoint import (
     Checkpointer,
     CheckpointState,
+    ResumeConfigError,
     capture_rng,
     check_resume_config,
     restore_rng,
 )
-from skyrl_sdk.trainer.config import AdvantageEstimator, AlgorithmConfig, TrainConfig
+from skyrl_sdk.trainer.config import AdvantageEstimator, AlgorithmConfig, ConfigError, TrainConfig
 from skyrl_sdk.trainer.data import DataCursor, StalenessGate
 from skyrl_sdk.trainer.learner import LearnerStats
 from skyrl_sdk.trainer.metrics import MultiSink, build_sinks, truncate_metrics
@@ -246,23 +251,67 @@ class TrainingLoop:
         self.console = console or Console()
         self.run_dir = Path(config.out_dir)
         self.resume = resume
+        require_env_id(config)
         if resume:
             check_resume_config(self.run_dir, config.model_dump(mode="json"))
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(config.seed)
-        # The env's task list; group i plays tasks[cursor.task_index(i)].
-        probe = make_env(config)
-        self.tasks: list[dict[str, Any]] = list(getattr(probe.unwrapped, "tasks", ()))
-        probe.close()
-        self.cursor = DataCursor(len(self.tasks), config.seed)
+        self.env_kwargs: dict[str, Any] = resolve_env_kwargs(config)
+        """What every env of the run is built with: `env.kwargs`, with the rows of
+        `env.tasks` (or of a path in `env.kwargs.tasks`) read once."""
+        # The env's task list; group i plays tasks[cursor.task_index(i)]. An env without
+        # one is played by seeds: group i plays `seed_task(seeds.seed(i))`.
+        self.tasks: list[dict[str, Any]] = probe_tasks(config, self.env_kwargs)
+        self.seeds: SeedStream | None = (
+            None if self.tasks else SeedStream(config.seed, config.heldout.seed_offset)
+        )
+        """The seed of each group when the env has no tasks (None: it has tasks)."""
+        self.heldout_tasks: list[dict[str, Any]] | None = (
+            None
+            if config.heldout.env_kwargs is None
+            else heldout.heldout_tasks(config, self.env_kwargs)
+        )
+        """The episodes of every held-out evaluation (None: held-out evaluation is off)."""
+        self.cursor = DataCursor(len(self.tasks) or 1, config.seed)
         self.step = 0
         self.resumed_from: int | None = None
         self.checkpointer = Checkpointer(self.run_dir, keep=config.trainer.keep_checkpoints)
+        self._check_task_ids()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.sampling = sampling_params(config)
+        self._flat_steps = 0
+        """Steps whose groups all had rewards without variance (no learning signal)."""
+        self._tokens_checked = False
+        """Whether the first episode's prompt was checked for unknown tokens."""
+
+    def task_for_group(self, index: int) -> TaskRow:
+        """The task row group `index` plays: a row of the env's tasks, or a seed row."""
+        if self.seeds is not None:
+            return seed_task(self.seeds.seed(index))
+        return self.tasks[self.cursor.task_index(index)]
+
+    def _check_task_ids(self) -> None:
+        """Record which tasks the run trains on (`TASK_IDS_FILE`); under `--resume` with a
+        checkpoint, refuse (`ResumeConfigError`) when they changed since, as the same config
+        over an edited rows file would train other tasks under the same group indices."""
+        now = task_ids_record(self.tasks, self.seeds)
+        path = self.run_dir / TASK_IDS_FILE
+        if self.resume and path.exists() and self.checkpointer.latest() is not None:
+            try:
+                before = json.loads(path.read_text())
+            except (OSError, ValueError):
+                before = None
+            if before != now:
+                was = (before or {}).get("description", "unknown")
+                raise ResumeConfigError(
+                    f"--resume: the run's tasks changed since its checkpoint (was {was}, now "
+                    f"{now['description']}): resume with the same rows, or train in a new out_dir"
+                )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(now))
 
     def make_env(self) -> Any:
         """A fresh env for one episode (Ray mode leases one from its env actors instead)."""
-        return make_env(self.config)
+        return make_env(self.config, self.env_kwargs)
 
     def run(self) -> TrainResult:
         """Train to `trainer.steps` (blocking)."""
@@ -298,6 +347,9 @@ class TrainingLoop:
                 t_wait = time.perf_counter() - t_step
                 # 2. Advantages, flattened to one per training sample.
                 samples, advantages, adv_values = build_batch(groups, self.config.algorithm)
+                flat = flat_groups(groups)
+                if len(flat) == len(groups):
+                    self._no_signal(flat)
                 # 3. Train off the event loop, so episodes keep running meanwhile.
                 t0 = time.perf_counter()
                 stats = await asyncio.to_thread(self.learner.train_step, samples, advantages)
@@ -312,6 +364,7 @@ class TrainingLoop:
                 self.cursor.mark_consumed(g.index for g in groups)
                 self.step += 1
                 metrics = step_metrics(groups, stats, adv_values, self.learner.version)
+                metrics["groups/no_variance"] = len(flat)
                 self._backend_metrics(metrics)
                 metrics.update(
                     {
@@ -361,11 +414,52 @@ class TrainingLoop:
         (self.run_dir / "summary.json").write_text(json.dumps(self._summary(result)))
         return result
 
+    def _no_signal(self, flat: Sequence[float]) -> None:
+        """Count a step whose every group had equal rewards; say so the first time."""
+        self._flat_steps += 1
+        if self._flat_steps > 1:
+            return
+        counts = Counter(flat)
+        kinds = ", ".join(
+            f"{n} all {value:g}" for value, n in sorted(counts.items(), key=lambda kv: kv[0])
+        )
+        self.console.print(
+            f"[yellow]warning: step {self.step + 1}: no learning signal: in all {len(flat)} "
+            f"groups every episode got the same reward ({kinds}), so every advantage is 0. "
+            "Said once; the metric groups/no_variance counts such groups per step.[/yellow]",
+            soft_wrap=True,
+        )
+
+    def _check_prompt_tokens(self, trajectory: Trajectory) -> None:
+        """Warn once when most of the env's opening text is unknown to the tokenizer (a
+        word-level vocabulary, e.g. `lookup-tiny`'s, on another env's text)."""
+        self._tokens_checked = True
+        tokenizer = getattr(getattr(self.engine, "renderer", None), "tokenizer", None)
+        unknown, total = unknown_tokens(tokenizer, trajectory.prompt_messages)
+        if total and unknown * 2 > total:
+            token = getattr(tokenizer, "unk_token", None) or "unknown"
+            self.console.print(
+                f"[yellow]warning: {unknown} of the {total} tokens of env "
+                f"{escape(repr(self.config.env.id))}'s opening messages ({unknown / total:.0%}) are "
+                f"unknown to the tokenizer of model.source={self.config.model.source.value} "
+                f"(it reads them as {token}): the policy cannot read the task. Choose a "
+                "tokenizer that covers the env's text (model.source=tiny is byte-level)."
+                "[/yellow]",
+                soft_wrap=True,
+            )
+
     def _heldout_evaluator(self) -> heldout.HeldoutEvaluator | None:
         """The run's held-out evaluator (None when `heldout.env_kwargs` is not set)."""
-        if self.config.heldout.env_kwargs is None:
+        if self.heldout_tasks is None:
             return None
-        return heldout.HeldoutEvaluator(self.config, self.run_dir, self.sampling, self.limits)
+        return heldout.HeldoutEvaluator(
+            self.config,
+            self.run_dir,
+            self.sampling,
+            self.limits,
+            tasks=self.heldout_tasks,
+            env_kwargs=heldout.heldout_env_kwargs(self.config, self.env_kwargs),
+        )
 
     async def _evaluate_heldout(self, evaluator: heldout.HeldoutEvaluator) -> dict[str, float]:
         """Evaluate the learner's current version on the held-out tasks; its metrics."""
@@ -447,10 +541,12 @@ class TrainingLoop:
             version = await self._gate.admit()
             index = next(self._pending)  # no await since admit(): claims are in order
             self._running[index] = version
-            task = self.tasks[self.cursor.task_index(index)]
+            task = self.task_for_group(index)
             trajectories = await asyncio.gather(
                 *(self.play_episode(index, k, task) for k in range(self.config.rollout.group_size))
             )
+            if not self._tokens_checked:
+                self._check_prompt_tokens(trajectories[0])
             group = Group(index, str(task.get("task_id", "")), version, tuple(trajectories))
             async with self._changed:
                 del self._running[index]
@@ -550,10 +646,210 @@ class TrainingLoop:
 # -- pure helpers (tested directly) -------------------------------------------------------
 
 
-def make_env(config: TrainConfig) -> Any:
-    """A fresh env of the run (`config.env`), as every episode gets."""
+TASK_IDS_FILE = "task_ids.json"
+"""In the run directory: which tasks the run trains on (a digest of the task ids, or the seed
+stream), so `--resume` can refuse a run whose rows changed."""
+TASKS_FIELD = "tasks"
+"""The constructor argument that takes an env's task rows."""
+
+
+def require_env_id(config: TrainConfig) -> str:
+    """`env.id`, or a `ConfigError` saying it is missing (it has no default)."""
+    if not config.env.id:
+        raise ConfigError(
+            "env.id: missing: name the env to train on, a registered id (`skyrl env list`) "
+            "or an entry point 'module:Class', e.g. env.id=lookup"
+        )
+    return config.env.id
+
+
+def read_task_rows(value: Any, field: str) -> list[TaskRow]:
+    """Task rows from a JSONL / parquet path or a list of rows, validated once
+    (`skyrl_gym.tasks`); a `ConfigError` naming `field` for a bad file or row."""
+    try:
+        if isinstance(value, str | Path):
+            rows = load_tasks(value)
+            if not rows:
+                raise TaskError(f"{value}: holds no task rows")
+        else:
+            rows = to_task_rows(enumerate(value), where="row ")
+    except TaskError as e:
+        raise ConfigError(f"{field}: {e}") from None
+    return rows
+
+
+def resolve_env_kwargs(config: TrainConfig) -> dict[str, Any]:
+    """`env.kwargs` as every env of the run gets it: the rows of `env.tasks`, or of a path
+    string in `env.kwargs.tasks`, read and validated here, once, as its `tasks`."""
     cfg = config.env
-    return skyrl_gym.make(cfg.id, max_turns=cfg.max_turns, **cfg.kwargs)
+    kwargs = dict(cfg.kwargs)
+    if cfg.tasks is not None:
+        kwargs[TASKS_FIELD] = read_task_rows(cfg.tasks, "env.tasks")
+    elif isinstance(kwargs.get(TASKS_FIELD), str | list | tuple):
+        # A path here used to reach the env as a string (a list of characters to a TaskEnv).
+        kwargs[TASKS_FIELD] = read_task_rows(kwargs[TASKS_FIELD], "env.kwargs.tasks")
+    return kwargs
+
+
+def tasks_field(config: TrainConfig) -> str | None:
+    """The config field the run's task rows are given in (None: the env's own)."""
+    if config.env.tasks is not None:
+        return "env.tasks"
+    if isinstance(config.env.kwargs.get(TASKS_FIELD), str | list | tuple):
+        return "env.kwargs.tasks"
+    return None
+
+
+_GYM_DIR = Path(skyrl_gym.__file__).resolve().parent
+
+
+def _raised_calling(error: BaseException) -> bool:
+    """Whether `error` was raised by the call into the env's constructor itself (its
+    arguments did not bind), not from inside it: the innermost frame is skyrl_gym's
+    `make` (or its SkyRL adapter), not the env's code."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = Path(tb.tb_frame.f_code.co_filename).resolve()
+    return path.is_relative_to(_GYM_DIR) and not path.is_relative_to(_GYM_DIR / "envs")
+
+
+def build_env(
+    env_id: str, max_turns: int, kwargs: Mapping[str, Any], field: str = "env.kwargs"
+) -> Any:
+    """`skyrl_gym.make` for a probe: an env that rejects its arguments (no `tasks`
+    parameter, an unknown keyword) is a `ConfigError` naming `field`, not a traceback."""
+    try:
+        return skyrl_gym.make(env_id, max_turns=max_turns, **kwargs)
+    except (UnknownEnvError, EntryPointError) as e:
+        raise ConfigError(f"env.id: {e}") from None
+    except TypeError as e:
+        text = str(e)
+        if not _raised_calling(e):
+            raise  # the env's own bug: keep the traceback
+        if (
+            TASKS_FIELD in kwargs
+            and field != "env.kwargs"
+            and (f"'{TASKS_FIELD}'" in text or "takes no arguments" in text)
+        ):
+            raise ConfigError(
+                f"{field}: env {env_id!r} takes no task rows (its constructor has no "
+                f"'{TASKS_FIELD}' argument): it is played by seeds, drop the rows"
+            ) from None
+        raise ConfigError(f"{field}: env {env_id!r} rejects its arguments ({text})") from None
+
+
+def probe_tasks(config: TrainConfig, env_kwargs: Mapping[str, Any]) -> list[TaskRow]:
+    """The task rows of the run's env (empty: it is played by seeds), from one probe env.
+
+    Rows given in the config are checked against the env's `required_fields`; an env that
+    takes rows but has none (a `TaskEnv` without a dataset) is a `ConfigError`, since it
+    cannot start an episode from a seed.
+    """
+    env_id = require_env_id(config)
+    given = tasks_field(config)
+    field = given or "env.kwargs"
+    probe = build_env(env_id, config.env.max_turns, env_kwargs, field)
+    try:
+        env = probe.unwrapped
+        tasks = list(getattr(env, "tasks", None) or ())
+        required = tuple(getattr(env, "required_fields", ()))
+        if given and required:
+            try:
+                for row in tasks:
+                    validate_task(row, required, f"env {env_id!r}")
+            except TaskError as e:
+                raise ConfigError(f"{field}: {e}") from None
+        if not tasks and hasattr(env, TASKS_FIELD):
+            raise ConfigError(
+                f"env.tasks: env {env_id!r} plays task rows and has none: give it a JSONL "
+                "or parquet file of rows, env.tasks=PATH"
+            )
+    finally:
+        probe.close()
+    return tasks
+
+
+class SeedStream:
+    """The seed each group plays when the env has no tasks: group `i`'s is drawn from a
+    generator seeded with (run seed, `i`) alone, below `limit` (`heldout.seed_offset`, where
+    held-out seeds start), so a resumed run replays every group's seed exactly."""
+
+    def __init__(self, seed: int, limit: int):
+        self.run_seed = seed
+        """The run's `seed`."""
+        self.limit = limit
+        """Seeds are in `[0, limit)`."""
+
+    def seed(self, group: int) -> int:
+        """The seed of group `group`."""
+        return random.Random(f"{self.run_seed}:seed-stream:{group}").randrange(self.limit)
+
+
+def task_ids_record(tasks: Sequence[TaskRow], seeds: SeedStream | None) -> dict[str, Any]:
+    """What `TASK_IDS_FILE` holds: the task ids' digest (in order), or the seed stream."""
+    if seeds is not None:
+        return {
+            "description": f"seeds below {seeds.limit} drawn with run seed {seeds.run_seed}",
+            "seeds": [seeds.run_seed, seeds.limit],
+        }
+    digest = hashlib.sha256("\n".join(str(t.get("task_id", "")) for t in tasks).encode())
+    return {
+        "description": f"{len(tasks)} tasks, ids digest {digest.hexdigest()[:12]}",
+        "tasks": len(tasks),
+        "sha256": digest.hexdigest(),
+    }
+
+
+def unknown_tokens(tokenizer: Any, messages: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+    """(unknown, total) tokens of the messages' text contents under `tokenizer` (0, 0 when
+    it has no unknown token: byte-level tokenizers read every text)."""
+    unk = _unknown_id(tokenizer)
+    if unk is None:
+        return 0, 0
+    unknown = total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            ids = tokenizer.encode(content, add_special_tokens=False)
+            total += len(ids)
+            unknown += sum(i == unk for i in ids)
+    return unknown, total
+
+
+def _unknown_id(tokenizer: Any) -> int | None:
+    """The id the tokenizer gives text it cannot read (None: it reads every text). The Rust
+    model's own unknown token decides where there is one: a byte-level BPE has none even when
+    transformers names an `unk_token`, and a word-level one may have one transformers lacks."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    model = getattr(backend, "model", None)
+    if model is not None and hasattr(model, "unk_token"):
+        token = model.unk_token
+        return None if token is None else backend.token_to_id(token)
+    return getattr(tokenizer, "unk_token_id", None)
+
+
+def flat_groups(groups: Sequence[Group]) -> list[float]:
+    """The shared reward of each group whose episodes all got the same one (a group without
+    reward variance has zero advantage everywhere)."""
+    out = []
+    for g in groups:
+        rewards = {t.reward for t in g.trajectories}
+        if len(rewards) == 1:
+            out.append(rewards.pop())
+    return out
+
+
+def make_env(config: TrainConfig, kwargs: Mapping[str, Any] | None = None) -> Any:
+    """A fresh env of the run (`config.env`), as every episode gets; `kwargs` replaces
+    `env.kwargs` (the loop passes its `env_kwargs`, with the task rows read once)."""
+    cfg = config.env
+    env_id = require_env_id(config)
+    return skyrl_gym.make(
+        env_id, max_turns=cfg.max_turns, **(cfg.kwargs if kwargs is None else kwargs)
+    )
 
 
 def sampling_params(config: TrainConfig) -> SamplingParams:
@@ -660,8 +956,10 @@ def build_batch(
                     samples.append(sample)
                     per_sample.append(float(a))
     if not samples:
+        failed = next((t for g in groups for t in g.trajectories if t.error), None)
+        why = f"; the first error: {failed.stop_reason.value}: {failed.error}" if failed else ""
         raise RuntimeError(
-            "no trainable samples in this batch (every episode failed or was text-only)"
+            f"no trainable samples in this batch (every episode failed or was text-only{why})"
         )
     return samples, per_sample, per_episode
 

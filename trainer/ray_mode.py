@@ -475,7 +475,7 @@ class RayTrainer(TrainingLoop):
                     config.env.id,
                     size=workers,
                     max_turns=config.env.max_turns,
-                    kwargs=config.env.kwargs,
+                    kwargs=self.env_kwargs,  # task rows read once, by the loop
                 )
                 started.append(self.env_pool)
             ray.get([a.pid.remote() for a in [*self.learner.actors, *engines]])

@@ -15,6 +15,8 @@ from skyrl_sdk.trainer.config import build_config
 from skyrl_sdk.trainer.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
+LOOKUP = ("env.id=lookup", "model.source=lookup-tiny")
+"""The suite's learning set-up: the `lookup` env and its word-level model (no defaults)."""
 
 
 def _run(tmp_path, staleness: int, steps: int, *extra: str):
@@ -22,6 +24,8 @@ def _run(tmp_path, staleness: int, steps: int, *extra: str):
         {},
         [
             f"out_dir={tmp_path}",
+            "env.id=lookup",
+            "model.source=lookup-tiny",
             f"trainer.steps={steps}",
             f"trainer.max_staleness={staleness}",
             "logging.console=false",
@@ -74,6 +78,8 @@ def _train(run_dir, *extra, resume=False):
         "skyrl_gym.cli",
         "train",
         "-",
+        "env.id=lookup",
+        "model.source=lookup-tiny",
         f"out_dir={run_dir}",
         "trainer.steps=8",
         "trainer.checkpoint_every=2",
@@ -132,6 +138,9 @@ def test_resume_through_the_api_refuses_a_changed_config(tmp_path):
     from skyrl_sdk.trainer.checkpoint import ResumeConfigError
 
     _run(tmp_path, 0, 1, "trainer.checkpoint_every=1")
-    changed = build_config({}, [f"out_dir={tmp_path}", "trainer.steps=2", "seed=0", "optim.lr=0.5"])
+    changed = build_config(
+        {},
+        [f"out_dir={tmp_path}", *LOOKUP, "trainer.steps=2", "seed=0", "optim.lr=0.5"],
+    )
     with pytest.raises(ResumeConfigError, match=r"optim\.lr: was .*now 0\.5"):
         AsyncTrainer(changed, resume=True)

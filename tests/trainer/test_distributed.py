@@ -163,7 +163,8 @@ def test_cli_rejects_a_distributed_strategy_without_ray(tmp_path):
     from skyrl_gym import cli
 
     out = CliRunner().invoke(
-        cli.app, ["train", "-", "distributed.strategy=fsdp", f"out_dir={tmp_path}"]
+        cli.app,
+        ["train", "-", "env.id=lookup", "distributed.strategy=fsdp", f"out_dir={tmp_path}"],
     )
     assert out.exit_code == 2
     assert "distributed.strategy=fsdp needs --ray" in out.output

@@ -41,6 +41,8 @@ def _config(out, *extra):
         {},
         [
             f"out_dir={out}",
+            "env.id=lookup",
+            "model.source=lookup-tiny",
             "trainer.steps=3",
             "trainer.max_staleness=1",
             "trainer.checkpoint_every=1",
@@ -92,7 +94,16 @@ def test_a_resumed_run_keeps_the_evaluations_up_to_its_checkpoint(tmp_path):
 
 def test_no_heldout_split_means_no_evaluation(tmp_path):
     AsyncTrainer(
-        build_config({}, [f"out_dir={tmp_path}", "trainer.steps=1", "logging.console=false"])
+        build_config(
+            {},
+            [
+                f"out_dir={tmp_path}",
+                "env.id=lookup",
+                "model.source=lookup-tiny",
+                "trainer.steps=1",
+                "logging.console=false",
+            ],
+        )
     ).run()
     assert read_results(tmp_path) == []
     assert "heldout_success_start" not in json.loads((tmp_path / "summary.json").read_text())

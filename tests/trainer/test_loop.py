@@ -44,6 +44,8 @@ def test_synchronous_run_publishes_every_version_and_plays_only_trained_groups(t
         {},
         [
             f"out_dir={tmp_path}",
+            "env.id=lookup",
+            "model.source=lookup-tiny",
             f"trainer.steps={STEPS}",
             "trainer.max_staleness=0",
             f"trainer.groups_per_step={GROUPS}",

@@ -25,6 +25,7 @@ TINY_RUN = [
     "trainer.max_staleness=1",
     "trainer.step_timeout_s=90",
     "rollout.group_size=4",
+    "model.source=lookup-tiny",
     "model.pretrain_steps=10",
     "logging.console=false",
 ]
@@ -134,6 +135,7 @@ def test_short_async_run_completes_with_ray_actors(local_ray, tmp_path):
         {},
         [
             f"out_dir={tmp_path}",
+            "env.id=lookup",
             "trainer.steps=4",
             "trainer.checkpoint_every=2",
             "logging.trajectories=false",

@@ -35,6 +35,7 @@ def _tinker_args(url: str, run_dir: Path, steps: int) -> list[str]:
     return [
         "train",
         "-",
+        "env.id=lookup",
         "backend=tinker",
         f"tinker.base_url={url}",
         f"tinker.base_model={MODEL}",
@@ -212,12 +213,21 @@ def test_endpoint_problems_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     runner = CliRunner()
     dead = f"http://127.0.0.1:{_free_port()}"
     out = runner.invoke(
-        cli.app, ["train", "-", "backend=tinker", f"tinker.base_url={dead}", "tinker.base_model=m"]
+        cli.app,
+        [
+            "train",
+            "-",
+            "env.id=lookup",
+            "backend=tinker",
+            f"tinker.base_url={dead}",
+            "tinker.base_model=m",
+        ],
     )
     assert out.exit_code == 2 and "unreachable" in out.output
     remote = [
         "train",
         "-",
+        "env.id=lookup",
         "backend=tinker",
         "tinker.base_url=https://tinker.example",
         "tinker.base_model=m",

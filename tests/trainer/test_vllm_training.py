@@ -33,6 +33,8 @@ def _config(tmp_path) -> Any:
         [
             f"out_dir={tmp_path / 'run'}",
             "seed=0",
+            "env.id=lookup",
+            "model.source=lookup-tiny",
             "rollout.engine=vllm",
             # head size 128 / 4 = 32: vLLM's CPU attention has no kernel for 16 (the default 64).
             "model.hidden_size=128",
