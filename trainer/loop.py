@@ -2,7 +2,10 @@
 
 Generation workers (coroutines on one event loop) each take the next group index, play
 `group_size` episodes of that group's task against the engine, and hand the finished group to
-the learner. A worker may start a group only when the `StalenessGate` admits it, so no sample
+the learner. A group's task is a row of the env's tasks (`env.tasks=PATH`, or the env's own),
+in a seeded order per epoch (`DataCursor`); an env without tasks (the Gymnasium way: its state
+drawn from the seed) is played by seeds instead, each group on one seed row `seed-<n>` from
+`SeedStream`, below `heldout.seed_offset` where held-out seeds start. A worker may start a group only when the `StalenessGate` admits it, so no sample
 lags the learner by more than `max_staleness` policy versions (0 = synchronous on-policy).
 
 One training step, top to bottom (`TrainingLoop.train`):
@@ -433,6 +436,8 @@ class TrainingLoop:
     def _check_prompt_tokens(self, trajectory: Trajectory) -> None:
         """Warn once when most of the env's opening text is unknown to the tokenizer (a
         word-level vocabulary, e.g. `lookup-tiny`'s, on another env's text)."""
+        if not trajectory.prompt_messages:
+            return  # failed at reset: check the next group's opening
         self._tokens_checked = True
         tokenizer = getattr(getattr(self.engine, "renderer", None), "tokenizer", None)
         unknown, total = unknown_tokens(tokenizer, trajectory.prompt_messages)
