@@ -411,3 +411,29 @@ def test_defaults_are_a_byte_level_model_and_no_env() -> None:
     assert cfg.heldout.seed_offset == 1_000_000
     with pytest.raises(ConfigError, match=r"env\.id: missing"):
         TrainingLoop(cfg)
+
+
+def test_parquet_rows_and_a_heldout_rows_file_are_read(user_dir: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow
+
+    pq.write_table(pyarrow.Table.from_pylist(ROWS), user_dir / "rows.parquet")
+    held = [{"task_id": f"h{i}", "n": 10 + i} for i in range(2)]
+    (user_dir / "held.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+    sys.path.insert(0, str(user_dir))
+    try:
+        resolve("user_envs:DoubleEnv")
+        cfg = build_config(
+            {"heldout": {"env_kwargs": {"tasks": str(user_dir / "held.jsonl")}, "episodes": 3}},
+            [
+                "env.id=user_envs:DoubleEnv",
+                f"env.tasks={user_dir / 'rows.parquet'}",
+                f"out_dir={user_dir / 'run'}",
+            ],
+        )
+        loop = TrainingLoop(cfg)
+    finally:
+        sys.path.remove(str(user_dir))
+    assert loop.tasks == ROWS and loop.seeds is None
+    assert loop.env_kwargs["tasks"] == ROWS  # every env of the run gets the rows, not a path
+    assert [t["task_id"] for t in loop.heldout_tasks or []] == ["h0", "h1", "h0"]
