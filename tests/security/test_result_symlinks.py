@@ -22,8 +22,9 @@ from skyrl_gym.envs.harbor.runtime import HarborRuntime
 from skyrl_gym.envs.harbor.task import load_task
 from skyrl_sdk.agents.scripted import ScriptedPolicy
 from skyrl_sdk.benchmarks.harbor.job import JobConfig, run_job
+from skyrl_sdk.sandboxes import GradingIsolation
 from tests.conftest import arun, needs_bwrap
-from tests.harbor.conftest import ANSWER, bash_call, make_task
+from tests.harbor.conftest import ANSWER, bash_call, isolation_fixture, make_task
 
 pytestmark = [
     needs_bwrap,
@@ -80,8 +81,21 @@ def oracle_job(tmp_path: Path, tool: str) -> tuple[dict, Path]:
     return json.loads((out / trial.trial_name / "result.json").read_text()), out
 
 
+__all__ = ["isolation_fixture"]  # the `isolation` fixture: each grading mode in turn
+
+
+def assert_link_refused(result: dict, isolation: GradingIsolation) -> None:
+    """One uid: the program made the link, and the host refused to read through it. Two uids:
+    the program (the agent's uid) cannot write /logs/verifier at all, so test.sh's honest 0
+    stands."""
+    if isolation is GradingIsolation.TWO_UID:
+        assert result["reward"] == 0.0 and result["error"] is None, result
+    else:
+        assert result["reward"] is None and result["error"] == "reward_file_unsafe", result
+
+
 def test_reward_txt_symlink_to_a_host_file_is_not_read(
-    tmp_path: Path, secret: tuple[Path, str]
+    tmp_path: Path, secret: tuple[Path, str], isolation: GradingIsolation
 ) -> None:
     """Vector 3: reward.txt -> /root/secret-*: its bytes must not reach result.json."""
     path, token = secret
@@ -89,10 +103,12 @@ def test_reward_txt_symlink_to_a_host_file_is_not_read(
     result, out = oracle_job(tmp_path, tool)
     assert token not in json.dumps(result)
     assert_nowhere(out, token)
-    assert result["reward"] is None and result["error"] == "reward_file_unsafe", result
+    assert_link_refused(result, isolation)
 
 
-def test_reward_json_symlink_to_a_host_file_gives_no_reward(tmp_path: Path) -> None:
+def test_reward_json_symlink_to_a_host_file_gives_no_reward(
+    tmp_path: Path, isolation: GradingIsolation
+) -> None:
     """Vector 3: reward.json -> a root-only host file that happens to parse: no reward."""
     forged = Path("/root") / f"rewards-{secrets.token_hex(6)}.json"
     forged.write_text('{"reward": 1.0}')
@@ -102,7 +118,7 @@ def test_reward_json_symlink_to_a_host_file_gives_no_reward(tmp_path: Path) -> N
         result, _ = oracle_job(tmp_path, tool)
     finally:
         forged.unlink(missing_ok=True)
-    assert result["reward"] is None and result["error"] == "reward_file_unsafe", result
+    assert_link_refused(result, isolation)
 
 
 def test_test_stdout_symlink_to_a_host_file_is_not_read(
