@@ -95,7 +95,8 @@ def load_policy(
     from skyrl_sdk.agents.local_engine import LocalEngine
 
     if spec == "tiny":
-        return LocalEngine.from_pretrained(_tiny_dir(), device=device, name="tiny")
+        # One decoding thread: see `LocalEngine.num_threads` (a second one only loses time).
+        return LocalEngine.from_pretrained(_tiny_dir(), device=device, name="tiny", num_threads=1)
     path = Path(spec.removeprefix("local:"))
     if not path.is_dir():
         raise EvalError(f"policy spec {spec!r}: not a URL, scripted:FILE, 'tiny' or a directory")

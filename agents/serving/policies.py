@@ -97,7 +97,12 @@ def load_policy(
 
         directory = tiny_model_dir()
         engine = LocalEngine.from_pretrained(
-            directory, device=device, name="tiny", max_batch_size=max_batch_size, fairness=fairness
+            directory,
+            device=device,
+            name="tiny",
+            max_batch_size=max_batch_size,
+            fairness=fairness,
+            num_threads=1,  # see `LocalEngine.num_threads`
         )
         return LoadedPolicy(engine, tiny_renderer(directory), "tiny")
     path = Path(spec.removeprefix("local:"))
