@@ -20,6 +20,15 @@ engine's admission asks a `FairQueue` for its next request instead of popping a 
   ties to the oldest waiting request: a newcomer is admitted at the next step with a free
   row, ahead of a hog's queued choices.
 
+Admission alone does not keep a newcomer fast: on a CPU a decoding step costs more the more
+rows it advances, so a 16-token request beside a hog's 8 rows decoded 2.5x slower than alone.
+Fairness also applies **per decoding step** (`rows_to_step`): while rows of several tenants
+run, each tenant advances at most `max(FairnessLimits.step_rows, the fewest rows any running
+tenant holds)` rows per step; its other rows sit that step out (they keep their keys and
+values and simply do not advance; the ones that sat out most go next). Tenants with equal rows
+(a training run's episodes, one row each) never sit out, one tenant alone never does, and
+untenanted rows always advance. A row's tokens do not depend on the steps it sat out.
+
 There is no preemption: a row runs until it ends, so when several tenants each hold their cap
 and the batch is full, a newcomer waits for the next row to end (bounded by the running rows'
 `max_tokens`). The queue knows nothing of torch or HTTP, so the policy stays with whichever
@@ -30,8 +39,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import deque
-from collections.abc import Callable, Hashable, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -41,6 +50,10 @@ T = TypeVar("T")
 
 DEFAULT_MAX_QUEUED = 64
 """Most requests one tenant may have waiting (four n=16 requests)."""
+DEFAULT_STEP_ROWS = 1
+"""Rows per step each tenant may always advance while several tenants run (see `rows_to_step`):
+1 gives every running tenant the same rows per step as the smallest one, the cheapest steps
+for a newcomer beside a hog on a CPU, where a step's cost grows with its rows."""
 
 
 @dataclass(frozen=True)
@@ -51,9 +64,13 @@ class FairnessLimits:
     """Most rows of the running batch one tenant holds at once."""
     max_queued: int | None = DEFAULT_MAX_QUEUED
     """Most of one tenant's requests waiting for a row; one more raises `TenantQueueFull`."""
+    step_rows: int | None = DEFAULT_STEP_ROWS
+    """While rows of several tenants run, each advances at most `max(step_rows, the fewest
+    rows any running tenant holds)` of them per decoding step (`rows_to_step`); None: every
+    row advances every step."""
 
     def __post_init__(self) -> None:
-        for name in ("max_rows", "max_queued"):
+        for name in ("max_rows", "max_queued", "step_rows"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 (or None for no cap), got {value}")
@@ -62,6 +79,33 @@ class FairnessLimits:
     def for_batch(cls, max_batch_size: int) -> FairnessLimits:
         """The default for a batch of `max_batch_size` rows: a tenant holds at most half."""
         return cls(max_rows=max(1, max_batch_size // 2))
+
+
+def rows_to_step(
+    tenants: Sequence[Hashable | None], skipped: Sequence[int], step_rows: int | None
+) -> list[int]:
+    """Which running rows advance in the next decoding step (indices into `tenants`, in order).
+
+    `tenants[i]` is row i's tenant (None: untenanted, which always advances) and `skipped[i]`
+    how many steps it has sat out so far. With rows of fewer than two tenants (None counts as
+    one) or `step_rows` None, every row advances. Otherwise each tenant advances at most
+    `max(step_rows, the fewest rows any tenant holds)` rows, those that sat out most first
+    (ties to the lower index), so a tenant's rows progress evenly and a small tenant's steps
+    stay as cheap as a small batch's.
+    """
+    counts = Counter(tenants)
+    if step_rows is None or len(counts) < 2:
+        return list(range(len(tenants)))
+    share = max(step_rows, min(counts.values()))
+    over = {t for t, n in counts.items() if t is not None and n > share}
+    if not over:
+        return list(range(len(tenants)))
+    chosen = [i for i, t in enumerate(tenants) if t not in over]
+    for tenant in over:
+        rows = [i for i, t in enumerate(tenants) if t == tenant]
+        rows.sort(key=lambda i: (-skipped[i], i))
+        chosen += rows[:share]
+    return sorted(chosen)
 
 
 class TenantQueueFull(PolicyError):

@@ -24,7 +24,11 @@ generation context's `episode_id`; `skyrl serve` makes it the session), a tenant
 most `fairness.max_rows` rows of the batch (half of it by default, each of `n` choices being a
 row) and has at most `fairness.max_queued` requests waiting (one more raises
 `TenantQueueFull`), and the tenant holding the fewest rows goes first. Calls without a context
-are untenanted and capped only by the batch.
+are untenanted and capped only by the batch. While several tenants run, a decoding step
+advances only each tenant's fair share of rows (`fairness.rows_to_step`): a hog's other rows
+sit the step out, keeping their slots (the column the step adds is masked out for them and
+their positions do not move), and the step runs over the advancing rows only, so a newcomer's
+steps stay as cheap as a small batch's.
 
 **Prefix reuse** (`prefix_cache_bytes`, 1 GiB by default; 0 turns it off). A multi-turn
 episode's prompt grows by appending, and a GRPO group repeats one prompt. The keys and values
@@ -54,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import inspect
 import threading
 from collections import Counter
@@ -63,7 +68,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
-from skyrl_sdk.agents.fairness import FairnessLimits, FairQueue
+from skyrl_sdk.agents.fairness import FairnessLimits, FairQueue, rows_to_step
 from skyrl_sdk.agents.kv_cache import DEFAULT_PREFIX_CACHE_BYTES, KV, PrefixCache, PrefixCacheStats
 from skyrl_sdk.agents.kv_slots import KVSlots
 from skyrl_sdk.agents.packed_step import (
@@ -117,6 +122,9 @@ class EngineStats:
     """Requests that left because their caller cancelled them."""
     mixed_steps: int
     """Decoding steps that also prefilled a request joining the batch (`packed_step`)."""
+    rows_sat_out: int
+    """Row-steps sat out for the fair share of a step (`fairness.rows_to_step`): one per row
+    per step it did not advance in."""
     batch_copies: int
     """Times the running batch's keys and values were copied into new buffers (out of room,
     or a mostly empty batch compacted); a request joining or leaving copies no other row."""
@@ -145,6 +153,8 @@ class _Request:
     """Set by the caller's thread when it gives up; the worker drops the row at its next step."""
     kv_version: int = 0
     """Weights version when its keys and values started (admission)."""
+    skipped: int = 0
+    """Decoding steps it sat out for the fair share of a step (`fairness.rows_to_step`)."""
     tenant: str | None = None
     """Whose request it is (the context's `episode_id`; None: an untenanted caller), for
     the fair share of the batch (`fairness`)."""
@@ -255,6 +265,7 @@ class LocalEngine:
                 "cancelled",
                 "copies",
                 "mixed",
+                "sat_out",
             ),
             0,
         )
@@ -299,6 +310,7 @@ class LocalEngine:
             generated_tokens=c["generated"],
             cancelled=c["cancelled"],
             mixed_steps=c["mixed"],
+            rows_sat_out=c["sat_out"],
             batch_copies=c["copies"] + (self._slots.copies if self._slots is not None else 0),
             prefix_cache=self.prefix_cache.stats(),
         )
@@ -663,11 +675,41 @@ class LocalEngine:
             self._mask = torch.cat([pad, self._mask], 1)
             self._slots.widen(width)
 
+    def _stepping(self, newcomer: _Request | None = None) -> list[int] | None:
+        """The slots that advance this step under the fair share of a step
+        (`fairness.rows_to_step`; `newcomer`, prefilled in this step, always advances and counts
+        for its tenant); None: every slot does (the plain step)."""
+        if self.scheduling is Scheduling.STATIC or self.fairness.step_rows is None:
+            return None
+        live = [i for i, r in enumerate(self._rows) if r is not None and not r.done]
+        rows: list[_Request] = [self._rows[i] for i in live]  # type: ignore[misc]
+        if newcomer is not None:
+            rows.append(newcomer)
+        tenants = [r.tenant for r in rows]
+        if len(set(tenants)) < 2:
+            return None
+        # The newcomer must advance (its prefill is this step): it ranks first.
+        skipped = [r.skipped for r in rows[: len(live)]] + [1 << 62] * (newcomer is not None)
+        chosen = rows_to_step(tenants, skipped, self.fairness.step_rows)
+        if len(chosen) == len(rows):
+            return None
+        stepping = set(chosen)
+        for k in range(len(live)):
+            if k not in stepping:
+                rows[k].skipped += 1
+                self._counts["sat_out"] += 1
+        return [live[k] for k in chosen if k < len(live)]
+
     def _step(self) -> None:
-        """One decoding step: every row gets one token; finished and cancelled rows leave
-        (continuous) or stay until the whole batch is done (static)."""
+        """One decoding step: every row gets one token (or the fair share's rows do, see
+        `_subset_step`); finished and cancelled rows leave (continuous) or stay until the
+        whole batch is done (static)."""
         import torch
 
+        stepping = self._stepping()
+        if stepping is not None:
+            self._subset_step(stepping)
+            return
         assert self._mask is not None and self._pos is not None and self._next is not None
         batch = len(self._rows)
         mask = torch.cat([self._mask, self._mask.new_ones((batch, 1))], 1)
@@ -688,6 +730,36 @@ class LocalEngine:
         self._pos = (self._pos + 1) * alive
         self.steps += 1
         self._next = self._sample_rows(range(batch), out.logits[:, -1, :].float())
+        self._leave()
+
+    def _subset_step(self, stepping: list[int]) -> None:
+        """A decoding step of the slots `stepping` only: the others keep their keys and values
+        and next token, and the column this step adds is padding for them (masked out, their
+        positions unchanged), so what a row computes does not depend on the steps it sat out.
+        The forward pass runs over the stepping rows alone (their past gathered per layer):
+        its cost is that of a batch of `len(stepping)` rows."""
+        import torch
+
+        assert self._slots is not None and self._mask is not None
+        assert self._pos is not None and self._next is not None
+        index = torch.tensor(stepping, dtype=torch.long, device=self.device)
+        batch = len(self._rows)
+        mask = torch.cat([self._mask, self._mask.new_zeros((batch, 1))], 1)
+        mask[index, -1] = 1
+        self._slots.reserve(1)
+        cache = _cache(None)
+        cache.layers.extend(_subset_layers(self._slots, index))
+        out = self._forward(
+            cache,
+            input_ids=self._next[index].view(-1, 1),
+            attention_mask=mask[index],
+            position_ids=self._pos[index].view(-1, 1),
+        )
+        self._slots.advance(1)
+        self._mask = mask
+        self._pos[index] += 1
+        self.steps += 1
+        self._next = self._sample_rows(stepping, out.logits[:, -1, :].float())
         self._leave()
 
     def _sample_rows(self, rows: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
@@ -723,10 +795,19 @@ class LocalEngine:
         self._slots.reserve(1)
         if past is not None:
             self._slots.write(slot, past, end=self._slots.hi + 1 - chunk)
-        decoding = [i for i, row in enumerate(self._rows) if row is not None]
+        stepping = self._stepping(r)
+        if stepping is None:
+            decoding = [i for i, row in enumerate(self._rows) if row is not None]
+        else:
+            decoding = stepping
         index = torch.tensor(decoding, dtype=torch.long, device=self.device)
         batch = len(self._rows)
         mask = torch.cat([self._mask, self._mask.new_ones((batch, 1))], 1)
+        if stepping is not None:  # the rows sitting this step out: its column is padding
+            sitting = [
+                i for i, row in enumerate(self._rows) if row is not None and i not in stepping
+            ]
+            mask[sitting, -1] = 0
         plan = MixPlan(self._slots, index, slot, reuse, chunk, mask.bool()[:, None, None, :])
         ids = torch.tensor(r.prompt[reuse:], dtype=torch.long, device=self.device)
         positions = torch.arange(reuse, n, device=self.device)
@@ -748,8 +829,7 @@ class LocalEngine:
         mask[slot] = 0
         mask[slot, mask.shape[1] - n :] = 1
         self._mask = mask
-        alive = torch.tensor([row is not None for row in self._rows], device=self.device)
-        self._pos = (self._pos + 1) * alive
+        self._pos[index] += 1
         self._pos[slot] = n
         self.steps += 1
         self._counts["mixed"] += 1
@@ -791,10 +871,16 @@ class LocalEngine:
         token) for the next turn, unless new weights were loaded since it started."""
         if not self.prefix_cache.enabled or r.kv_version != self.policy_version:
             return
-        assert self._slots is not None and self._pos is not None
-        self.prefix_cache.insert(
-            [*r.prompt, *r.ids[:-1]], self._slots.row(row, int(self._pos[row]))
-        )
+        assert self._slots is not None and self._pos is not None and self._mask is not None
+        n = int(self._pos[row])
+        if r.skipped:  # its columns have holes (the steps it sat out): take only its own
+            cols = self._mask[row].nonzero().view(-1)
+            kv = [
+                (k[row : row + 1, :, cols], v[row : row + 1, :, cols]) for k, v in self._slots.kv()
+            ]
+        else:
+            kv = self._slots.row(row, n)
+        self.prefix_cache.insert([*r.prompt, *r.ids[:-1]], kv)
 
     def _leave(self) -> None:
         """Free the slots of finished and cancelled rows (static: only once all are), then
@@ -828,8 +914,12 @@ class LocalEngine:
             self._mask = self._mask.index_select(0, index)
             self._pos = self._pos.index_select(0, index)
             self._next = self._next.index_select(0, index)
-        # Rows are right-aligned: the longest live row sets the width.
-        width = max(int(self._pos[i]) for i, r in enumerate(self._rows) if r is not None)
+        # Rows are right-aligned: the earliest-starting live row sets the width (a row that
+        # sat steps out spans more columns than its length; argmax finds its first column).
+        rows = torch.tensor(
+            [i for i, r in enumerate(self._rows) if r is not None], device=self.device
+        )
+        width = self._mask.shape[1] - int(self._mask[rows].argmax(1).min())
         if width < self._slots.width:
             self._mask = self._mask[:, -width:]
             self._slots.trim(width)
@@ -871,6 +961,43 @@ def _cache(kv: KV | None) -> Any:
         layer.keys, layer.values = k, v
         cache.layers.append(layer)
     return cache
+
+
+def _subset_layers(slots: KVSlots, index: torch.Tensor) -> list[Any]:
+    """transformers cache layers for a decoding step of the slots `index` only (see
+    `LocalEngine._subset_step`): each writes the new column of those slots at `hi` and hands
+    attention their columns in use (a gathered copy, `len(index)` rows)."""
+    cls = _subset_layer_class()
+    return [cls(slots, i, index) for i in range(slots.num_layers)]
+
+
+@functools.cache
+def _subset_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class SubsetLayer(DynamicLayer):
+        """One layer of a `KVSlots` for a step of some of its slots."""
+
+        def __init__(self, slots: KVSlots, layer: int, index: torch.Tensor):
+            super().__init__()
+            self._slots, self._index = slots, index
+            self._k, self._v = slots.buffers(layer)
+            # Only the shape is read before `update` (the past's length): a view, no gather.
+            self.device = self._k.device
+            self.keys = self._k[: index.numel(), :, slots.lo : slots.hi]
+            self.values = self._v[: index.numel(), :, slots.lo : slots.hi]
+            self.is_initialized = True
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            s, index = self._slots, self._index
+            hi, t = s.hi, key_states.shape[-2]
+            self._k[index, :, hi : hi + t] = key_states
+            self._v[index, :, hi : hi + t] = value_states
+            self.keys = self._k[index, :, s.lo : hi + t]
+            self.values = self._v[index, :, s.lo : hi + t]
+            return self.keys, self.values
+
+    return SubsetLayer
 
 
 def _kv_of(cache: Any) -> KV:

@@ -15,7 +15,9 @@ target is under 5 ms.
 A third measurement is fairness across sessions (issue 23): a "victim" session's 16-token
 request, unloaded, then while a "hog" session (its own session key) sends n=16,
 max_tokens=2000 completions in a loop; the target is the loaded median within 2x of the
-unloaded one. Both sides are client processes of their own; the hog's key has no token budget
+unloaded one, on the engine `skyrl serve --policy tiny` runs (one torch thread), with each
+step's fair share of rows (the default) and, in the same run for comparison, with fair shares
+at admission only. Both sides are client processes of their own; the hog's key has no token budget
 (the default 200k would stop its loop after six requests, which is the budget working, not
 the scheduler). The client is plain `httpx` with keep-alive (what the `openai` SDK
 uses), in its own process. The JSON names uvicorn's HTTP parser and loop (`http`, `loop`):
@@ -246,7 +248,19 @@ def _fairness(engine: Any, renderer: Any, body: dict[str, Any]) -> dict[str, flo
         "loaded": _median_ms(loaded),
         "hog_rows": float(peak[0]),
         "cap": float(cap),
+        "sat_out": float(engine.stats().rows_sat_out),
     }
+
+
+def _fair_engine(step_rows: bool) -> tuple[Any, Any]:
+    """The engine and renderer `skyrl serve --policy tiny` runs (its defaults); without
+    `step_rows`, fairness at admission only (every row advances every step)."""
+    from skyrl_sdk.agents.fairness import FairnessLimits
+    from skyrl_sdk.agents.serving.policies import load_policy
+
+    limits = None if step_rows else FairnessLimits(max_rows=8, step_rows=None)
+    loaded = load_policy("tiny", max_batch_size=16, fairness=limits)
+    return loaded.policy, loaded.renderer
 
 
 def _cpu_s() -> float:
@@ -274,9 +288,18 @@ def run() -> BenchReport:
     engine = LocalEngine.from_pretrained(directory, name="tiny")
     try:
         tiny = _measure(engine, renderer, sampling, body)
-        fair = _fairness(engine, renderer, {**body, "model": "bench"})
     finally:
         asyncio.run(engine.aclose())
+    # Fairness on the engine `skyrl serve --policy tiny` runs, with the fair share of each
+    # step (the default) and, for comparison in the same run, with fairness at admission only.
+    fair_runs: dict[bool, dict[str, float]] = {}
+    for step_rows in (False, True):
+        fair_engine, fair_renderer = _fair_engine(step_rows)
+        try:
+            fair_runs[step_rows] = _fairness(fair_engine, fair_renderer, {**body, "model": "bench"})
+        finally:
+            asyncio.run(fair_engine.aclose())
+    fair, admission_only = fair_runs[True], fair_runs[False]
     reply = "There are 12 apples left. " * 4
     scripted = ScriptedPolicy(lambda context: reply, renderer=renderer)
     free = _measure(scripted, renderer, sampling, body)
@@ -305,6 +328,10 @@ def run() -> BenchReport:
         "fair_session_max_rows": int(fair["cap"]),
         "fair_target": FAIR_TARGET,
         "fair_meets_target": fair["loaded"] <= FAIR_TARGET * fair["unloaded"],
+        "fair_rows_sat_out": int(fair["sat_out"]),
+        "fair_slowdown_admission_only": round(
+            admission_only["loaded"] / admission_only["unloaded"], 2
+        ),
         **uvicorn_options(),
     }
     rows = [
@@ -325,6 +352,12 @@ def run() -> BenchReport:
             f"{fair['unloaded']:.1f} ms unloaded, target <= {FAIR_TARGET:.0f}x",
         ),
         (
+            "fairness: the same, fair shares at admission only",
+            f"{admission_only['loaded']:.1f} ms "
+            f"({admission_only['loaded'] / admission_only['unloaded']:.2f}x)",
+            f"{admission_only['unloaded']:.1f} ms unloaded",
+        ),
+        (
             "fairness: hog's peak rows of the batch",
             f"{int(fair['hog_rows'])} of {engine.max_batch_size}",
             f"cap {int(fair['cap'])}",
@@ -342,7 +375,10 @@ def run() -> BenchReport:
         f"fairness: medians of {FAIR_REPEATS} requests of the victim session (chat, "
         f"{TOKENS} tokens, greedy) alone, then while the hog session's client process sends "
         "n=16, max_tokens=2000 completions in a loop (its key without a token budget); "
-        "ours is beside the hog, the baseline alone.",
+        "ours is beside the hog, the baseline alone; on the engine `skyrl serve --policy tiny` "
+        "runs, with each step's fair share (the default: beside a smaller session the hog's "
+        "rows advance as many per step as it holds, the rest sit the step out) and, for "
+        "comparison, with fair shares at admission only (every row advances every step).",
         "server CPU per request: the server process's CPU time over its requests (streamed "
         "and not, warm-ups included); on a loaded machine the overhead is mostly waiting to "
         "be scheduled, which this number leaves out.",
