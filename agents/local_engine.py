@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.fairness import FairnessLimits, FairQueue, rows_to_step
 from skyrl_sdk.agents.kv_cache import DEFAULT_PREFIX_CACHE_BYTES, KV, PrefixCache, PrefixCacheStats
-from skyrl_sdk.agents.kv_slots import KVSlots
+from skyrl_sdk.agents.kv_slots import MIN_SPARE, KVSlots
 from skyrl_sdk.agents.packed_step import (
     MAX_MIXED_CHUNK,
     MixPlan,
@@ -761,6 +761,30 @@ class LocalEngine:
         self.steps += 1
         self._next = self._sample_rows(stepping, out.logits[:, -1, :].float())
         self._leave()
+        self._squeeze()
+
+    def _squeeze(self) -> None:
+        """Close the gaps of rows that sat steps out once the batch's columns number more than
+        twice its longest row's (plus `MIN_SPARE`): each such row's own columns are copied,
+        right-aligned, within its slot, and the width trimmed to the longest row. So sitting
+        out never grows the keys and values kept, nor a step's attention, past that bound
+        (amortized: one copy of a row per doubling)."""
+        if self._slots is None or self._mask is None or self._pos is None:
+            return
+        longest = int(self._pos.max())
+        if self._slots.width <= 2 * longest + MIN_SPARE:
+            return
+        kv = self._slots.kv()
+        for i, r in enumerate(self._rows):
+            n = int(self._pos[i])
+            if r is None or r.done or int(self._mask[i, -n:].sum()) == n:
+                continue  # free, leaving, or already contiguous at the right
+            cols = self._mask[i].nonzero().view(-1)
+            self._slots.write(i, [(k[i : i + 1, :, cols], v[i : i + 1, :, cols]) for k, v in kv])
+            self._mask[i] = 0
+            self._mask[i, -n:] = 1
+        self._mask = self._mask[:, -longest:]
+        self._slots.trim(longest)
 
     def _sample_rows(self, rows: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
         """Each running row of `rows` samples its next token from its line of `logits`;
@@ -849,6 +873,8 @@ class LocalEngine:
             self._pos[slot] = 0
         self._next = next_ids
         self._leave()
+        if stepping is not None:
+            self._squeeze()
 
     def _sample_into(self, r: _Request, logits: torch.Tensor) -> int:
         """Sample `r`'s next token from `logits`, record it, hand it out, and resolve `r` if

@@ -211,3 +211,42 @@ def test_a_hogs_rows_sit_steps_out_beside_a_victim_and_their_tokens_do_not_chang
     assert fair_victim == plain_victim
     assert fair_cont.token_ids == plain_cont.token_ids
     assert fair_cont.logprobs == pytest.approx(plain_cont.logprobs, abs=1e-5)
+
+
+def test_rows_that_sit_out_many_steps_keep_the_batch_narrow(tiny_dir) -> None:
+    """Four hog rows beside a stream of victim requests advance a quarter as often, so their
+    columns would span four times their length; the gaps are closed once the batch is twice
+    as wide as its longest row, and the hog's greedy tokens are those of a plain run."""
+    from skyrl_sdk.agents.local_engine import LocalEngine
+
+    async def run(step_rows: int | None) -> tuple[list[tuple[int, ...]], int, int]:
+        limits = FairnessLimits(max_rows=4, max_queued=20, step_rows=step_rows)
+        engine = LocalEngine.from_pretrained(tiny_dir, max_batch_size=8, fairness=limits)
+        try:
+            hog = GenerationContext("hog", "t", 0)
+            victim = GenerationContext("victim", "t", 0)
+            params = SamplingParams(max_tokens=120, temperature=0.0)
+            hogs = [
+                asyncio.ensure_future(engine.generate([5, 6, 7 + i], params, context=hog))
+                for i in range(4)
+            ]
+            while engine.running_by_tenant().get("hog", 0) < 4:
+                await asyncio.sleep(0.001)
+            short = SamplingParams(max_tokens=30, temperature=0.0)
+            widest = 0
+            while not all(t.done() for t in hogs):
+                task = asyncio.ensure_future(engine.generate([9, 9], short, context=victim))
+                while not task.done():
+                    slots, pos = engine._slots, engine._pos
+                    if slots is not None and pos is not None and engine.running:
+                        widest = max(widest, slots.width - 2 * int(pos.max()))
+                    await asyncio.sleep(0.0005)
+            return [(await t).token_ids for t in hogs], widest, engine.stats().rows_sat_out
+        finally:
+            await engine.aclose()
+
+    fair_hogs, fair_widest, sat_out = asyncio.run(run(1))
+    plain_hogs, _, _ = asyncio.run(run(None))
+    assert sat_out > 3 * 120  # the hog's rows sat out most of the victims' steps
+    assert fair_widest <= 64 + 1  # width <= 2 x longest row + MIN_SPARE (+ this step's column)
+    assert fair_hogs == plain_hogs
