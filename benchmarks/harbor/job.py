@@ -20,7 +20,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +83,64 @@ class TrialError(enum.StrEnum):
     REWARD_FILES_DISAGREE = "reward_files_disagree"
     """reward.json's reward and reward.txt's number differ (one is not test.sh's verdict); no
     reward."""
+    VERIFIER_COMMAND_NOT_FOUND = "verifier_command_not_found"
+    """test.sh could not run a command it needs (`uvx: command not found`, exit 127) and left
+    no reward or 0; the message names the command; no reward."""
     INTERNAL = "internal_error"
     """Anything else (a bug); see `error_message` and exception.txt."""
+
+
+class Stage(enum.StrEnum):
+    """The stages of a trial, in order (`trials[].stages` in job.json)."""
+
+    BUILD = "build"
+    """Reading the task folder (and converting a Terminal-Bench 1 folder)."""
+    START = "start"
+    """Building the environment's root (Dockerfile steps) and opening the agent's sandbox."""
+    AGENT = "agent"
+    """The agent phase."""
+    VERIFIER = "verifier"
+    """The verifier phase: test.sh and the reward files."""
+
+
+class StageStatus(enum.StrEnum):
+    """How one stage ended."""
+
+    OK = "ok"
+    """It ran and ended well."""
+    FAILED = "failed"
+    """It failed; `error` says why."""
+    TIMEOUT = "timeout"
+    """It ran past its limit."""
+    SKIPPED = "skipped"
+    """It did not run: an earlier stage failed (or, for the agent, the nop agent)."""
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """One stage of a trial, as written under `stages` of result.json and job.json."""
+
+    duration_s: float = 0.0
+    """Wall-clock seconds of the stage (0 when it did not run)."""
+    status: StageStatus = StageStatus.SKIPPED
+    """How it ended."""
+    error: str | None = None
+    """Why it failed: `<error kind>: <message>`, one line (None when it did not fail)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"duration_s": self.duration_s, "status": self.status.value, "error": self.error}
+
+
+_TIMEOUT_ERRORS = frozenset({TrialError.AGENT_TIMEOUT, TrialError.VERIFIER_TIMEOUT})
+
+
+def _stage(duration_s: float, error: TrialError | None = None, message: str = "") -> StageOutcome:
+    """A stage that ran: ok, or failed / timed out with `error`."""
+    if error is None:
+        return StageOutcome(duration_s, StageStatus.OK)
+    status = StageStatus.TIMEOUT if error in _TIMEOUT_ERRORS else StageStatus.FAILED
+    line = " ".join(message.split())[:500]
+    return StageOutcome(duration_s, status, f"{error.value}: {line}" if line else error.value)
 
 
 @dataclass(frozen=True)
@@ -191,6 +247,17 @@ class TrialResult:
     """Seconds of the verifier phase."""
     duration_s: float = 0.0
     """Seconds for the whole trial."""
+    stages: dict[Stage, StageOutcome] = field(default_factory=dict)
+    """Each stage (`build`, `start`, `agent`, `verifier`): its seconds, status and error."""
+
+    @property
+    def failed_stage(self) -> Stage | None:
+        """The first stage that failed or timed out (None when none did)."""
+        for name in Stage:
+            outcome = self.stages.get(name)
+            if outcome is not None and outcome.status in (StageStatus.FAILED, StageStatus.TIMEOUT):
+                return name
+        return None
 
     @property
     def reward_valid(self) -> bool:
@@ -203,6 +270,7 @@ class TrialResult:
         data["agent_error"] = self.agent_error.value if self.agent_error else None
         data["environment_notes"] = list(self.environment_notes)
         data["reward_valid"] = self.reward_valid
+        data["stages"] = _stages_json(self.stages)
         return data
 
 
@@ -250,10 +318,16 @@ class JobResult:
                     "rewards": t.rewards,
                     "error": t.error.value if t.error else None,
                     "trial_name": t.trial_name,
+                    "stages": _stages_json(t.stages),
                 }
                 for t in self.trials
             ],
         }
+
+
+def _stages_json(stages: dict[Stage, StageOutcome]) -> dict[str, Any]:
+    """Every stage in order, a missing one as skipped."""
+    return {name.value: stages.get(name, StageOutcome()).to_json() for name in Stage}
 
 
 _AGENT_ERRORS = {
@@ -284,13 +358,22 @@ async def run_trial(
         "backend": config.backend.value,
         "started_at": started,
     }
+    stages: dict[Stage, StageOutcome] = {}
     try:
         task = load_task(task_dir, pass_env=config.pass_env)
     except TaskFormatError as e:
+        stages[Stage.BUILD] = _stage(time.perf_counter() - t0, TrialError.INVALID_TASK, str(e))
         result = TrialResult(
-            **base, reward=None, rewards=None, error=TrialError.INVALID_TASK, error_message=str(e)
+            **base,
+            reward=None,
+            rewards=None,
+            error=TrialError.INVALID_TASK,
+            error_message=str(e),
+            duration_s=time.perf_counter() - t0,
+            stages=stages,
         )
         return _write_trial(trial_dir, result)
+    stages[Stage.BUILD] = _stage(time.perf_counter() - t0)
     scale = config.timeout_multiplier
     agent_timeout = task.agent.timeout_s * scale if task.agent.timeout_s else None
     if scale != 1.0:
@@ -306,6 +389,12 @@ async def run_trial(
     verified: VerifierResult | None = None
     error: TrialError | None = None
     message = ""
+    # The stage now running and when it began: an exception is charged to it.
+    running: list[Any] = [Stage.START, time.perf_counter()]
+
+    def begin(stage: Stage) -> None:
+        running[:] = [stage, time.perf_counter()]
+
     try:
         if config.agent is AgentKind.LLM:
             from skyrl_gym.envs.harbor.env import HarborEnv
@@ -320,6 +409,9 @@ async def run_trial(
             if config.require_exit_zero:
                 env.make_runtime = functools.partial(HarborRuntime, require_exit_zero=True)
             row = env.tasks[0]
+            # The environment starts inside the episode's reset: its time is the agent's.
+            stages[Stage.START] = _stage(0.0)
+            begin(Stage.AGENT)
             t1 = time.perf_counter()
             outcome = await run_llm(
                 env,
@@ -332,9 +424,12 @@ async def run_trial(
             timings["agent_execution_s"] = time.perf_counter() - t1
             runtime = env.runtime
             if env.start_error is not None or runtime is None:
+                begin(Stage.START)
                 raise TaskEnvironmentError(env.start_error or "the environment did not start")
+            stages[Stage.AGENT] = _agent_stage(timings["agent_execution_s"], outcome)
             if outcome.trajectory is not None and on_trajectory is not None:
                 on_trajectory(outcome.trajectory)
+            begin(Stage.VERIFIER)
             t2 = time.perf_counter()
             verified = await env.averify()
             timings["verifier_s"] = time.perf_counter() - t2
@@ -348,9 +443,13 @@ async def run_trial(
             t1 = time.perf_counter()
             await runtime.start()
             timings["environment_setup_s"] = time.perf_counter() - t1
+            stages[Stage.START] = _stage(timings["environment_setup_s"])
+            begin(Stage.AGENT)
             t1 = time.perf_counter()
             outcome = await run_command(runtime, policy, agent_timeout)
             timings["agent_execution_s"] = time.perf_counter() - t1
+            stages[Stage.AGENT] = _agent_stage(timings["agent_execution_s"], outcome)
+            begin(Stage.VERIFIER)
             t2 = time.perf_counter()
             verified = await runtime.verify()
             timings["verifier_s"] = time.perf_counter() - t2
@@ -365,6 +464,8 @@ async def run_trial(
             t1 = time.perf_counter()
             await runtime.start(with_solution=config.agent is AgentKind.ORACLE)
             timings["environment_setup_s"] = time.perf_counter() - t1
+            stages[Stage.START] = _stage(timings["environment_setup_s"])
+            begin(Stage.AGENT)
             t1 = time.perf_counter()
             if config.agent is AgentKind.ORACLE:
                 try:
@@ -373,13 +474,18 @@ async def run_trial(
                 except TimeoutError:
                     outcome = AgentOutcome(AgentFailure.TIMEOUT, f"agent ran past {agent_timeout}s")
             timings["agent_execution_s"] = time.perf_counter() - t1
+            if config.agent is AgentKind.ORACLE:
+                stages[Stage.AGENT] = _agent_stage(timings["agent_execution_s"], outcome)
+            begin(Stage.VERIFIER)
             t2 = time.perf_counter()
             verified = await runtime.verify()
             timings["verifier_s"] = time.perf_counter() - t2
     except (TaskEnvironmentError, SandboxError, OSError) as e:
         error, message = TrialError.ENVIRONMENT, f"{type(e).__name__}: {e}"
+        stages[running[0]] = _stage(time.perf_counter() - running[1], error, message)
     except Exception as e:  # a bug: record it, keep the job going
         error, message = TrialError.INTERNAL, f"{type(e).__name__}: {e}"
+        stages[running[0]] = _stage(time.perf_counter() - running[1], error, message)
         (trial_dir / "exception.txt").write_text(traceback.format_exc())
     finally:
         notes: tuple[str, ...] = tuple(runtime.notes) if runtime is not None else ()
@@ -405,6 +511,9 @@ async def run_trial(
         # link): replace it, never write through it.
         _write_new(agent_dir / "trajectory.json", json.dumps(to_atif(outcome.trajectory), indent=2))
     agent_error = _AGENT_ERRORS[outcome.failure] if outcome.failure else None
+    if verified is not None:
+        kind = TrialError(verified.error.value) if verified.error is not None else None
+        stages[Stage.VERIFIER] = _stage(verified.duration_s, kind, verified.message)
     if error is None and verified is not None and verified.error is not None:
         error, message = TrialError(verified.error.value), verified.message
     if error is None and agent_error is not None:
@@ -424,9 +533,16 @@ async def run_trial(
             verified.isolation.value if verified is not None and verified.isolation else None
         ),
         duration_s=time.perf_counter() - t0,
+        stages=stages,
         **timings,
     )
     return _write_trial(trial_dir, result)
+
+
+def _agent_stage(duration_s: float, outcome: AgentOutcome) -> StageOutcome:
+    """The agent stage from the agent's outcome (a failed agent is still graded)."""
+    kind = _AGENT_ERRORS[outcome.failure] if outcome.failure else None
+    return _stage(duration_s, kind, outcome.message)
 
 
 def _write_new(path: Path, text: str) -> None:
@@ -513,6 +629,13 @@ async def run_job(
     return job
 
 
+def _stage_cell(outcome: StageOutcome | None) -> str:
+    if outcome is None or outcome.status is StageStatus.SKIPPED:
+        return "-"
+    mark = "" if outcome.status is StageStatus.OK else "!"
+    return f"{outcome.duration_s:.1f}{mark}"
+
+
 def summary_table(job: JobResult) -> Any:
     """A rich table: one row per trial, then the mean reward and errors by kind."""
     from rich.table import Table
@@ -522,14 +645,22 @@ def summary_table(job: JobResult) -> Any:
     table.add_column("reward", justify="right")
     table.add_column("rewards")
     table.add_column("error")
+    # Seconds per stage, in order; "-" where it did not run, "!" where it failed.
+    table.add_column("/".join(name.value for name in Stage) + " s", justify="right")
+    table.add_column("failed stage")
     table.add_column("s", justify="right")
     for t in job.trials:
         extra = {k: v for k, v in (t.rewards or {}).items() if k != "reward"}
+        failed = t.failed_stage
+        # The kind is in the error column: the stage and the start of its reason here.
+        why = (t.stages[failed].error or "").partition(": ")[2] if failed is not None else ""
         table.add_row(
             t.task,
             "-" if t.reward is None else f"{t.reward:g}",
             ", ".join(f"{k}={v:g}" for k, v in extra.items()),
             t.error.value if t.error else "",
+            "/".join(_stage_cell(t.stages.get(name)) for name in Stage),
+            f"{failed.value}: {why[:80]}" if failed is not None else "",
             f"{t.duration_s:.1f}",
         )
     errors = ", ".join(f"{k}: {v}" for k, v in sorted(job.errors_by_kind.items())) or "none"
@@ -542,6 +673,9 @@ def summary_table(job: JobResult) -> Any:
 __all__ = [
     "JobConfig",
     "JobResult",
+    "Stage",
+    "StageOutcome",
+    "StageStatus",
     "TrialError",
     "TrialResult",
     "run_job",

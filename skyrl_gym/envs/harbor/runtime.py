@@ -106,6 +106,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import tarfile
@@ -227,6 +228,28 @@ class VerifierError(enum.StrEnum):
     """Both reward.json and reward.txt exist and reward.json's reward (its `reward` key, else
     `primary_reward` of its values) is not reward.txt's number: one of them is not test.sh's
     verdict (an agent program wrote it). Void."""
+    COMMAND_NOT_FOUND = "verifier_command_not_found"
+    """test.sh could not run its own tools: a command it called is not installed (`uvx:
+    command not found`, exit 127; `env: 'python3': No such file or directory`) and it left no
+    reward or a reward of 0. The message names the command; the reward is void, since 0
+    would say the agent failed when the verifier never ran."""
+
+
+_MISSING_COMMAND = re.compile(
+    # bash: "/tests/test.sh: line 3: uvx: command not found"; dash: "/tests/test.sh: 3: uvx:
+    # not found"; env (a #! line or `env X`): "/usr/bin/env: 'python3': No such file or
+    # directory" (GNU quotes with ' or with curly quotes).
+    r"^(?:[^\n:]*: )?(?:line )?(?:\d+: )?(?P<name>[^\s:'\u2018\u2019]+): (?:command )?not found\s*$"
+    r"|^(?:/usr/bin/|/bin/)?env: ['\u2018](?P<env>[^'\u2019\s]+)['\u2019]: No such file or directory\s*$",
+    re.MULTILINE,
+)
+"""A line of test.sh's output saying a command it ran is not installed."""
+
+
+def missing_commands(output: str) -> list[str]:
+    """The commands test.sh's output says are not installed (in order, each once)."""
+    names = (m.group("name") or m.group("env") for m in _MISSING_COMMAND.finditer(output))
+    return list(dict.fromkeys(n for n in names if n))
 
 
 class RewardFileError(ValueError):
@@ -1141,6 +1164,26 @@ class HarborRuntime:
             if rewards is not None:
                 message += f"; the reward it left ({primary_reward(rewards):g}) is void"
             return VerifierResult(None, kind, message, ran.exit_code, duration, output, **counts)
+        # A verifier that could not even start its tools is its own error, not a reward 0:
+        # only when it gave nothing better (a reward above 0 means it did run), so output an
+        # agent program prints cannot turn a passing reward into an error.
+        missing = missing_commands(output)
+        if missing and (rewards is None or primary_reward(rewards) == 0):
+            names = ", ".join(f"`{n}`" for n in missing[:3])
+            left = "no reward" if rewards is None else "a reward of 0"
+            message = (
+                f"test.sh could not run {names}: command not found (exit {ran.exit_code}); it "
+                f"left {left}. Install it in the task's environment (offline: a root that has it)"
+            )
+            return VerifierResult(
+                None,
+                VerifierError.COMMAND_NOT_FOUND,
+                message,
+                ran.exit_code,
+                duration,
+                output,
+                **counts,
+            )
         if rewards is None:
             return VerifierResult(
                 None, problem.kind, str(problem), ran.exit_code, duration, output, **counts
