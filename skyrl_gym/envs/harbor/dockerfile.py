@@ -10,8 +10,10 @@ reported as not applied, with the reason.
 from __future__ import annotations
 
 import enum
+import os
 import re
 import shlex
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -61,11 +63,13 @@ class DockerfilePlan:
     """The (last) FROM image; never pulled by the bwrap backend."""
     workdir: str | None
     """The last WORKDIR (None: not set)."""
-    env: tuple[tuple[str, str], ...]
+    workdirs: tuple[str, ...] = ()
+    """Every WORKDIR, in order (a container has all of them; the last is the cwd)."""
+    env: tuple[tuple[str, str], ...] = ()
     """ENV variables, in order."""
-    steps: tuple[SetupStep, ...]
+    steps: tuple[SetupStep, ...] = ()
     """COPY and RUN steps to apply, in order."""
-    not_applied: tuple[str, ...]
+    not_applied: tuple[str, ...] = ()
     """One line per instruction that could not be applied, saying why."""
 
 
@@ -93,10 +97,14 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
+IMAGE_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The PATH a base image gives (`ENV PATH=/root/.cargo/bin:$PATH` extends it, not nothing)."""
+
+
 def _expand(value: str, env: dict[str, str]) -> str:
     def sub(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)
-        return env.get(name, "")
+        return env.get(name, IMAGE_DEFAULT_PATH if name == "PATH" else "")
 
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", sub, value)
 
@@ -138,6 +146,7 @@ def plan_dockerfile(path: Path, default_workdir: str = "/app") -> DockerfilePlan
     text = data.decode("utf-8", errors="replace")
     base: str | None = None
     workdir: str | None = None
+    workdirs: list[str] = []
     env: dict[str, str] = {}
     args: dict[str, str] = {}
     steps: list[SetupStep] = []
@@ -161,6 +170,8 @@ def plan_dockerfile(path: Path, default_workdir: str = "/app") -> DockerfilePlan
         elif keyword == "WORKDIR":
             target = _expand(rest.strip('"'), {**args, **env})
             workdir = str(PurePosixPath(current) / target) if not target.startswith("/") else target
+            workdir = os.path.normpath(workdir)
+            workdirs.append(workdir)
         elif keyword == "ENV":
             for key, value in _env_pairs(rest):
                 env[key] = _expand(value, {**args, **env})
@@ -207,10 +218,66 @@ def plan_dockerfile(path: Path, default_workdir: str = "/app") -> DockerfilePlan
     return DockerfilePlan(
         base_image=base,
         workdir=workdir,
+        workdirs=tuple(workdirs),
         env=tuple(env.items()),
         steps=tuple(steps),
         not_applied=tuple(skipped),
     )
+
+
+NEVER_MOUNTED = frozenset(
+    {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "sys", "tmp"}
+    | {"run"}
+)
+"""Top-level directories no writable directory is mounted over (the system's programs and
+libraries, the sandbox's own /proc, /dev, /tmp, /run); one below them may be."""
+
+SYSTEM_TOPS = NEVER_MOUNTED | {"var", "boot", "root", "home", "mnt", "media", "srv", "opt"}
+"""Top-level directories of a system root: a writable directory below one of them is mounted
+at its own path (the directory above stays the system's), never over the whole top."""
+
+
+def writable_roots(
+    paths: Sequence[str], existing_tops: Collection[str] = ()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(roots, refused): the directories to mount writable so that a container's layout of
+    `paths` (its WORKDIRs and the directories its COPYs and RUNs write to) exists, and the
+    paths that cannot have one (a system directory itself, e.g. `/etc` for a COPY to
+    `/etc/x.conf`). A root is each path's top-level directory (`/app` for `/app/sub`, so files
+    copied to /app survive a nested WORKDIR), or, below a system directory or one the root
+    filesystem already has (`existing_tops`), the path itself. Nested ones are merged into the
+    outermost; both sorted."""
+    roots: set[str] = set()
+    refused: set[str] = set()
+    for path in paths:
+        norm = os.path.normpath(path)
+        parts = PurePosixPath(norm).parts[1:]
+        if not parts or (len(parts) == 1 and parts[0] in NEVER_MOUNTED):
+            refused.add(norm)
+            continue
+        if parts[0] in ("proc", "dev", "sys"):
+            refused.add(norm)
+            continue
+        top = parts[0]
+        roots.add(norm if top in SYSTEM_TOPS or top in existing_tops else f"/{top}")
+    kept: list[str] = []
+    for root in sorted(roots, key=lambda r: (len(PurePosixPath(r).parts), r)):
+        if not any(inside(root, k) for k in kept):
+            kept.append(root)
+    covered = {r for r in refused if any(inside(r, k) for k in kept)}
+    return tuple(sorted(kept)), tuple(sorted(refused - covered))
+
+
+def write_dirs(plan: DockerfilePlan, workdir: str) -> list[str]:
+    """The directories a plan's steps write to (and its WORKDIRs): where a container has them."""
+    out = [workdir, *plan.workdirs]
+    for step in plan.steps:
+        if step.kind is StepKind.COPY:
+            dest = step.dest
+            out.append(dest.rstrip("/") if dest.endswith("/") else str(PurePosixPath(dest).parent))
+        else:
+            out.append(step.workdir)
+    return out
 
 
 def inside(path: str, root: str) -> bool:

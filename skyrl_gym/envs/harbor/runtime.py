@@ -117,7 +117,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skyrl_gym.envs.harbor.dockerfile import SetupStep, StepKind, inside, plan_dockerfile
+from skyrl_gym.envs.harbor.dockerfile import (
+    DockerfilePlan,
+    SetupStep,
+    StepKind,
+    inside,
+    plan_dockerfile,
+    writable_roots,
+    write_dirs,
+)
 from skyrl_gym.envs.harbor.host import (
     CopyError,
     CopyJob,
@@ -437,7 +445,9 @@ class VerifierResult:
 class _BoundBwrap(BwrapSandbox):
     """A bwrap sandbox with extra host paths bound at given paths (read-write `binds`, then
     read-only `ro_binds`, which may lie inside them). A grading one (`spec.grading`) has a
-    read-only /proc and, as root, a uid of its own for the verifier (`GradingIsolation`)."""
+    read-only /proc and, as root, a uid of its own for the verifier (`GradingIsolation`).
+    `mount_at`: where the workspace is mounted, a directory above `spec.workdir` (the cwd), as
+    a container's `WORKDIR /app` ... `WORKDIR /app/sub` keeps /app (None: at `spec.workdir`)."""
 
     def __init__(
         self,
@@ -445,14 +455,22 @@ class _BoundBwrap(BwrapSandbox):
         binds: Mapping[str, Path],
         *,
         ro_binds: Mapping[str, Path] | None = None,
+        mount_at: str | None = None,
     ):
         super().__init__(spec)
         self._binds = dict(binds)
         self._ro_binds = dict(ro_binds or {})
+        self._mount_at = mount_at
 
     def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
         argv = super()._server_argv(workspace, python_args)
         at = argv.index("--chdir")
+        if self._mount_at is not None and argv[at - 3 : at] == [
+            "--bind",
+            str(workspace),
+            self.spec.workdir,
+        ]:
+            argv[at - 1] = self._mount_at
         extra = [
             a
             for inside_path, host in self._binds.items()
@@ -535,6 +553,11 @@ class HarborRuntime:
         self._work = self._workspace.path
         self._work.chmod(0o711)  # a bwrap sandbox running as nobody must traverse it
         self.workdir = self.task.environment.workdir or DEFAULT_WORKDIR
+        self.mount_dir = self.workdir
+        """bwrap: where `app_dir` is mounted (the working directory or a directory above it)."""
+        self.roots: dict[str, Path] = {}
+        """bwrap: the other writable directories the Dockerfile's layout needs (inside path ->
+        host directory in the trial's workspace), mounted in both phases."""
         self._env: dict[str, str] = {}
         self._image: str | None = None
         self._shell = "bash"
@@ -611,7 +634,11 @@ class HarborRuntime:
     ) -> Sandbox:
         spec = self._spec(env, grading=grading)
         if self.backend is Backend.BWRAP:
-            sandbox: Sandbox = _BoundBwrap(spec, binds, ro_binds=ro_binds)
+            # Passed only when it differs (tests wrap `_BoundBwrap.__init__` without it).
+            above = {} if self.mount_dir == self.workdir else {"mount_at": self.mount_dir}
+            sandbox: Sandbox = _BoundBwrap(
+                spec, {**self.roots, **binds}, ro_binds=ro_binds, **above
+            )
             try:
                 await sandbox.start()
             except BaseException:
@@ -660,6 +687,12 @@ class HarborRuntime:
             if plan.workdir and not task.environment.workdir:
                 self.workdir = plan.workdir
             self._env.update(plan.env)
+            if task.environment.docker_image:
+                # TB2's norm: the prebuilt image of this very Dockerfile. Never pulled here.
+                self.notes.append(
+                    f"docker_image {task.environment.docker_image}: not pulled by the bwrap "
+                    "backend; environment/Dockerfile is applied instead"
+                )
         elif task.environment.docker_image:
             self.notes.append(
                 f"docker_image {task.environment.docker_image}: not used by the bwrap backend"
@@ -667,6 +700,8 @@ class HarborRuntime:
         if self.workdir.rstrip("/") in ("", "/proc", "/dev"):
             self.notes.append(f"WORKDIR {self.workdir}: not usable as a workspace; using /app")
             self.workdir = DEFAULT_WORKDIR
+        if plan is not None:
+            self._plan_roots(plan)
         self._env.update(task.environment.env)
         binds = {
             AGENT_LOGS: self.agent_logs_dir,
@@ -695,6 +730,46 @@ class HarborRuntime:
             raise
         return sandbox
 
+    def _plan_roots(self, plan: DockerfilePlan) -> None:
+        """Lay out the writable directories a container of this Dockerfile has: the workspace
+        at the top of the working directory (`/app` for `WORKDIR /app/sub`), and one
+        directory in the trial's workspace (so under its disk cap) for each other place its
+        COPYs and RUNs write (`/data`, `/build`, `/opt/tool`). Below a read-only directory of
+        the root (`/usr/local/bin`) it is a note."""
+        existing = {e.name for e in os.scandir(self.rootfs)} if self.rootfs else set()
+        # Shown read-only from the host (or the image root): no mount point can be made inside.
+        readonly = existing or {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+        roots, _ = writable_roots(write_dirs(plan, self.workdir), existing)
+        primary = next((r for r in roots if inside(self.workdir, r)), self.workdir)
+        self.mount_dir = primary
+        for root in roots:
+            if inside(root, primary) or inside(primary, root):
+                continue
+            parts = PurePosixPath(root).parts[1:]
+            if len(parts) > 1 and parts[0] in readonly:
+                # No mount point can be made there, and an empty directory mounted over an
+                # existing one would hide the system's files: left to a copy-on-write root.
+                self.notes.append(
+                    f"Dockerfile writes to {root}: below the read-only /{parts[0]} of the "
+                    "root filesystem; not applied"
+                )
+                continue
+            host = self._work / "roots" / root.strip("/").replace("/", "__")
+            host.parent.mkdir(exist_ok=True)
+            host.parent.chmod(0o755)
+            self.roots[root] = _fresh_dir(host)
+        if primary != self.workdir:
+            below = self.app_dir / PurePosixPath(self.workdir).relative_to(primary)
+            below.mkdir(parents=True, exist_ok=True)
+            _give(self.app_dir)
+
+    def _host_root(self, path: str) -> tuple[str, Path] | None:
+        """(inside root, host directory) of the writable directory holding `path`, if any."""
+        norm = os.path.normpath(path)
+        if inside(norm, self.mount_dir):
+            return self.mount_dir, self.app_dir
+        return next(((r, h) for r, h in self.roots.items() if inside(norm, r)), None)
+
     async def _apply_steps(
         self, sandbox: Sandbox, steps: Sequence[SetupStep], deadline: float
     ) -> None:
@@ -702,9 +777,10 @@ class HarborRuntime:
         for step in steps:
             where = f"Dockerfile:{step.line} {step.kind.value.upper()}"
             if step.kind is StepKind.COPY:
-                if not inside(step.dest.rstrip("/") or "/", self.workdir):
+                if self._host_root(step.dest.rstrip("/") or "/") is None:
                     self.notes.append(
-                        f"{where} to {step.dest}: outside the writable workspace {self.workdir}"
+                        f"{where} to {step.dest}: in a read-only system directory of the "
+                        "sandbox's root filesystem; not applied"
                     )
                     continue
                 problem = await self._copy_in(sandbox, context, step, deadline)
@@ -716,7 +792,7 @@ class HarborRuntime:
                 raise TaskEnvironmentError(
                     f"environment setup ran past build_timeout_sec={self.task.environment.build_timeout_s}"
                 )
-            cwd = step.workdir if inside(step.workdir, self.workdir) else self.workdir
+            cwd = step.workdir if self._host_root(step.workdir) else self.workdir
             if cwd != self.workdir:
                 await sandbox.exec(["mkdir", "-p", cwd], timeout=30)
             result = await sandbox.exec(["/bin/sh", "-c", step.command], timeout=left, cwd=cwd)
@@ -737,8 +813,11 @@ class HarborRuntime:
         """Apply one COPY: a problem with its sources is returned (a note); a failed copy
         raises `TaskEnvironmentError`."""
         dest = step.dest
-        rel = PurePosixPath(dest.rstrip("/") or "/").relative_to(self.workdir)
-        target = self.app_dir / rel
+        found_root = self._host_root(dest.rstrip("/") or "/")
+        assert found_root is not None  # checked by the caller
+        inside_root, host_root = found_root
+        rel = PurePosixPath(os.path.normpath(dest.rstrip("/") or "/")).relative_to(inside_root)
+        target = host_root / rel
         root = context.resolve()
         matched: list[Path] = []
         for source in step.sources:
@@ -762,7 +841,7 @@ class HarborRuntime:
                 final = rel / src.name if as_dir else rel
                 jobs.append(CopyJob(src.resolve(), str(final), tree=False))
         where = f"Dockerfile:{step.line} COPY"
-        await self._charged_copy(sandbox, jobs, self.app_dir, deadline, where)
+        await self._charged_copy(sandbox, jobs, host_root, deadline, where)
         return None
 
     async def _charged_copy(
@@ -1020,7 +1099,8 @@ class HarborRuntime:
         verifier's working directory): the working directory, `/logs`, `/tmp`, `/solution`."""
         if not path.startswith("/"):
             return True
-        roots = (self.workdir, LOGS, "/tmp", "/var/tmp", "/dev/shm", SOLUTION)
+        roots = (self.workdir, self.mount_dir, *self.roots, LOGS, "/tmp", "/var/tmp", "/dev/shm")
+        roots += (SOLUTION,)
         return any(inside(os.path.normpath(path), root) for root in roots)
 
     def verifier_env(self) -> dict[str, str]:

@@ -1,0 +1,2 @@
+#!/bin/bash
+python3 -c 'print(int(open("/app/answer.txt").read().strip() == "right"))' > /logs/verifier/reward.txt
