@@ -24,7 +24,9 @@
  *    - `exec -- ARGV` (inside, the first program of every grading command: the command
  *      server is static and never loads the shim): the shim's decision for ARGV, then exec.
  *    - argv[0] `skyrl-as-agent`, then `-- PATH ARGV...`: setgroups(0), setresgid(A),
- *      setresuid(A) (every capability goes with the uid), the shim out of LD_PRELOAD, then
+ *      setresuid(A) (every capability goes with the uid), the shim out of LD_PRELOAD and
+ *      PYTHONSAFEPATH / PYTHONNOUSERSITE out of the environment (the verifier's defences,
+ *      not the agent program's: it imports its sibling modules as in a container), then
  *      execve(PATH, ARGV) (ENOEXEC: /bin/sh PATH, as execvp does).
  *
  * "Agent code" (decided as the verifier, before the exec):
@@ -655,6 +657,12 @@ static int as_agent(int argc, char **argv) {
     }
     const char *home = getenv("HOME");
     if (home && !strcmp(home, VERIFIER_HOME)) setenv("HOME", "/tmp", 1); /* not the verifier's */
+    /* The verifier's start-up-hook defences (grading.py) guard the verifier's own
+     * interpreters; the agent's program, now without any of the verifier's rights, runs as
+     * in a container: its script's directory on sys.path (`from run import run_tasks` next to
+     * it) and its user site. */
+    unsetenv("PYTHONSAFEPATH");
+    unsetenv("PYTHONNOUSERSITE");
     char **envp = with_shim(environ, 0);
     const char *path = argv[2];
     execve(path, argv + 3, envp);

@@ -925,10 +925,13 @@ static void op_exec(const value_t *req, buf_t *reply) {
         failed_reply(reply, message, 1, started);
     } else {
         spawn_t s = {.argv = argv, .envp = envp, .path = path, .cwd = cwd, .oom_first = 1};
-        s.limits[s.nlimits++] = (limit_t){RLIMIT_CORE, 0, 0};
+        int64_t fsize = num(get(req, "fsize"), 0);
+        /* Core dumps: off (soft 0) as in a container, but `ulimit -c unlimited` works (hard
+         * unlimited, or the disk cap when that is an rlimit: RLIMIT_FSIZE does not bound a
+         * dump). They land in the dumping process's cwd (the capped workspace or /tmp). */
+        s.limits[s.nlimits++] = (limit_t){RLIMIT_CORE, 0, fsize > 0 ? (rlim_t)fsize : RLIM_INFINITY};
         int64_t cpu = num(get(req, "cpu_time"), 0);
         if (cpu > 0) s.limits[s.nlimits++] = (limit_t){RLIMIT_CPU, (rlim_t)cpu, (rlim_t)cpu + 1};
-        int64_t fsize = num(get(req, "fsize"), 0);
         if (fsize > 0) s.limits[s.nlimits++] = (limit_t){RLIMIT_FSIZE, (rlim_t)fsize, (rlim_t)fsize};
         int64_t as = num(get(req, "as_bytes"), 0);
         if (as > 0) s.limits[s.nlimits++] = (limit_t){RLIMIT_AS, (rlim_t)as, (rlim_t)as};

@@ -116,7 +116,12 @@ class _Capture:
 
 def _limits(req):
     """(resource name, soft, hard) for the rlimits this command asks for."""
-    limits = [("RLIMIT_CORE", 0, 0)]
+    import resource
+
+    # Core dumps off (soft 0) as in a container, but raisable (`ulimit -c unlimited`): hard
+    # unlimited, or the disk cap when that is an rlimit (RLIMIT_FSIZE does not bound a dump).
+    core_hard = int(req["fsize"]) if req.get("fsize") else resource.RLIM_INFINITY
+    limits = [("RLIMIT_CORE", 0, core_hard)]
     if req.get("cpu_time"):
         limits.append(("RLIMIT_CPU", int(req["cpu_time"]), int(req["cpu_time"]) + 1))
     for key, name in (("fsize", "RLIMIT_FSIZE"), ("as_bytes", "RLIMIT_AS")):

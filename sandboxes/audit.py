@@ -534,6 +534,12 @@ if pid > 0:
         out["mem"] = "READ"
     except OSError as e:
         out["mem"] = e.strerror or type(e).__name__
+# ptrace itself is allowed as in Docker: the refusal above must be the server's own
+# (non-dumpable), so show what PTRACE_TRACEME does in a child.
+child = os.fork()
+if child == 0:
+    os._exit(0 if libc.ptrace(0, 0, None, None) == 0 else 1)
+out["traceme"] = "allowed" if os.waitpid(child, 0)[1] == 0 else "refused"
 print(json.dumps(out))
 """
 
@@ -544,7 +550,10 @@ async def _probe_ptrace(ctx: _Context) -> Outcome:
     if seen["pid"] <= 0:
         return Verdict.CONTAINED, "the command has no parent process to trace"
     broke = [k for k in ("attach", "mem") if seen.get(k) in ("ATTACHED", "READ")]
-    detail = f"ptrace: {seen['attach']}; /proc/{seen['pid']}/mem: {seen['mem']}"
+    detail = (
+        f"ptrace: {seen['attach']}; /proc/{seen['pid']}/mem: {seen['mem']}; "
+        f"PTRACE_TRACEME in a child: {seen.get('traceme')}"
+    )
     return (Verdict.NOT_CONTAINED if broke else Verdict.CONTAINED), detail
 
 
@@ -1092,7 +1101,11 @@ PROBES: dict[str, _Probe] = {
     "network-on": _Probe(
         "network=True has no route to the host", "4", _probe_network_on, network=True
     ),
-    "ptrace": _Probe("command server: ptrace, /proc/PID/mem", "5", _probe_ptrace),
+    "ptrace": _Probe(
+        "command server untraceable (ptrace, /proc/PID/mem; own children traceable)",
+        "5",
+        _probe_ptrace,
+    ),
     "nested-userns": _Probe("nested user namespace", "5", _probe_userns),
     "syscalls": _Probe("keyctl, bpf, perf_event_open, mount", "5", _probe_syscalls),
     "memory": _Probe("memory cap (allocate past it)", "6", _probe_memory),

@@ -14,12 +14,18 @@ top-level entries are bound read-only instead. Either way the sandbox gets fresh
 tmpfs `/tmp` (`spec.disk_bytes`) and `/run`, its own `/proc` and `/dev`, the writable
 workspace, and the caller's `spec.ro_binds` at their own paths.
 
+As in a container, the sandbox user's `/etc/passwd` entry (a generated copy of the root's,
+bound read-only over it) has a login shell (/bin/bash where the root has it, else /bin/sh)
+and the HOME its commands get (the workspace), and every command gets `SHELL` (so tmux and
+screen panes start a shell rather than /usr/sbin/nologin).
+
 Processes: started by root, the sandbox runs as the unprivileged user `nobody` (a real uid, so
 root-owned host files stay out of reach even through /proc). The command server (the native
 one, `_server.c`, bound read-only at /run/skyrl-server, unless it cannot be built here; see
 `_native.py`) is the namespace's PID 1: when it exits, the kernel kills everything left inside. It makes itself
 non-dumpable, so the commands it runs (same uid) cannot ptrace it or open `/proc/1/mem` or
-its pipes to the host under `/proc/1/fd`; a seccomp filter (`seccomp.py`) refuses ptrace,
+its pipes to the host under `/proc/1/fd`; a seccomp filter (`seccomp.py`) allows ptrace of
+the sandbox's own (dumpable, same-uid) processes as Docker does, and refuses
 nested user namespaces, keyctl, bpf, perf_event_open, mounts, userfaultfd and kexec, and
 bwrap >= 0.8 also disables user namespaces (`--disable-userns`).
 
@@ -253,6 +259,21 @@ class BwrapSandbox(ServerSandbox):
         return self.spec.workdir.rstrip("/")
 
     @property
+    def shell(self) -> str:
+        """The login shell of the sandbox user and `$SHELL` of its commands, as in a
+        container: /bin/bash where the root has it, else /bin/sh."""
+        return _shell(self.spec.rootfs or "/")
+
+    def base_env(self, extra=None) -> dict[str, str]:
+        env = super().base_env(extra)
+        env.setdefault("SHELL", self.shell)
+        return env
+
+    def _inside_uid(self) -> int:
+        """The uid commands run as inside (as root: `SANDBOX_UID`; else bwrap keeps ours)."""
+        return SANDBOX_UID if os.geteuid() == 0 else os.getuid()
+
+    @property
     def _run_as(self) -> int | None:
         return SANDBOX_UID if os.geteuid() == 0 else None
 
@@ -331,12 +352,18 @@ class BwrapSandbox(ServerSandbox):
             prefix = [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups"]
         top = self.workdir.strip("/").split("/")[0]
         system = _root_binds(spec.rootfs, top) if spec.rootfs else _system_binds(spec.network)
-        seccomp_fd = seccomp.filter_fd() if seccomp.supported() else None
+        # ptrace as Docker allows it, except where agent programs share the verifier's uid.
+        allow_trace = not spec.grading or tools is not None
+        seccomp_fd = seccomp.filter_fd(allow_trace) if seccomp.supported() else None
         # An empty file over /proc/cmdline (the host kernel's command line): bwrap copies
         # what it reads from this descriptor into a file of its own, so no host path shows.
         empty_fd = os.open(os.devnull, os.O_RDONLY)
+        # /etc/passwd as a container's: the sandbox user has a login shell and the HOME its
+        # commands get (tmux and screen start the login shell in each pane).
+        passwd = _passwd(spec.rootfs, self._inside_uid(), self.workdir, self.shell)
+        passwd_fd = _data_fd(passwd) if passwd is not None else None
         # Closed by the caller once the server is spawned.
-        self._pass_fds = (empty_fd,) if seccomp_fd is None else (seccomp_fd, empty_fd)
+        self._pass_fds = tuple(fd for fd in (empty_fd, passwd_fd, seccomp_fd) if fd is not None)
         self._seccomp_loaded = seccomp_fd is not None
         networked = network.network_mode(spec) is not NetworkMode.NONE
         if tools is None:
@@ -380,6 +407,11 @@ class BwrapSandbox(ServerSandbox):
             str(empty_fd),
             "/proc/cmdline",
             *(["--remount-ro", "/proc"] if spec.grading else []),
+            *(
+                ["--perms", "0644", "--ro-bind-data", str(passwd_fd), "/etc/passwd"]
+                if passwd_fd is not None
+                else []
+            ),
             "--dev",
             "/dev",
             *_sized(spec.disk_bytes),
@@ -445,6 +477,52 @@ def _warn_single_uid(reason: str) -> None:
             "share its uid; callers note `single_uid` on each trial",
             reason,
         )
+
+
+@cache
+def _shell(root: str) -> str:
+    """/bin/bash if the root has it (an executable file, through its own /bin), else /bin/sh."""
+    for name in ("bin/bash", "usr/bin/bash"):
+        path = os.path.join(root, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return "/bin/bash"
+    return "/bin/sh"
+
+
+def _passwd(rootfs: str | None, uid: int, home: str, shell: str) -> bytes | None:
+    """The root's /etc/passwd with `uid`'s entry given `home` and `shell` (added if absent);
+    None if the root has no regular /etc/passwd to cover."""
+    path = os.path.join(rootfs or "/", "etc/passwd")
+    if os.path.islink(path) or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    out, found = [], False
+    for line in lines:
+        fields = line.split(":")
+        if len(fields) == 7 and fields[2] == str(uid) and not found:
+            found = True
+            fields[5], fields[6] = home, shell
+            line = ":".join(fields)
+        out.append(line)
+    if not found:
+        out.append(f"sandbox:x:{uid}:{uid}:sandbox:{home}:{shell}")
+    return ("\n".join(out) + "\n").encode()
+
+
+def _data_fd(data: bytes) -> int:
+    """A readable descriptor (memfd at offset 0) holding `data`, for bwrap's --ro-bind-data."""
+    fd = os.memfd_create("skyrl-data", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _sized(size: int | None) -> list[str]:

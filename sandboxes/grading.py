@@ -21,6 +21,22 @@ verifier's `HOME=/tmp` becomes a directory of its own (`bwrap.VERIFIER_HOME`), s
 agent's programs may write /tmp there, and programs the verifier runs from agent-writable
 paths run as the agent (see `sandboxes/_grading.c`).
 
+Whose interpreters the defences guard: the verifier's own. `PYTHONSAFEPATH` and
+`PYTHONNOUSERSITE` exist so that the verifier's Python does not load the agent's modules; a
+task's *own* program in the workspace, which test.sh starts (`python3 /app/main.py` doing
+`from run import run_tasks` next to it), must import its siblings as in a container. In a
+two-uid sandbox such a program runs as the agent anyway, and the drop to the agent's uid
+takes both variables out of its environment (and its children's): it gets its script's
+directory on `sys.path` and its user site, with none of the verifier's rights. The
+verifier's scripts keep the defences: `cd /app && python3 -c 'import json'` or
+`python3 -m pytest` still ignores `/app/json.py`. pytest puts each test file's own directory
+(rootdir-based `prepend` import mode) on `sys.path` itself, so `/tests/test_outputs.py`
+still imports `/tests/helpers.py`; a verifier script run directly (`python3 /tests/check.py`)
+does not get `/tests` on its path and must add it itself (deliberately: the shim does not
+tell a safe script directory from an unsafe one). With one uid (`SINGLE_UID`: not root, or
+the local and Docker backends) every program keeps both variables, so a task program that
+relies on sibling imports fails there.
+
 What a task author must still do: not import or execute code from the workspace in the
 verifier (e.g. `sys.path.insert(0, "/app")` or `source /app/env.sh` re-opens the hole), run
 tests with an interpreter and packages from the read-only image or the grading sandbox's own

@@ -1,8 +1,13 @@
 """The seccomp filter of a bwrap sandbox, as a classic BPF program generated here.
 
 Sandboxed code runs as the same uid as the in-sandbox command server (PID 1). The server
-makes itself non-dumpable, which already stops `ptrace` and `/proc/1/mem`; this filter is
-the second wall, and it also closes what dumpability does not cover: nested user namespaces
+makes itself non-dumpable, which stops `ptrace` and `/proc/1/mem`. As in Docker's default
+profile (kernel >= 4.8), `ptrace` and `process_vm_readv/writev` are allowed otherwise, so
+`PTRACE_TRACEME` anti-debug checks, gdb and strace work on the sandbox's own processes; the
+kernel still refuses the server (non-dumpable) and, in a two-uid grading sandbox, the
+verifier (another uid; nobody holds CAP_SYS_PTRACE). A single-uid grading sandbox, where
+agent programs share the verifier's uid, and older kernels keep them refused. The filter
+also closes what dumpability does not cover: nested user namespaces
 (where the code would hold every capability), the kernel keyring, eBPF, perf events, mounts,
 userfaultfd (a tool for kernel races) and kexec. A refused call fails with EPERM, so programs
 see an ordinary permission error rather than a crash.
@@ -28,7 +33,15 @@ import struct
 from dataclasses import dataclass
 from functools import cache
 
-__all__ = ["BLOCKED_SYSCALLS", "CLONE_NEWUSER", "Arch", "filter_fd", "filter_program"]
+__all__ = [
+    "BLOCKED_SYSCALLS",
+    "CLONE_NEWUSER",
+    "TRACE_SYSCALLS",
+    "Arch",
+    "filter_fd",
+    "filter_program",
+    "ptrace_safe_kernel",
+]
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 AUDIT_ARCH_AARCH64 = 0xC00000B7
@@ -52,10 +65,12 @@ _OFF_NR = 0
 _OFF_ARCH = 4
 _OFF_ARG0_LO = 16
 
+TRACE_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev")
+"""Tracing calls: allowed where Docker's default profile allows them (kernel >= 4.8, whose
+seccomp re-checks a call a tracer changed), refused with EPERM otherwise and in a
+single-uid grading sandbox (see `filter_program`)."""
+
 BLOCKED_SYSCALLS = (
-    "ptrace",
-    "process_vm_readv",
-    "process_vm_writev",
     "pidfd_getfd",
     "keyctl",
     "add_key",
@@ -78,7 +93,19 @@ BLOCKED_SYSCALLS = (
     "kexec_load",
     "kexec_file_load",
 )
-"""System calls refused with EPERM in every bwrap sandbox."""
+"""System calls refused with EPERM in every bwrap sandbox (besides `TRACE_SYSCALLS` where
+they are refused)."""
+
+
+def ptrace_safe_kernel(release: str | None = None) -> bool:
+    """True on Linux >= 4.8: seccomp runs again after a tracer's change to a system call, so
+    a traced process cannot be steered past the filter (Docker's condition for ptrace)."""
+    text = release if release is not None else os.uname().release
+    try:
+        major, minor = (int(part) for part in text.split("-")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (4, 8)
 
 
 @dataclass(frozen=True)
@@ -193,8 +220,18 @@ class _Assembler:
 
 
 @cache
-def filter_program() -> bytes:
-    """The filter as raw `struct sock_filter` entries (8 bytes each, native byte order)."""
+def filter_program(allow_trace: bool = False) -> bytes:
+    """The filter as raw `struct sock_filter` entries (8 bytes each, native byte order).
+
+    Args:
+        allow_trace: Let `TRACE_SYSCALLS` through (`PTRACE_TRACEME`, gdb and strace on the
+            sandbox's own processes). The kernel's own checks still stand: a process may
+            trace only a dumpable one of its own uid, so the non-dumpable command server
+            stays out of reach, and so does a two-uid grading sandbox's verifier (another
+            uid, with no CAP_SYS_PTRACE anywhere). Callers pass False for a single-uid
+            grading sandbox, where agent programs share the verifier's uid.
+    """
+    blocked = BLOCKED_SYSCALLS if allow_trace else TRACE_SYSCALLS + BLOCKED_SYSCALLS
     asm = _Assembler()
     asm.load(_OFF_ARCH)
     for arch in ARCHES:
@@ -205,7 +242,7 @@ def filter_program() -> bytes:
         asm.load(_OFF_NR)
         if arch is X86_64:
             asm.jump(_JGE_K, X32_SYSCALL_BIT, "eperm")
-        for name in BLOCKED_SYSCALLS:
+        for name in blocked:
             asm.jump(_JEQ_K, arch.numbers[name], "eperm")
         asm.jump(_JEQ_K, arch.numbers["clone3"], "enosys")
         asm.jump(_JEQ_K, arch.numbers["clone"], "clone")
@@ -226,9 +263,13 @@ def supported() -> bool:
     return os.uname().machine in {a.name for a in ARCHES}
 
 
-def filter_fd() -> int:
-    """A new readable descriptor (a memfd at offset 0) holding the program, for bwrap."""
-    program = filter_program()
+def filter_fd(allow_trace: bool = False) -> int:
+    """A new readable descriptor (a memfd at offset 0) holding the program, for bwrap.
+
+    Args:
+        allow_trace: As for `filter_program`; honoured only where `ptrace_safe_kernel()`.
+    """
+    program = filter_program(allow_trace and ptrace_safe_kernel())
     fd = os.memfd_create("skyrl-seccomp", os.MFD_CLOEXEC)
     try:
         os.write(fd, program)

@@ -27,10 +27,14 @@ ENOSYS = SECCOMP_RET_ERRNO | errno.ENOSYS
 
 
 def run_filter(arch: int, nr: int, args: tuple[int, ...] = ()) -> int:
-    """Evaluate the program on one `struct seccomp_data` (the subset of cBPF it uses)."""
+    """Evaluate the default program on one `struct seccomp_data`."""
+    return _run_program(filter_program(), arch, nr, args)
+
+
+def _run_program(code: bytes, arch: int, nr: int, args: tuple[int, ...] = ()) -> int:
+    """Evaluate a program on one `struct seccomp_data` (the subset of cBPF it uses)."""
     args = (*args, 0, 0, 0, 0, 0, 0)[:6]
     data = struct.pack("<iIQ6Q", nr, arch, 0, *args)
-    code = filter_program()
     prog = [struct.unpack_from("=HBBI", code, i) for i in range(0, len(code), 8)]
     pc, acc = 0, 0
     for _ in range(len(prog) + 1):
@@ -75,3 +79,25 @@ def test_the_filter_and_the_undumpable_server_are_live_in_a_bwrap_sandbox() -> N
     status, hardening = arun(go())
     assert "Seccomp:\t2" in status
     assert hardening == {"nondumpable": True, "seccomp": True, "no_userns": True}
+
+
+@pytest.mark.parametrize("arch", [X86_64, AARCH64], ids=lambda a: a.name)
+def test_tracing_calls_pass_only_when_allowed(arch) -> None:
+    from skyrl_sdk.sandboxes.seccomp import TRACE_SYSCALLS
+
+    for name in TRACE_SYSCALLS:
+        assert run_filter(arch.audit, arch.numbers[name]) == EPERM, name
+        code = filter_program(True)
+        assert code != filter_program(False)
+    allowed = _run_program(filter_program(True), arch.audit, arch.numbers["ptrace"])
+    assert allowed == SECCOMP_RET_ALLOW
+    for name in BLOCKED_SYSCALLS:
+        assert _run_program(filter_program(True), arch.audit, arch.numbers[name]) == EPERM, name
+
+
+def test_ptrace_safe_kernel_reads_the_release() -> None:
+    from skyrl_sdk.sandboxes.seccomp import ptrace_safe_kernel
+
+    assert ptrace_safe_kernel("4.8.0") and ptrace_safe_kernel("6.1.0-13-amd64")
+    assert not ptrace_safe_kernel("4.4.0-210-generic") and not ptrace_safe_kernel("3.10.0")
+    assert not ptrace_safe_kernel("weird")
