@@ -1,0 +1,4 @@
+#!/bin/bash
+set -e
+ulimit -c unlimited
+ulimit -c > /app/limit.txt

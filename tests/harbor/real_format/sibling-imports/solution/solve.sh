@@ -1,0 +1,2 @@
+#!/bin/bash
+echo "gamma alpha beta" > /app/tasks.txt
