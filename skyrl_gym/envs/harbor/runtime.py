@@ -665,8 +665,12 @@ class HarborRuntime:
         if self.task.environment.network_mode is NetworkMode.ALLOWLIST and self.network is None:
             self.notes.append("[environment].network_mode=allowlist: not supported, network off")
         for what, user in (("agent", self.task.agent.user), ("verifier", self.task.verifier.user)):
-            if user and self.backend is Backend.BWRAP:
-                self.notes.append(f"[{what}].user={user!r}: bwrap runs commands as one user")
+            if user:  # both backends: no user switch inside the sandbox
+                self.notes.append(
+                    f"[{what}].user={user!r}: not applied; {self.backend.value} runs the agent "
+                    "as the sandbox's own unprivileged user (and test.sh as the verifier's uid "
+                    "under two-uid grading)"
+                )
         for d in (self.app_dir, self.agent_logs_dir, self.artifacts_dir):
             _fresh_dir(d)
         for d in (self.app_dir.parent, self.agent_logs_dir.parent):
