@@ -189,3 +189,40 @@ def lint_command(
         console.print(f"{len(tasks)} task(s): {verdict}")
     if findings:
         raise typer.Exit(1)
+
+
+@app.command("migrate")
+def migrate_command(
+    src: Path = typer.Argument(..., help="A Terminal-Bench 1 task folder, or a folder of them."),
+    dest: Path = typer.Argument(..., help="Output folder: one Harbor task folder per task."),
+) -> None:
+    """Convert Terminal-Bench 1 folders (task.yaml, run-tests.sh, solution.sh) to Harbor
+    task folders (Harbor's own command is `harbor task migrate`)."""
+    from skyrl_gym.envs.harbor.task import TaskFormatError
+    from skyrl_gym.envs.harbor.tb1 import is_tb1_dir, migrate_tb1
+
+    if not src.is_dir():
+        console.print(f"[red]error:[/red] no folder at {escape(str(src))}")
+        raise typer.Exit(2)
+    sources = (
+        [src]
+        if is_tb1_dir(src)
+        else [p for p in sorted(src.iterdir()) if p.is_dir() and is_tb1_dir(p)]
+    )
+    if not sources:
+        console.print(f"[red]error:[/red] {escape(str(src))} holds no Terminal-Bench 1 folders")
+        raise typer.Exit(2)
+    failed = 0
+    for source in sources:
+        try:
+            written = migrate_tb1(source, dest / source.name)
+        except (TaskFormatError, FileExistsError, OSError) as e:
+            failed += 1
+            console.print(f"  {escape(source.name)}: [red]{escape(str(e))}[/red]")
+            continue
+        console.print(f"  {escape(source.name)} -> {escape(str(written))}")
+    console.print(
+        f"{len(sources) - failed} of {len(sources)} task(s) migrated to {escape(str(dest))}"
+    )
+    if failed:
+        raise typer.Exit(1)

@@ -85,3 +85,17 @@ def test_summary_table_shows_stage_times_and_the_failed_stage(tmp_path: Path) ->
     assert "verifier s" in res.output and "failed stage" in res.output
     assert "verifier_command_not_found" in res.output
     assert "verifier: test.sh could not run `tbench-uvx-runner`" in " ".join(res.output.split())
+
+
+@needs_bwrap
+def test_agent_and_verifier_user_are_a_note(tmp_path: Path) -> None:
+    toml = 'schema_version = "1.4"\n[agent]\nuser = "root"\n[verifier]\nuser = "root"\n'
+    tasks = tmp_path / "tasks"
+    make_task(tasks, "users", toml=toml)
+    job = arun(run_job(JobConfig(tasks, tmp_path / "out", agent="oracle", concurrency=1)), 120)
+    (trial,) = job.trials
+    assert trial.reward == 1.0
+    for what in ("agent", "verifier"):
+        assert any(
+            n.startswith(f"[{what}].user='root': not applied") for n in trial.environment_notes
+        )

@@ -8,6 +8,11 @@
 
 Every problem raises `TaskFormatError`, whose message names the file and the field.
 
+A Terminal-Bench 1 folder (task.yaml, run-tests.sh, solution.sh, Dockerfile) is read through
+its Harbor conversion (`tb1.converted_tb1`, cached; `skyrl harbor migrate` writes it out).
+`environment/docker-compose.yaml` is not used by either backend (one sandbox or container
+from the Dockerfile): the task gets a note naming its services.
+
 A task folder is untrusted input, read by the host with the host's powers, so the reader
 bounds what it costs: task.toml, instruction.md and the Dockerfile are at most 1 MiB each
 (`TEXT_FILE_MAX_BYTES`; checked before they are read, and read no further), tests/ and
@@ -36,7 +41,7 @@ import re
 import stat
 import tomllib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -486,6 +491,11 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
     task_dir = Path(path).resolve()
     if not task_dir.is_dir():
         raise TaskFormatError(task_dir, ".", "not a directory")
+    from skyrl_gym.envs.harbor import tb1
+
+    if tb1.is_tb1_dir(task_dir):  # read through its Harbor conversion (cached)
+        converted = load_task(tb1.converted_tb1(task_dir), pass_env=allowed)
+        return replace(converted, name=task_dir.name, notes=(tb1.MIGRATED_NOTE, *converted.notes))
     data = _read_toml(task_dir)
     version = _schema_version(task_dir, data)
     notes: list[str] = []
@@ -537,6 +547,14 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
         _read_text(task_dir, "environment/Dockerfile", "the environment's Dockerfile")
     _check_tree(task_dir, "tests")
     _check_tree(task_dir, "solution")
+    services = tb1.compose_services(task_dir)
+    if services:
+        # Neither backend starts compose services: one sandbox (bwrap) or one container
+        # (docker) from the Dockerfile; a task that needs a second service fails its tests.
+        notes.append(
+            f"environment/docker-compose.yaml (services: {', '.join(services[:8])}) is not "
+            "used: the task runs in one sandbox/container built from its Dockerfile"
+        )
 
     agent_settings = AgentSettings(
         timeout_s=agent.timeout("timeout_sec", None), user=agent.string("user")
@@ -568,8 +586,9 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
 
 
 def is_task_dir(path: Path) -> bool:
-    """True when `path` looks like a task folder (it has a task.toml)."""
-    return (path / "task.toml").is_file()
+    """True when `path` looks like a task folder (a task.toml, or a Terminal-Bench 1
+    folder's task.yaml)."""
+    return (path / "task.toml").is_file() or (path / "task.yaml").is_file()
 
 
 def find_task_dirs(path: str | os.PathLike[str]) -> list[Path]:
@@ -588,7 +607,9 @@ def find_task_dirs(path: str | os.PathLike[str]) -> list[Path]:
         for p in sorted(root.iterdir())
         if p.is_dir()
         and not p.name.startswith(".")
-        and any((p / name).exists() for name in ("task.toml", "instruction.md", "tests"))
+        and any(
+            (p / name).exists() for name in ("task.toml", "task.yaml", "instruction.md", "tests")
+        )
     ]
     if not found:
         raise FileNotFoundError(f"{root} holds no task folders (folders with a task.toml)")
