@@ -57,6 +57,7 @@ import asyncio
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
@@ -264,7 +265,8 @@ class BwrapSandbox(ServerSandbox):
         container: /bin/bash where the root has it, else /bin/sh."""
         return _shell(self.spec.rootfs or "/")
 
-    def base_env(self, extra=None) -> dict[str, str]:
+    def base_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The common environment, plus `SHELL` (`shell`) unless the caller gives one."""
         env = super().base_env(extra)
         env.setdefault("SHELL", self.shell)
         return env
