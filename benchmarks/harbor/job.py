@@ -26,10 +26,12 @@ from typing import Any
 
 from skyrl_gym.envs.harbor.runtime import HarborRuntime, TaskEnvironmentError, VerifierResult
 from skyrl_gym.envs.harbor.task import (
+    HarborTask,
     TaskFormatError,
     check_env_names,
     find_task_dirs,
     load_task,
+    roll_up_rewards,
 )
 from skyrl_sdk.benchmarks.harbor.agents import (
     AgentFailure,
@@ -86,6 +88,9 @@ class TrialError(enum.StrEnum):
     VERIFIER_COMMAND_NOT_FOUND = "verifier_command_not_found"
     """test.sh could not run a command it needs (`uvx: command not found`, exit 127) and left
     no reward or 0; the message names the command; no reward."""
+    MULTI_STEP_AGENT = "multi_step_unsupported_agent"
+    """A multi-step task (`[[steps]]`) with an agent that cannot play steps here yet (the
+    llm and command agents); no reward."""
     INTERNAL = "internal_error"
     """Anything else (a bug); see `error_message` and exception.txt."""
 
@@ -129,6 +134,29 @@ class StageOutcome:
 
     def to_json(self) -> dict[str, Any]:
         return {"duration_s": self.duration_s, "status": self.status.value, "error": self.error}
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step of a multi-step trial (`steps` of result.json)."""
+
+    name: str
+    """The step's name (`[[steps]].name`)."""
+    reward: float | None
+    """The step's reward; None without one."""
+    rewards: dict[str, float] | None
+    """Every key of the step's reward file; None without a reward."""
+    error: TrialError | None = None
+    """Why the step gave no reward (a verifier error), else its agent's error, else None."""
+    error_message: str = ""
+    """Details of `error`."""
+    agent_s: float = 0.0
+    """Seconds of the step's agent phase."""
+    verifier_s: float = 0.0
+    """Seconds of the step's verifier phase."""
+    stopped_trial: bool = False
+    """The trial ended after this step: its verifier failed, or its reward was below its
+    `min_reward`."""
 
 
 _TIMEOUT_ERRORS = frozenset({TrialError.AGENT_TIMEOUT, TrialError.VERIFIER_TIMEOUT})
@@ -248,7 +276,11 @@ class TrialResult:
     duration_s: float = 0.0
     """Seconds for the whole trial."""
     stages: dict[Stage, StageOutcome] = field(default_factory=dict)
-    """Each stage (`build`, `start`, `agent`, `verifier`): its seconds, status and error."""
+    """Each stage (`build`, `start`, `agent`, `verifier`): its seconds, status and error (a
+    multi-step trial's agent and verifier stages add up its steps')."""
+    steps: tuple[StepResult, ...] = ()
+    """A multi-step task's steps that ran, in order (empty for a single-step task); `reward`
+    is their roll-up (`multi_step_reward_strategy`)."""
 
     @property
     def failed_stage(self) -> Stage | None:
@@ -271,6 +303,10 @@ class TrialResult:
         data["environment_notes"] = list(self.environment_notes)
         data["reward_valid"] = self.reward_valid
         data["stages"] = _stages_json(self.stages)
+        data["steps"] = [
+            {**asdict(step), "error": step.error.value if step.error else None}
+            for step in self.steps
+        ]
         return data
 
 
@@ -319,10 +355,20 @@ class JobResult:
                     "error": t.error.value if t.error else None,
                     "trial_name": t.trial_name,
                     "stages": _stages_json(t.stages),
+                    **({"steps": [_step_json(s) for s in t.steps]} if t.steps else {}),
                 }
                 for t in self.trials
             ],
         }
+
+
+def _step_json(step: StepResult) -> dict[str, Any]:
+    return {
+        "name": step.name,
+        "reward": step.reward,
+        "rewards": step.rewards,
+        "error": step.error.value if step.error else None,
+    }
 
 
 def _stages_json(stages: dict[Stage, StageOutcome]) -> dict[str, Any]:
@@ -387,6 +433,7 @@ async def run_trial(
     runtime: HarborRuntime | None = None
     outcome = AgentOutcome()
     verified: VerifierResult | None = None
+    steps_run: list[StepResult] = []
     error: TrialError | None = None
     message = ""
     # The stage now running and when it began: an exception is charged to it.
@@ -433,6 +480,18 @@ async def run_trial(
             t2 = time.perf_counter()
             verified = await env.averify()
             timings["verifier_s"] = time.perf_counter() - t2
+        elif task.steps:
+            runtime = HarborRuntime(
+                task, backend=config.backend, rootfs=config.rootfs, network=config.network
+            )
+            if config.agent not in (AgentKind.ORACLE, AgentKind.NOP):
+                raise _Unsupported(
+                    f"multi-step task ({len(task.steps)} steps): the {config.agent.value} agent "
+                    "cannot play steps here yet; the oracle and nop agents can"
+                )
+            verified, steps_run, outcome = await _run_steps(
+                runtime, task, config, scale, stages, timings, begin
+            )
         elif config.agent is AgentKind.COMMAND:
             from skyrl_sdk.benchmarks.harbor.command import command_runtime, graded, run_command
 
@@ -480,6 +539,9 @@ async def run_trial(
             t2 = time.perf_counter()
             verified = await runtime.verify()
             timings["verifier_s"] = time.perf_counter() - t2
+    except _Unsupported as e:
+        error, message = TrialError.MULTI_STEP_AGENT, str(e)
+        stages[Stage.START] = _stage(0.0, error, message)
     except (TaskEnvironmentError, SandboxError, OSError) as e:
         error, message = TrialError.ENVIRONMENT, f"{type(e).__name__}: {e}"
         stages[running[0]] = _stage(time.perf_counter() - running[1], error, message)
@@ -511,7 +573,7 @@ async def run_trial(
         # link): replace it, never write through it.
         _write_new(agent_dir / "trajectory.json", json.dumps(to_atif(outcome.trajectory), indent=2))
     agent_error = _AGENT_ERRORS[outcome.failure] if outcome.failure else None
-    if verified is not None:
+    if verified is not None and not task.steps:  # a multi-step trial's are its steps'
         kind = TrialError(verified.error.value) if verified.error is not None else None
         stages[Stage.VERIFIER] = _stage(verified.duration_s, kind, verified.message)
     if error is None and verified is not None and verified.error is not None:
@@ -534,9 +596,102 @@ async def run_trial(
         ),
         duration_s=time.perf_counter() - t0,
         stages=stages,
+        steps=tuple(steps_run),
         **timings,
     )
     return _write_trial(trial_dir, result)
+
+
+class _Unsupported(Exception):
+    """A trial this job cannot run (the message says why)."""
+
+
+async def _run_steps(
+    runtime: HarborRuntime,
+    task: HarborTask,
+    config: JobConfig,
+    scale: float,
+    stages: dict[Stage, StageOutcome],
+    timings: dict[str, float],
+    begin: Callable[[Stage], None],
+) -> tuple[VerifierResult, list[StepResult], AgentOutcome]:
+    """Play a multi-step task's steps in order in one environment (Harbor's multi-step
+    trial): each step's agent phase, then its verifier; the trial stops after a step whose
+    verifier fails or whose reward is below its `min_reward`. Returns the rolled-up verifier
+    result, the steps that ran, and the first agent failure (else a clean outcome)."""
+    oracle = config.agent is AgentKind.ORACLE
+    results: list[StepResult] = []
+    verified_rewards: list[dict[str, float]] = []
+    first_failure = AgentOutcome()
+    failed: VerifierResult | None = None
+    spent = {"start": 0.0, "agent": 0.0, "verifier": 0.0}
+    for step in task.steps:
+        step = replace(
+            step,
+            agent_timeout_s=step.agent_timeout_s and step.agent_timeout_s * scale,
+            verifier_timeout_s=step.verifier_timeout_s * scale,
+        )
+        begin(Stage.START if not results else Stage.AGENT)
+        t1 = time.perf_counter()
+        await runtime.begin_step(step, with_solution=oracle)
+        spent["start" if not results else "agent"] += time.perf_counter() - t1
+        if not results:
+            stages[Stage.START] = _stage(spent["start"])
+        begin(Stage.AGENT)
+        timeout = runtime.task.agent.timeout_s
+        outcome = AgentOutcome()
+        t1 = time.perf_counter()
+        if oracle and runtime.solution_uploaded:
+            try:
+                async with asyncio.timeout(timeout and timeout + 10):
+                    outcome = await run_oracle(runtime, timeout)
+            except TimeoutError:
+                outcome = AgentOutcome(AgentFailure.TIMEOUT, f"agent ran past {timeout}s")
+        agent_s = time.perf_counter() - t1
+        spent["agent"] += agent_s
+        if outcome.failure and not first_failure.failure:
+            first_failure = replace(outcome, message=f"step {step.name}: {outcome.message}")
+        begin(Stage.VERIFIER)
+        v = await runtime.verify()
+        spent["verifier"] += v.duration_s
+        kind = TrialError(v.error.value) if v.error else None
+        agent_kind = _AGENT_ERRORS[outcome.failure] if outcome.failure else None
+        below = v.reward is not None and step.min_reward is not None and v.reward < step.min_reward
+        results.append(
+            StepResult(
+                name=step.name,
+                reward=v.reward,
+                rewards=v.rewards,
+                error=kind or agent_kind,
+                error_message=v.message if kind else outcome.message,
+                agent_s=agent_s,
+                verifier_s=v.duration_s,
+                stopped_trial=kind is not None or below,
+            )
+        )
+        if v.error is not None:
+            failed = replace(v, message=f"step {step.name}: {v.message}")
+            break
+        assert v.rewards is not None
+        verified_rewards.append(v.rewards)
+        if below:
+            break
+    timings["environment_setup_s"] = spent["start"]
+    timings["agent_execution_s"] = spent["agent"]
+    timings["verifier_s"] = spent["verifier"]
+    agent_kind = _AGENT_ERRORS[first_failure.failure] if first_failure.failure else None
+    stages[Stage.AGENT] = (
+        _stage(spent["agent"], agent_kind, first_failure.message)
+        if oracle
+        else StageOutcome(spent["agent"], StageStatus.SKIPPED)
+    )
+    if failed is not None:
+        kind = TrialError(failed.error.value) if failed.error else None
+        stages[Stage.VERIFIER] = _stage(spent["verifier"], kind, failed.message)
+        return replace(failed, duration_s=spent["verifier"]), results, first_failure
+    stages[Stage.VERIFIER] = _stage(spent["verifier"])
+    rolled = roll_up_rewards(verified_rewards, task.reward_strategy)
+    return VerifierResult(rolled, None, duration_s=spent["verifier"]), results, first_failure
 
 
 def _agent_stage(duration_s: float, outcome: AgentOutcome) -> StageOutcome:
@@ -676,6 +831,7 @@ __all__ = [
     "Stage",
     "StageOutcome",
     "StageStatus",
+    "StepResult",
     "TrialError",
     "TrialResult",
     "run_job",

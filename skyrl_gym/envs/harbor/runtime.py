@@ -134,7 +134,7 @@ from skyrl_gym.envs.harbor.host import (
     clamp_task_sizes,
     copy_untrusted_tree,
 )
-from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode
+from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode, TaskStep
 from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
     VERIFIER_HOST_UID,
@@ -564,6 +564,7 @@ class HarborRuntime:
         self._agent_phase_over = False
         self._closed = False
         self.solution_uploaded = False
+        self.base_task: HarborTask | None = None  # a multi-step task, once `begin_step` ran
 
     # ---- host paths ---------------------------------------------------------------------------
 
@@ -1060,6 +1061,54 @@ class HarborRuntime:
         return self._shell
 
     # ---- the verifier phase -------------------------------------------------------------------
+
+    # ---- multi-step tasks ---------------------------------------------------------------------
+
+    async def begin_step(self, step: TaskStep, *, with_solution: bool = False) -> Sandbox:
+        """Run `step` of a multi-step task next, in this same environment: the agent's
+        sandbox of the previous step (if any) is closed, `task` becomes the step's view (its
+        instruction, timeouts, solution, and the task's tests/ with the step's layered over
+        them), and a fresh agent sandbox opens on the same working directory (the first step
+        builds the environment through `start`). `verify()` then grades this step."""
+        if self.base_task is None:
+            self.base_task = self.task
+        base = self.base_task
+        tests = _fresh_dir(self._work / "step-tests" / step.name)
+        # Task-level helpers first, then the step's files over them (the step's test.sh wins).
+        for src in (base.path / "tests", step.tests_dir):
+            if src is not None and src.is_dir():
+                shutil.copytree(src, tests, dirs_exist_ok=True)
+        self.task = base.for_step(step, tests)
+        self.verifier_result = None
+        if self.sandbox is None and not self._agent_phase_over:  # the first step
+            return await self.start(with_solution=with_solution)
+        await self.end_agent_phase()
+        self._agent_phase_over = False
+        self.solution_uploaded = False
+        solution = self.task.solution_dir if with_solution else None
+        if self.backend is Backend.BWRAP:
+            binds = {
+                AGENT_LOGS: self.agent_logs_dir,
+                VERIFIER_LOGS: _fresh_dir(self._work / "agent-phase-verifier"),
+                ARTIFACTS: self.artifacts_dir,
+            }
+            if solution is not None:  # the task folder's tree checks bound it (TREE_MAX_*)
+                host = _fresh_dir(self._work / "solution")
+                shutil.copytree(solution, host, dirs_exist_ok=True)
+                _give(host)
+                binds[SOLUTION] = host
+            sandbox = await self._open(binds, self._env)
+        else:
+            sandbox = await self._open({}, self._env)
+            if solution is not None:
+                try:
+                    await sandbox.upload(solution, self._real(SOLUTION))
+                except BaseException:
+                    await sandbox.close()
+                    raise
+        self.solution_uploaded = solution is not None
+        self.sandbox = sandbox
+        return sandbox
 
     async def end_agent_phase(self) -> None:
         """Close the agent's sandbox: every process it started is killed. Idempotent."""

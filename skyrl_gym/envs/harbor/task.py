@@ -141,6 +141,46 @@ class EnvironmentSettings:
     """Environment variables of every command in the environment."""
 
 
+class StepRewardStrategy(enum.StrEnum):
+    """`multi_step_reward_strategy`: how a multi-step trial's reward comes from its steps."""
+
+    MEAN = "mean"
+    """Per key, the mean over the steps that were verified (a key a step lacks counts 0);
+    Harbor's default."""
+    FINAL = "final"
+    """The last verified step's rewards."""
+
+
+@dataclass(frozen=True)
+class TaskStep:
+    """One `[[steps]]` entry of a multi-step task, with its folder `steps/<name>/`."""
+
+    name: str
+    """The step's name (its folder under steps/)."""
+    instruction: str
+    """steps/<name>/instruction.md without its canary lines."""
+    agent_timeout_s: float | None
+    """`[steps.agent].timeout_sec` (None: the task's `[agent].timeout_sec`)."""
+    verifier_timeout_s: float
+    """`[steps.verifier].timeout_sec`, else the task's `[verifier].timeout_sec`."""
+    min_reward: float | None = None
+    """`min_reward`: the trial stops after this step when its reward is below (None: never)."""
+    path: Path = Path()
+    """steps/<name>/ of the task folder."""
+
+    @property
+    def tests_dir(self) -> Path | None:
+        """steps/<name>/tests/, layered over the task's tests/ (None: the task's alone)."""
+        path = self.path / "tests"
+        return path if path.is_dir() else None
+
+    @property
+    def solution_dir(self) -> Path | None:
+        """steps/<name>/solution/ when it holds solve.sh (the oracle runs it for this step)."""
+        path = self.path / "solution"
+        return path if (path / "solve.sh").is_file() else None
+
+
 @dataclass(frozen=True)
 class HarborTask:
     """One parsed task folder."""
@@ -168,16 +208,40 @@ class HarborTask:
     notes: tuple[str, ...] = ()
     """What the reader changed, one line each: timeouts clamped to `MAX_TIMEOUT_S`, `${VAR}`
     references not passed from the host (named, never their values)."""
+    steps: tuple[TaskStep, ...] = ()
+    """`[[steps]]` of a multi-step task, in order (empty: a single-step task)."""
+    reward_strategy: StepRewardStrategy = StepRewardStrategy.MEAN
+    """`multi_step_reward_strategy` (multi-step tasks only)."""
+    tests_override: Path | None = None
+    """A step's view of the task: the tests/ to upload (the task's with the step's layered
+    over it, made by the runtime); None: the folder's own tests/."""
+    solution_override: Path | None = None
+    """A step's view of the task: the step's solution/ (None: the folder's own)."""
 
     @property
     def tests_dir(self) -> Path:
         """tests/ (uploaded to /tests only for the verifier phase)."""
-        return self.path / "tests"
+        return self.tests_override or self.path / "tests"
 
     @property
     def solution_dir(self) -> Path | None:
         """solution/ when it holds solve.sh, else None."""
-        return self.path / "solution" if (self.path / "solution" / "solve.sh").is_file() else None
+        if self.steps and self.solution_override is None:
+            return None  # a multi-step task's solutions are its steps'
+        path = self.solution_override or self.path / "solution"
+        return path if (path / "solve.sh").is_file() else None
+
+    def for_step(self, step: TaskStep, tests_dir: Path) -> HarborTask:
+        """This task as one of its steps runs it: the step's instruction, timeouts, tests
+        (`tests_dir`, already layered) and solution."""
+        return replace(
+            self,
+            instruction=step.instruction,
+            agent=replace(self.agent, timeout_s=step.agent_timeout_s or self.agent.timeout_s),
+            verifier=replace(self.verifier, timeout_s=step.verifier_timeout_s),
+            tests_override=tests_dir,
+            solution_override=step.solution_dir or self.path / "steps" / step.name / "solution",
+        )
 
     @property
     def environment_dir(self) -> Path:
@@ -535,11 +599,19 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
         env=environment.env(),
     )
 
-    text = _read_text(task_dir, "instruction.md", "the agent's instruction")
-    instruction = strip_canary(text).strip()
-    if not instruction:
-        raise TaskFormatError(task_dir, "instruction.md", "empty")
-    if not (task_dir / "tests" / "test.sh").is_file():
+    verifier_timeout = (
+        verifier.timeout("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S) or DEFAULT_VERIFIER_TIMEOUT_S
+    )
+    steps = _read_steps(task_dir, data, verifier_timeout, notes)
+    strategy = _reward_strategy(task_dir, data, bool(steps))
+    if steps:  # the agent is told each step's instruction; the task's own is optional
+        instruction = steps[0].instruction
+    else:
+        text = _read_text(task_dir, "instruction.md", "the agent's instruction")
+        instruction = strip_canary(text).strip()
+        if not instruction:
+            raise TaskFormatError(task_dir, "instruction.md", "empty")
+    if not (task_dir / "tests" / "test.sh").is_file() and not steps:
         raise TaskFormatError(task_dir, "tests/test.sh", "missing (the verifier's entry point)")
     if (task_dir / "solution").is_dir() and not (task_dir / "solution" / "solve.sh").is_file():
         raise TaskFormatError(task_dir, "solution/solve.sh", "missing from solution/")
@@ -547,6 +619,8 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
         _read_text(task_dir, "environment/Dockerfile", "the environment's Dockerfile")
     _check_tree(task_dir, "tests")
     _check_tree(task_dir, "solution")
+    for step in steps:
+        _check_tree(task_dir, f"steps/{step.name}")
     services = tb1.compose_services(task_dir)
     if services:
         # Neither backend starts compose services: one sandbox (bwrap) or one container
@@ -560,8 +634,7 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
         timeout_s=agent.timeout("timeout_sec", None), user=agent.string("user")
     )
     verifier_settings = VerifierSettings(
-        timeout_s=verifier.timeout("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S)
-        or DEFAULT_VERIFIER_TIMEOUT_S,
+        timeout_s=verifier_timeout,
         env=verifier.env(),
         user=verifier.string("user"),
         require_exit_zero=verifier.boolean("require_exit_zero", False),
@@ -578,11 +651,97 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
         metadata=dict(metadata),
         package_name=package.string("name"),
         notes=tuple(notes),
+        steps=steps,
+        reward_strategy=strategy,
     )
     from skyrl_gym.envs.harbor.lint import log_findings  # the verifier lint
 
     log_findings(task)  # one warning line per finding of `skyrl harbor lint`
     return task
+
+
+_STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _read_steps(
+    task_dir: Path, data: dict[str, Any], verifier_timeout: float, notes: list[str]
+) -> tuple[TaskStep, ...]:
+    """`[[steps]]`: each a table with a `name` whose folder steps/<name>/ holds
+    instruction.md, and tests/test.sh there or in the task's tests/."""
+    raw = data.get("steps")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise TaskFormatError(task_dir, "task.toml", "must be a non-empty [[steps]] array", "steps")
+    steps: list[TaskStep] = []
+    for i, entry in enumerate(raw):
+        where = f"steps[{i}]"
+        if not isinstance(entry, dict):
+            raise TaskFormatError(task_dir, "task.toml", "must be a table", where)
+        name = entry.get("name")
+        if not isinstance(name, str) or not _STEP_NAME.match(name):
+            raise TaskFormatError(
+                task_dir, "task.toml", f"must be a folder name, got {name!r}", f"{where}.name"
+            )
+        if any(s.name == name for s in steps):
+            raise TaskFormatError(task_dir, "task.toml", f"duplicate step {name!r}", where)
+        section = _Section(task_dir, where, entry, notes=notes)
+        agent = _Section(task_dir, f"{where}.agent", entry.get("agent"), notes=notes)
+        verifier = _Section(task_dir, f"{where}.verifier", entry.get("verifier"), notes=notes)
+        min_reward = section.number("min_reward", None, positive=False)
+        rel = f"steps/{name}"
+        text = _read_text(task_dir, f"{rel}/instruction.md", f"step {name}'s instruction")
+        instruction = strip_canary(text).strip()
+        if not instruction:
+            raise TaskFormatError(task_dir, f"{rel}/instruction.md", "empty")
+        if (
+            not (task_dir / rel / "tests" / "test.sh").is_file()
+            and not (task_dir / "tests" / "test.sh").is_file()
+        ):
+            raise TaskFormatError(
+                task_dir, f"{rel}/tests/test.sh", "missing, and the task has no tests/test.sh"
+            )
+        steps.append(
+            TaskStep(
+                name=name,
+                instruction=instruction,
+                agent_timeout_s=agent.timeout("timeout_sec", None),
+                verifier_timeout_s=verifier.timeout("timeout_sec", verifier_timeout)
+                or verifier_timeout,
+                min_reward=min_reward,
+                path=task_dir / rel,
+            )
+        )
+    return tuple(steps)
+
+
+def _reward_strategy(task_dir: Path, data: dict[str, Any], multi_step: bool) -> StepRewardStrategy:
+    raw = data.get("multi_step_reward_strategy")
+    if raw is None:
+        return StepRewardStrategy.MEAN
+    try:
+        return StepRewardStrategy(raw)
+    except ValueError:
+        choices = ", ".join(m.value for m in StepRewardStrategy)
+        raise TaskFormatError(
+            task_dir,
+            "task.toml",
+            f"must be one of {choices}, got {raw!r}",
+            "multi_step_reward_strategy",
+        ) from None
+
+
+def roll_up_rewards(
+    step_rewards: list[dict[str, float]], strategy: StepRewardStrategy
+) -> dict[str, float] | None:
+    """A multi-step trial's rewards from its verified steps' (None when none was verified):
+    `mean` per key (a key a step lacks counts 0), `final` the last step's."""
+    if not step_rewards:
+        return None
+    if strategy is StepRewardStrategy.FINAL:
+        return dict(step_rewards[-1])
+    keys = list(dict.fromkeys(k for r in step_rewards for k in r))
+    return {k: sum(r.get(k, 0.0) for r in step_rewards) / len(step_rewards) for k in keys}
 
 
 def is_task_dir(path: Path) -> bool:

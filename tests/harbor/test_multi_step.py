@@ -1,0 +1,113 @@
+"""Multi-step tasks as Harbor defines them (`[[steps]]` in task.toml,
+`steps/<name>/{instruction.md,tests,solution}`): per-step instructions, tests and rewards in
+one environment (issue 25, difference 8)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skyrl_gym.envs.harbor.task import TaskFormatError, load_task
+from skyrl_sdk.benchmarks.harbor.job import JobConfig, run_job
+from tests.harbor.conftest import arun, needs_bwrap
+
+MULTI = Path(__file__).parent / "real_format" / "multi-step-notes"
+
+
+def _copy(tmp_path: Path) -> Path:
+    task = tmp_path / "tasks" / MULTI.name
+    shutil.copytree(MULTI, task)
+    return task
+
+
+def test_steps_are_read_in_order_with_their_settings() -> None:
+    task = load_task(MULTI)
+    assert [s.name for s in task.steps] == ["01-create", "02-append"]
+    first, second = task.steps
+    assert task.instruction == first.instruction
+    assert first.instruction.startswith("Create /app/notes.txt")
+    assert first.min_reward == 1.0 and second.min_reward is None
+    assert first.agent_timeout_s == 30.0 and first.verifier_timeout_s == 20.0
+    assert second.verifier_timeout_s == 30.0  # the task's [verifier].timeout_sec
+    assert task.reward_strategy.value == "mean"
+    assert task.solution_dir is None  # the steps' solutions, not the task's
+
+
+def test_roll_up_mean_counts_missing_keys_as_zero_and_final_takes_the_last() -> None:
+    from skyrl_gym.envs.harbor.task import StepRewardStrategy, roll_up_rewards
+
+    steps = [{"reward": 1.0, "a": 1.0}, {"reward": 0.0}]
+    assert roll_up_rewards(steps, StepRewardStrategy.MEAN) == {"reward": 0.5, "a": 0.5}
+    assert roll_up_rewards(steps, StepRewardStrategy.FINAL) == {"reward": 0.0}
+    assert roll_up_rewards([], StepRewardStrategy.MEAN) is None
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda t: (t / "steps" / "02-append" / "instruction.md").unlink(), "instruction.md"),
+        (
+            lambda t: (t / "task.toml").write_text(
+                (t / "task.toml").read_text().replace('"02-append"', '"../x"')
+            ),
+            r"steps\[1\]\.name: must be a folder name",
+        ),
+        (
+            lambda t: (t / "task.toml").write_text(
+                (t / "task.toml").read_text().replace('"mean"', '"best"')
+            ),
+            "multi_step_reward_strategy: must be one of mean, final",
+        ),
+        (
+            lambda t: (
+                (t / "steps" / "01-create" / "tests" / "test.sh").unlink()
+                or (t / "tests" / "test.sh").unlink()
+            ),
+            "01-create/tests/test.sh: missing",
+        ),
+    ],
+)
+def test_malformed_steps_name_the_file_and_field(tmp_path: Path, edit, match: str) -> None:
+    task = _copy(tmp_path)
+    edit(task)
+    with pytest.raises(TaskFormatError, match=match):
+        load_task(task)
+
+
+@needs_bwrap
+def test_oracle_plays_every_step_in_one_environment(tmp_path: Path) -> None:
+    job = arun(run_job(JobConfig(MULTI, tmp_path / "out", agent="oracle", concurrency=1)), 120)
+    (trial,) = job.trials
+    assert trial.reward == 1.0 and trial.error is None, trial
+    # Step 2 appends to step 1's file: one environment; its test.sh is the task's (fallback),
+    # its expected.txt the step's own (layered over tests/).
+    assert [(s.name, s.reward) for s in trial.steps] == [("01-create", 1.0), ("02-append", 1.0)]
+    data = json.loads((tmp_path / "out" / trial.trial_name / "result.json").read_text())
+    assert [s["name"] for s in data["steps"]] == ["01-create", "02-append"]
+    assert data["stages"]["verifier"]["status"] == "ok"
+    job_json = json.loads((tmp_path / "out" / "job.json").read_text())
+    assert job_json["trials"][0]["steps"][1]["reward"] == 1.0
+
+
+@needs_bwrap
+def test_nop_stops_at_the_first_steps_min_reward(tmp_path: Path) -> None:
+    job = arun(run_job(JobConfig(MULTI, tmp_path / "out", agent="nop", concurrency=1)), 120)
+    (trial,) = job.trials
+    assert trial.reward == 0.0
+    assert [(s.name, s.reward, s.stopped_trial) for s in trial.steps] == [("01-create", 0.0, True)]
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("strategy", "want"), [("mean", 0.5), ("final", 0.0)])
+def test_per_step_rewards_roll_up(tmp_path: Path, strategy: str, want: float) -> None:
+    task = _copy(tmp_path)
+    toml = (task / "task.toml").read_text().replace("min_reward = 1.0\n", "")
+    (task / "task.toml").write_text(toml.replace('"mean"', f'"{strategy}"'))
+    (task / "steps" / "02-append" / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    job = arun(run_job(JobConfig(task, tmp_path / "out", agent="oracle", concurrency=1)), 120)
+    (trial,) = job.trials
+    assert [s.reward for s in trial.steps] == [1.0, 0.0]
+    assert trial.reward == want and trial.error is None
