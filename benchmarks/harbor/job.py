@@ -443,6 +443,11 @@ async def run_trial(
         running[:] = [stage, time.perf_counter()]
 
     try:
+        if task.steps and config.agent not in (AgentKind.ORACLE, AgentKind.NOP):
+            raise _Unsupported(
+                f"multi-step task ({len(task.steps)} steps): the {config.agent.value} agent "
+                "cannot play steps here yet; the oracle and nop agents can"
+            )
         if config.agent is AgentKind.LLM:
             from skyrl_gym.envs.harbor.env import HarborEnv
 
@@ -484,11 +489,6 @@ async def run_trial(
             runtime = HarborRuntime(
                 task, backend=config.backend, rootfs=config.rootfs, network=config.network
             )
-            if config.agent not in (AgentKind.ORACLE, AgentKind.NOP):
-                raise _Unsupported(
-                    f"multi-step task ({len(task.steps)} steps): the {config.agent.value} agent "
-                    "cannot play steps here yet; the oracle and nop agents can"
-                )
             verified, steps_run, outcome = await _run_steps(
                 runtime, task, config, scale, stages, timings, begin
             )

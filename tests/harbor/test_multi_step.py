@@ -111,3 +111,16 @@ def test_per_step_rewards_roll_up(tmp_path: Path, strategy: str, want: float) ->
     (trial,) = job.trials
     assert [s.reward for s in trial.steps] == [1.0, 0.0]
     assert trial.reward == want and trial.error is None
+
+
+@needs_bwrap
+def test_an_llm_agent_on_a_multi_step_task_is_a_named_error(tmp_path: Path) -> None:
+    from skyrl_sdk.agents.scripted import ScriptedPolicy
+    from skyrl_sdk.benchmarks.harbor.job import TrialError
+    from tests.harbor.conftest import ANSWER
+
+    config = JobConfig(MULTI, tmp_path / "out", agent="llm", policy="x", concurrency=1)
+    job = arun(run_job(config, policy=ScriptedPolicy([ANSWER])), 60)
+    (trial,) = job.trials
+    assert trial.reward is None and trial.error is TrialError.MULTI_STEP_AGENT
+    assert "the llm agent cannot play steps" in trial.error_message
