@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from skyrl_gym.cli import app as skyrl_app
+from skyrl_sdk.benchmarks.harbor import cli as harbor_cli
 from skyrl_sdk.benchmarks.harbor.job import JobConfig, TrialError, run_job
 from tests.harbor.conftest import arun, make_task, needs_bwrap
 
@@ -65,7 +67,12 @@ def test_stages_of_a_good_trial_and_a_malformed_task(tmp_path: Path) -> None:
 
 
 @needs_bwrap
-def test_summary_table_shows_stage_times_and_the_failed_stage(tmp_path: Path) -> None:
+def test_summary_table_shows_stage_times_and_the_failed_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The CLI's console reads COLUMNS once, when its module is imported (under xdist, by
+    # another test): give it a wide table here, whatever imported it first.
+    monkeypatch.setattr(harbor_cli.console, "_width", 400)
     out = tmp_path / "out"
     res = CliRunner().invoke(
         skyrl_app,
