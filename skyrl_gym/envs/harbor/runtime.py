@@ -1069,7 +1069,8 @@ class HarborRuntime:
         sandbox of the previous step (if any) is closed, `task` becomes the step's view (its
         instruction, timeouts, solution, and the task's tests/ with the step's layered over
         them), and a fresh agent sandbox opens on the same working directory (the first step
-        builds the environment through `start`). `verify()` then grades this step."""
+        builds the environment through `start`). The step's setup hook then runs in it
+        (`run_step_setup`; `StepSetupError` when it fails). `verify()` then grades this step."""
         if self.base_task is None:
             self.base_task = self.task
         base = self.base_task
@@ -1081,8 +1082,11 @@ class HarborRuntime:
         self.task = base.for_step(step, tests)
         self.verifier_result = None
         if self.sandbox is None and not self._agent_phase_over:  # the first step
-            return await self.start(with_solution=with_solution)
-        await self.end_agent_phase()
+            sandbox = await self.start(with_solution=with_solution)
+            await self.run_step_setup(step)
+            return sandbox
+        if not self._agent_phase_over:  # a subclass may reopen its agent phase after this
+            await self.end_agent_phase()
         self._agent_phase_over = False
         self.solution_uploaded = False
         solution = self.task.solution_dir if with_solution else None
@@ -1108,7 +1112,45 @@ class HarborRuntime:
                     raise
         self.solution_uploaded = solution is not None
         self.sandbox = sandbox
+        await self.run_step_setup(step)
         return sandbox
+
+    async def run_step_setup(self, step: TaskStep) -> None:
+        """Harbor's per-step setup hook, in the step's agent sandbox before its agent phase:
+        steps/<name>/workdir/ is copied into the working directory (setup.sh included, as
+        Harbor uploads it), then `bash <workdir>/setup.sh` runs there as the agent's user,
+        within `[environment].build_timeout_sec`. The copy is made by the sandbox itself, so a
+        link the agent left in the working directory leads nowhere outside it. Raises
+        `StepSetupError` naming the step when the copy or setup.sh fails."""
+        # Imported here so that this change stays inside the multi-step section.
+        from skyrl_gym.envs.harbor.task import StepSetupError
+
+        source, sandbox = step.workdir_dir, self.sandbox
+        if source is None or sandbox is None:
+            return
+        try:
+            await sandbox.upload(source, self.workdir)
+        except (SandboxError, OSError) as e:
+            raise StepSetupError(
+                step.name, f"workdir/ could not be copied into {self.workdir}: {e}"
+            ) from None
+        if step.setup_script is None:
+            return
+        limit = self.task.environment.build_timeout_s
+        script = f"{self.workdir.rstrip('/')}/setup.sh"
+        try:
+            result = await sandbox.exec([self._shell, script], timeout=limit, cwd=self.workdir)
+        except SandboxError as e:
+            raise StepSetupError(step.name, f"workdir/setup.sh could not run: {e}") from None
+        if result.timed_out:
+            raise StepSetupError(
+                step.name, f"workdir/setup.sh ran past build_timeout_sec={limit:g}"
+            )
+        if not result.ok:
+            tail = " ".join(result.output.split())[-300:]
+            raise StepSetupError(
+                step.name, f"workdir/setup.sh exited with {result.exit_code}: {tail}"
+            )
 
     async def end_agent_phase(self) -> None:
         """Close the agent's sandbox: every process it started is killed. Idempotent."""

@@ -180,6 +180,33 @@ class TaskStep:
         path = self.path / "solution"
         return path if (path / "solve.sh").is_file() else None
 
+    @property
+    def workdir_dir(self) -> Path | None:
+        """steps/<name>/workdir/: copied into the environment's working directory before the
+        step's agent phase, as Harbor uploads it (None: the step has none)."""
+        path = self.path / "workdir"
+        return path if path.is_dir() and not path.is_symlink() else None
+
+    @property
+    def setup_script(self) -> Path | None:
+        """steps/<name>/workdir/setup.sh: run (with bash, in the working directory, as the
+        agent's user) after the copy and before the step's agent phase; None without one."""
+        workdir = self.workdir_dir
+        path = workdir / "setup.sh" if workdir is not None else None
+        return path if path is not None and path.is_file() else None
+
+
+class StepSetupError(RuntimeError):
+    """A step's `workdir/setup.sh` failed (or its workdir/ could not be copied in): the
+    environment the step needs does not exist, so the trial stops with no reward."""
+
+    def __init__(self, step: str, problem: str):
+        super().__init__(f"step {step}: {problem}")
+        self.step = step
+        """The step's name."""
+        self.problem = problem
+        """What went wrong (the exit status and the end of setup.sh's output)."""
+
 
 @dataclass(frozen=True)
 class HarborTask:
