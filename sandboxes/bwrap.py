@@ -69,6 +69,7 @@ from skyrl_sdk.sandboxes._native import (
     GradingTools,
 )
 from skyrl_sdk.sandboxes._process import SANDBOX_UID, ServerSandbox
+from skyrl_sdk.sandboxes.cow_root import CowRoot
 from skyrl_sdk.sandboxes.grading import GRADING_HOME
 from skyrl_sdk.sandboxes.network import NetworkMode
 from skyrl_sdk.sandboxes.spec import (
@@ -100,6 +101,9 @@ directory. Agent programs the verifier runs get HOME=/tmp instead."""
 # What the helper's `init` (bwrap's command, before the command server) needs and then drops:
 # remounting /proc with hidepid, and shrinking the bounding set to VERIFIER_CAPS.
 _INIT_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
+# A build sandbox's uid 0 (a copy-on-write root's build, `build_as_root`): own and write the
+# root's files, switch users for package managers that drop privileges (apt's _apt), and kill.
+BUILD_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_SETUID", "CAP_SETGID", "CAP_KILL")
 _log = logging.getLogger(__name__)
 _warned_single_uid = False
 
@@ -230,6 +234,14 @@ class BwrapSandbox(ServerSandbox):
         self._isolation = (
             GradingIsolation.SINGLE_UID if self.spec.grading else GradingIsolation.NOT_GRADING
         )
+        self.cow_root: CowRoot | None = None
+        """A copy-on-write root (`cow_root.CowRoot`) to run on instead of the read-only system
+        binds, the tmpfs /tmp (kept for grading) and the workspace bind (the workspace is a
+        directory of that root); set before `start`. Needs root."""
+        self.build_as_root = False
+        """A build sandbox (with `cow_root`): commands run as uid 0 of a user namespace that
+        maps only uid 0 to the host's root, with `BUILD_CAPS` only, so a Dockerfile's RUN
+        steps can write the root's system directories (into the overlay's upper layer)."""
 
     @property
     def grading_isolation(self) -> GradingIsolation:
@@ -273,10 +285,14 @@ class BwrapSandbox(ServerSandbox):
 
     def _inside_uid(self) -> int:
         """The uid commands run as inside (as root: `SANDBOX_UID`; else bwrap keeps ours)."""
+        if self.build_as_root:
+            return 0
         return SANDBOX_UID if os.geteuid() == 0 else os.getuid()
 
     @property
     def _run_as(self) -> int | None:
+        if self.build_as_root:
+            return None
         return SANDBOX_UID if os.geteuid() == 0 else None
 
     async def _launch(self) -> None:
@@ -340,7 +356,14 @@ class BwrapSandbox(ServerSandbox):
                 raise SandboxError(f"SandboxSpec.ro_binds: {path!r} is not a directory on the host")
         prefix: list[str] = []
         tools = self._grading_tools
-        if tools is not None:
+        cow = self.cow_root
+        if cow is not None and os.geteuid() != 0:
+            raise BackendUnavailable("a copy-on-write root needs root (it mounts overlays)")
+        if self.build_as_root and (cow is None or tools is not None):
+            raise SandboxError("a build sandbox needs a copy-on-write root and no grading")
+        if self.build_as_root:
+            pass  # bwrap itself maps uid 0 to root (see `build_as_root`)
+        elif tools is not None:
             # Two uids: the helper makes a user namespace (uid 0 = VERIFIER_HOST_UID, AGENT_UID
             # = itself) and execs bwrap as its uid 0, so bwrap runs privileged in there only.
             prefix = [str(tools.helper), "launch", str(VERIFIER_HOST_UID), str(AGENT_UID), "--"]
@@ -353,7 +376,12 @@ class BwrapSandbox(ServerSandbox):
                 )
             prefix = [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups"]
         top = self.workdir.strip("/").split("/")[0]
-        system = _root_binds(spec.rootfs, top) if spec.rootfs else _system_binds(spec.network)
+        if cow is not None:
+            system: tuple[str, ...] = ("--bind", str(cow.mountpoint), "/")
+        elif spec.rootfs:
+            system = _root_binds(spec.rootfs, top)
+        else:
+            system = _system_binds(spec.network)
         # ptrace as Docker allows it, except where agent programs share the verifier's uid.
         allow_trace = not spec.grading or tools is not None
         seccomp_fd = seccomp.filter_fd(allow_trace) if seccomp.supported() else None
@@ -362,13 +390,31 @@ class BwrapSandbox(ServerSandbox):
         empty_fd = os.open(os.devnull, os.O_RDONLY)
         # /etc/passwd as a container's: the sandbox user has a login shell and the HOME its
         # commands get (tmux and screen start the login shell in each pane).
-        passwd = _passwd(spec.rootfs, self._inside_uid(), self.workdir, self.shell)
+        passwd = (
+            None
+            if self.build_as_root  # a build may add users (useradd writes /etc/passwd)
+            else _passwd(spec.rootfs, self._inside_uid(), self.workdir, self.shell)
+        )
         passwd_fd = _data_fd(passwd) if passwd is not None else None
         # Closed by the caller once the server is spawned.
         self._pass_fds = tuple(fd for fd in (empty_fd, passwd_fd, seccomp_fd) if fd is not None)
         self._seccomp_loaded = seccomp_fd is not None
         networked = network.network_mode(spec) is not NetworkMode.NONE
-        if tools is None:
+        if self.build_as_root:
+            self._userns_disabled = bool(_userns_args())
+            namespaces = [
+                "--unshare-all",
+                *(["--share-net"] if networked else []),
+                *_userns_args(),
+                "--uid",
+                "0",
+                "--gid",
+                "0",
+                "--cap-drop",
+                "ALL",
+                *(arg for cap in BUILD_CAPS for arg in ("--cap-add", cap)),
+            ]
+        elif tools is None:
             self._userns_disabled = bool(_userns_args())
             namespaces = [
                 "--unshare-all",
@@ -416,11 +462,19 @@ class BwrapSandbox(ServerSandbox):
             ),
             "--dev",
             "/dev",
-            *_sized(spec.disk_bytes),
-            # Two uids: /tmp is the verifier's, sticky and open to all, as in Docker.
-            *(["--perms", "1777"] if tools is not None else []),
-            "--tmpfs",
-            "/tmp",
+            # A copy-on-write root has /tmp on the root's filesystem (rename from the
+            # workspace works); grading still gets a fresh one (nothing the agent left there).
+            *(
+                []
+                if cow is not None and not spec.grading
+                else [
+                    *_sized(spec.disk_bytes),
+                    # Two uids: /tmp is the verifier's, sticky and open to all, as in Docker.
+                    *(["--perms", "1777"] if tools is not None else []),
+                    "--tmpfs",
+                    "/tmp",
+                ]
+            ),
             *_sized(min(spec.disk_bytes or _RUN_TMPFS_BYTES, _RUN_TMPFS_BYTES)),
             "--tmpfs",
             "/run",
@@ -443,9 +497,7 @@ class BwrapSandbox(ServerSandbox):
                 else []
             ),
             *(arg for path in spec.ro_binds for arg in ("--ro-bind", path, path)),
-            "--bind",
-            str(workspace),
-            self.workdir,
+            *([] if cow is not None else ["--bind", str(workspace), self.workdir]),
             "--chdir",
             self.workdir,
             # Two uids: the helper's `init` loads the filter, after its remount of /proc.
@@ -463,10 +515,67 @@ class BwrapSandbox(ServerSandbox):
             ),
             *([INSIDE_PATH] if self._server_binary else [spec.python, *python_args]),
         ]
+        if cow is not None:
+            cow.make_mountpoints(mount_targets(args[1:]))
+            prefix = cow.launcher() + prefix
         return network.wrap_launcher(spec, prefix + args, keep_fds=self._pass_fds)
 
     def _tmp_cap(self) -> str:
         return "tmpfs" if self.spec.disk_bytes else "none"
+
+
+_TWO_ARG_MOUNTS = ("--bind", "--ro-bind", "--dev-bind", "--bind-try", "--ro-bind-try")
+_ONE_ARG_OPTIONS = (
+    "--perms",
+    "--size",
+    "--hostname",
+    "--uid",
+    "--gid",
+    "--seccomp",
+    "--cap-add",
+    "--cap-drop",
+    "--sync-fd",
+    "--info-fd",
+    "--block-fd",
+)
+
+
+def mount_targets(args: list[str]) -> dict[str, bool]:
+    """The paths bwrap mounts something on (path -> is a directory), outside what bwrap
+    itself makes fresh (/proc, /dev, /run and a fresh /tmp), for `CowRoot.make_mountpoints`."""
+    out: dict[str, bool] = {}
+    fresh: list[str] = []
+    i = 0
+    while i < len(args) and args[i] != "--":
+        op = args[i]
+        if op in _TWO_ARG_MOUNTS or op == "--symlink":
+            source, dest = args[i + 1], args[i + 2]
+            if op != "--symlink" and dest != "/":
+                out[dest] = os.path.isdir(source)
+            i += 3
+        elif op in ("--ro-bind-data", "--bind-data", "--file"):
+            out[args[i + 2]] = False
+            i += 3
+        elif op in ("--tmpfs", "--proc", "--dev", "--dir", "--remount-ro", "--chdir"):
+            if op in ("--tmpfs", "--proc", "--dev"):
+                fresh.append(args[i + 1])
+            if op != "--remount-ro":
+                out[args[i + 1]] = True
+            i += 2
+        elif op in _ONE_ARG_OPTIONS:
+            i += 2
+        else:
+            i += 1
+    return {
+        path: is_dir
+        for path, is_dir in out.items()
+        if not any(path != f and inside_path(path, f) for f in fresh)
+    }
+
+
+def inside_path(path: str, root: str) -> bool:
+    """True when absolute `path` is `root` or below it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _warn_single_uid(reason: str) -> None:

@@ -8,8 +8,8 @@ their Dockerfile describes, run end to end through `skyrl harbor run` on the bwr
 - `ptrace-traceme`: an anti-debug check (PTRACE_TRACEME in a child) guards the answer
   (seccomp used to refuse every ptrace);
 - `core-limit`: `ulimit -c unlimited` (RLIMIT_CORE used to be 0 hard);
-- `rename-tmp`: rename(2) from /tmp into /app (still EXDEV: /tmp and the workspace are two
-  mounts; strict xfail until the sandbox has one writable root).
+- `rename-tmp`: rename(2) from /tmp into /app (EXDEV while /tmp and the workspace were two
+  mounts; one filesystem in the copy-on-write root).
 
 The oracle scores 1 and the nop agent 0 on each.
 """
@@ -67,11 +67,6 @@ def test_nop_scores_zero(task: str, tmp_path: Path) -> None:
     assert result["rewards"] == {"reward": 0.0}, json.dumps(result)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 25 difference 6: /tmp and the workspace are separate mounts (EXDEV); needs "
-    "one writable root holding both",
-)
 def test_rename_from_tmp_into_the_workspace(tmp_path: Path) -> None:
     result = _harbor_run("rename-tmp", tmp_path / "out")
     assert (result["rewards"], result["error"]) == ({"reward": 1.0}, None), json.dumps(result)

@@ -134,7 +134,9 @@ def needs_network(command: str) -> bool:
     return bool(_NETWORK_WORDS.search(command))
 
 
-def plan_dockerfile(path: Path, default_workdir: str = "/app") -> DockerfilePlan:
+def plan_dockerfile(
+    path: Path, default_workdir: str = "/app", *, run_all: bool = False
+) -> DockerfilePlan:
     """Read a Dockerfile and decide what the bwrap backend can apply.
 
     Raises `ValueError` for a Dockerfile larger than `DOCKERFILE_MAX_BYTES` (it is never read
@@ -204,7 +206,7 @@ def plan_dockerfile(path: Path, default_workdir: str = "/app") -> DockerfilePlan
             if command.startswith("--"):
                 skipped.append(f"{here} {rest}: RUN flags (--mount, --network) are not supported")
                 continue
-            if needs_network(command):
+            if needs_network(command) and not run_all:
                 skipped.append(
                     f"{here} {command}: needs a package registry or the network; not run "
                     "(the sandbox's root filesystem must already provide what it installs)"

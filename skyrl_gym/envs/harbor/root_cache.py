@@ -16,8 +16,7 @@ input builds anew and an unchanged one is reused by every later trial.
   most `max_bytes` (`DEFAULT_MAX_BYTES`, `$SKYRL_HARBOR_ROOTS_MAX_BYTES`).
 - `prune()` removes every layer nobody holds (what `skyrl harbor cache prune` is to call).
 
-Not yet wired into the runtime (issue 25): the bwrap backend still applies a Dockerfile's
-RUN steps per trial, in the agent's sandbox.
+Used by `task_root.build_task_root` (the bwrap backend's copy-on-write roots).
 """
 
 from __future__ import annotations
@@ -151,6 +150,12 @@ class RootCache:
         if not key or "/" in key or key.startswith("."):
             raise ValueError(f"not a cache key: {key!r}")
         target = self.directory / key
+        # Found under a shared lock: trials holding the layer (shared too) do not block it.
+        with self._locked(key, fcntl.LOCK_SH):
+            if (target / _COMPLETE).is_file():
+                with contextlib.suppress(OSError):
+                    os.utime(target / _COMPLETE)  # most recently used
+                return CachedRoot(key, target, CacheOutcome.HIT)
         with self._locked(key, fcntl.LOCK_EX):
             if (target / _COMPLETE).is_file():
                 os.utime(target / _COMPLETE)  # most recently used

@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import hashlib
 import io
@@ -135,6 +136,8 @@ from skyrl_gym.envs.harbor.host import (
     copy_untrusted_tree,
 )
 from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode, TaskStep
+from skyrl_gym.envs.harbor.task_root import BuiltRoot, build_task_root
+from skyrl_gym.envs.harbor.task_root import base_for as task_base_for
 from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
     VERIFIER_HOST_UID,
@@ -150,7 +153,10 @@ from skyrl_sdk.sandboxes import (
     grading_env,
     read_regular_file,
 )
-from skyrl_sdk.sandboxes.bwrap import BwrapSandbox
+from skyrl_sdk.sandboxes.bwrap import BwrapSandbox, mount_targets
+from skyrl_sdk.sandboxes.cow_root import CowRoot
+from skyrl_sdk.sandboxes.cow_root import layout as cow_layout
+from skyrl_sdk.sandboxes.cow_root import supported as cow_supported
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH
 
 LOGS = "/logs"
@@ -160,6 +166,8 @@ ARTIFACTS = "/logs/artifacts"
 TESTS = "/tests"
 SOLUTION = "/solution"
 SANDBOX_UID = 65534  # bwrap sandboxes started by root run as `nobody`
+# Set to `binds` to run bwrap trials on read-only system binds, not a copy-on-write root.
+ROOT_MODE_ENV = "SKYRL_HARBOR_ROOT"
 NO_LIMIT_S = 7 * 24 * 3600.0
 _OUTPUT_TAIL = 4000
 DEFAULT_MEMORY_BYTES = 2048 << 20
@@ -481,6 +489,8 @@ class _BoundBwrap(BwrapSandbox):
             for inside_path, host in self._ro_binds.items()
             for a in ("--ro-bind", str(host), inside_path)
         ]
+        if self.cow_root is not None:  # mount points in a root-owned root: made by root now
+            self.cow_root.make_mountpoints(mount_targets(extra))
         return argv[:at] + extra + argv[at:]
 
     def charge_files(self) -> list[Path]:
@@ -565,13 +575,21 @@ class HarborRuntime:
         self._closed = False
         self.solution_uploaded = False
         self.base_task: HarborTask | None = None  # a multi-step task, once `begin_step` ran
+        self.cow: CowRoot | None = None
+        """bwrap as root: the trial's copy-on-write root (`task_root`); None: the read-only
+        system binds with writable mounts (not root, no overlayfs, `$SKYRL_HARBOR_ROOT=binds`)."""
+        self.built_root: BuiltRoot | None = None
+        """The task's built layer the copy-on-write root stands on (held until `close`)."""
+        self._root_hold: contextlib.AbstractContextManager[Path] | None = None
+        self._app: Path | None = None
 
     # ---- host paths ---------------------------------------------------------------------------
 
     @property
     def app_dir(self) -> Path:
-        """Host directory holding the task's working directory."""
-        return self._work / "app"
+        """Host directory holding the task's working directory (with a copy-on-write root:
+        the trial's upper layer of it, i.e. what the trial changed there)."""
+        return self._app if self._app is not None else self._work / "app"
 
     @property
     def agent_logs_dir(self) -> Path:
@@ -637,9 +655,11 @@ class HarborRuntime:
         if self.backend is Backend.BWRAP:
             # Passed only when it differs (tests wrap `_BoundBwrap.__init__` without it).
             above = {} if self.mount_dir == self.workdir else {"mount_at": self.mount_dir}
-            sandbox: Sandbox = _BoundBwrap(
-                spec, {**self.roots, **binds}, ro_binds=ro_binds, **above
-            )
+            # A copy-on-write root has the writable directories in itself: nothing to bind.
+            roots = {} if self.cow is not None else self.roots
+            bound = _BoundBwrap(spec, {**roots, **binds}, ro_binds=ro_binds, **above)
+            bound.cow_root = self.cow
+            sandbox: Sandbox = bound
             try:
                 await sandbox.start()
             except BaseException:
@@ -683,11 +703,20 @@ class HarborRuntime:
         self.sandbox = sandbox
         return sandbox
 
+    def _cow_problem(self) -> str | None:
+        """Why this trial cannot have a copy-on-write root (None: it can)."""
+        if os.environ.get(ROOT_MODE_ENV, "").strip().lower() == "binds":
+            return f"${ROOT_MODE_ENV}=binds"
+        if self.rootfs and any(c in self.rootfs for c in ",:"):
+            return f"the root {self.rootfs!r} has ',' or ':' in its path (overlayfs options)"
+        return cow_supported()
+
     async def _start_bwrap(self, with_solution: bool) -> Sandbox:
         task = self.task
         plan = None
+        cow_problem = self._cow_problem()
         if task.dockerfile is not None:
-            plan = plan_dockerfile(task.dockerfile)
+            plan = plan_dockerfile(task.dockerfile, run_all=cow_problem is None)
             self.notes.extend(plan.not_applied)
             if plan.workdir and not task.environment.workdir:
                 self.workdir = plan.workdir
@@ -705,7 +734,9 @@ class HarborRuntime:
         if self.workdir.rstrip("/") in ("", "/proc", "/dev"):
             self.notes.append(f"WORKDIR {self.workdir}: not usable as a workspace; using /app")
             self.workdir = DEFAULT_WORKDIR
-        if plan is not None:
+        if cow_problem is None:
+            await self._build_cow_root(plan or DockerfilePlan(None, None))
+        elif plan is not None:
             self._plan_roots(plan)
         self._env.update(task.environment.env)
         binds = {
@@ -728,12 +759,83 @@ class HarborRuntime:
                     sandbox, [job], self._work / "solution", deadline, "/solution"
                 )
                 self.solution_uploaded = True
-            if plan is not None:
+            if plan is not None and self.cow is None:
                 await self._apply_steps(sandbox, plan.steps, deadline)
         except BaseException:
             await sandbox.close()
             raise
         return sandbox
+
+    async def _build_cow_root(self, plan: DockerfilePlan) -> None:
+        """Get the task's built layer (built once, cached: `task_root`) and lay out this
+        trial's copy-on-write root over it; the workspace is its `mount_dir`."""
+        roots, _ = writable_roots(write_dirs(plan, self.workdir))
+        self.mount_dir = next((r for r in roots if inside(self.workdir, r)), self.workdir)
+        network = self._spec({}).network
+        env = dict(self._env)
+
+        def spec_for(workdir: str, disk_bytes: int) -> SandboxSpec:
+            base = self._spec(env)
+            memory = min((base.memory_bytes or 0) + disk_bytes, self._maxima.memory_bytes)
+            return dataclasses.replace(
+                base, workdir=workdir, memory_bytes=memory, disk_bytes=None, grading=False
+            )
+
+        async def open_build(
+            spec: SandboxSpec, cow: CowRoot, ro_binds: Mapping[str, Path]
+        ) -> Sandbox:
+            ws = cow.mountpoint.parent / "ws"
+            ws.mkdir(exist_ok=True)
+            spec = dataclasses.replace(spec, workspace_dir=str(ws))
+            sandbox = _BoundBwrap(spec, {}, ro_binds=ro_binds)
+            sandbox.cow_root = cow
+            sandbox.build_as_root = True
+            try:
+                await sandbox.start()
+            except BaseException:
+                await sandbox.close()
+                raise
+            return sandbox
+
+        task = self.task
+        try:
+            built, cache = await asyncio.to_thread(
+                build_task_root,
+                dockerfile=task.dockerfile,
+                context=task.environment_dir,
+                plan=plan,
+                workdir=self.workdir,
+                mount_dir=self.mount_dir,
+                rootfs=self.rootfs,
+                network=network,
+                spec_for=spec_for,
+                open_sandbox=open_build,
+                build_timeout_s=task.environment.build_timeout_s,
+            )
+        except TimeoutError as e:
+            raise TaskEnvironmentError(
+                f"{e} ran past build_timeout_sec={task.environment.build_timeout_s}"
+            ) from None
+        except (OSError, SandboxError) as e:
+            raise TaskEnvironmentError(f"building the task's root failed: {e}") from None
+        self._root_hold = cache.hold(built.key)
+        self._root_hold.__enter__()
+        self.built_root = built
+        self.notes.extend(built.notes)
+        cow_dir = self._work / "cow"
+        self.cow = cow_layout(
+            upper=cow_dir / "up",
+            work=cow_dir / "work",
+            mountpoint=cow_dir / "merged",
+            layer=built.layer,
+            host=task_base_for(self.rootfs),
+            rootfs=self.rootfs,
+        )
+        self._app = self.cow.upper_of(self.mount_dir)
+        self._app.mkdir(parents=True, exist_ok=True)
+        _give(self._app)
+        for root in built.writable[1:]:  # where agent_writable looks
+            self.roots[root] = self.cow.upper_of(root)
 
     def _plan_roots(self, plan: DockerfilePlan) -> None:
         """Lay out the writable directories a container of this Dockerfile has: the workspace
@@ -1424,6 +1526,9 @@ class HarborRuntime:
             await self.end_agent_phase()
         finally:
             self._workspace.close()
+            hold, self._root_hold = self._root_hold, None
+            if hold is not None:
+                hold.__exit__(None, None, None)
 
     def copy_logs(self, trial_dir: Path) -> list[str]:
         """Copy /logs/agent, /logs/verifier and /logs/artifacts into `trial_dir` (Harbor's

@@ -1,0 +1,262 @@
+"""A task's built root: its Dockerfile's COPY and RUN steps run once, at build time, cached.
+
+On the bwrap backend as root, a trial runs on a copy-on-write root (`sandboxes.cow_root`): the
+base (the host's minimal system, or an image root given with `--rootfs`), the task's built
+layer over it, and the trial's own upper layer on top (discarded with the trial). The built
+layer is what a container build adds:
+
+- **Where.** A build sandbox of the task: the same copy-on-write root with an empty upper
+  layer of its own, commands as uid 0 of a user namespace that maps only uid 0 to root
+  (`BwrapSandbox.build_as_root`, a few capabilities, the seccomp filter), the task's network
+  setting, its memory, pids and CPU caps, and a disk cap (the layer is built on a sized tmpfs,
+  then copied into the cache).
+- **What.** Every COPY (from the build context, bound read-only) and every RUN, in order, with
+  the Dockerfile's ENV and each step's WORKDIR. A RUN that calls apt or dpkg on a base without
+  a dpkg database (the host's minimal system) is not run; a RUN that fails (offline, say) is
+  not fatal: both become notes naming the step and its output, and the build goes on, as the
+  trial does.
+- **Who owns it.** The system's directories stay root's (so the sandbox user cannot change
+  the interpreters and tools the verifier uses); the workspace and the other directories the
+  Dockerfile writes outside them (`/data`, `/build`, `/opt/tool`) are handed to the sandbox
+  user, as the old layout had them writable.
+- **Cached** in `root_cache.RootCache` (`$SKYRL_CACHE/harbor-roots`), keyed on the Dockerfile,
+  its context, the base root and the network setting; locked so concurrent trials build once;
+  each trial holds its layer while it runs. The notes of the build are cached with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from skyrl_gym.envs.harbor.dockerfile import (
+    NEVER_MOUNTED,
+    DockerfilePlan,
+    SetupStep,
+    StepKind,
+    inside,
+    writable_roots,
+    write_dirs,
+)
+from skyrl_gym.envs.harbor.root_cache import CacheOutcome, RootCache, build_key
+from skyrl_sdk.sandboxes import SandboxSpec, Workspace, chown_tree, cow_root
+from skyrl_sdk.sandboxes.bwrap import _ETC_FILES, _ETC_NETWORK_FILES
+
+SANDBOX_UID = 65534
+CONTEXT_INSIDE = "/run/skyrl-build-context"
+"""Where the build context is bound (read-only) in the build sandbox."""
+NOTES_FILE = "build-notes.json"
+"""The build's notes, in the cached layer."""
+WRITABLE_FILE = "writable.json"
+"""The directories handed to the sandbox user, in the cached layer."""
+BUILD_DISK_BYTES = 4 << 30
+"""The most a build may write (its staging tmpfs)."""
+_APT = re.compile(r"(^|[\s;&|(`])(apt-get|apt|dpkg|add-apt-repository|apt-key)(\s|$)")
+
+
+@dataclass(frozen=True)
+class BuiltRoot:
+    """A task's built layer, held for one trial."""
+
+    key: str
+    """Its cache key."""
+    layer: Path
+    """The layer's directory in the cache (`root/`, `sys/<name>/`)."""
+    outcome: CacheOutcome
+    """Built now or reused."""
+    notes: tuple[str, ...]
+    """What the build could not apply (cached with the layer)."""
+    writable: tuple[str, ...]
+    """The inside directories the sandbox user owns (the workspace's top first)."""
+    build_s: float
+    """Seconds spent getting it (building, or finding it)."""
+
+
+def base_for(rootfs: str | None) -> cow_root.HostBase | None:
+    """The host base (None with an image root)."""
+    if rootfs is not None:
+        return None
+    return cow_root.host_base(RootCache.default().directory, _ETC_FILES + _ETC_NETWORK_FILES)
+
+
+def _has_dpkg(rootfs: str | None) -> bool:
+    return rootfs is not None and os.path.isfile(os.path.join(rootfs, "var/lib/dpkg/status"))
+
+
+def _copy_command(context: Path, step: SetupStep) -> tuple[str | None, str | None]:
+    """(shell command, problem) for one COPY, run inside the build sandbox as Docker does it:
+    a directory's contents into the destination, files into a destination directory (a
+    trailing `/` or several sources) or as the destination file. Owned by root."""
+    root = context.resolve()
+    matched: list[Path] = []
+    for source in step.sources:
+        found = (
+            sorted(context.glob(source)) if any(c in source for c in "*?[") else [context / source]
+        )
+        found = [p for p in found if p.exists() and p.resolve().is_relative_to(root)]
+        if not found:
+            return None, f"source {source!r} not found in environment/"
+        matched += found
+    dest = os.path.normpath(step.dest.rstrip("/") or "/")
+    as_dir = step.dest.endswith("/") or len(matched) > 1
+    cp = "cp -R --preserve=mode,timestamps,links"
+    q = shlex.quote
+    parts = []
+    for src in matched:
+        inside_src = f"{CONTEXT_INSIDE}/{src.resolve().relative_to(root)}"
+        if src.is_dir():
+            parts.append(f"mkdir -p {q(dest)} && {cp} {q(inside_src)}/. {q(dest)}/")
+        elif as_dir:
+            parts.append(f"mkdir -p {q(dest)} && {cp} {q(inside_src)} {q(dest)}/")
+        else:
+            parent = str(PurePosixPath(dest).parent)
+            parts.append(
+                f"if [ -d {q(dest)} ]; then {cp} {q(inside_src)} {q(dest)}/; "
+                f"else mkdir -p {q(parent)} && {cp} {q(inside_src)} {q(dest)}; fi"
+            )
+    return " && ".join(parts), None
+
+
+def writable_dirs(plan: DockerfilePlan, workdir: str, mount_dir: str) -> tuple[str, ...]:
+    """The workspace's top and the other directories the Dockerfile writes outside the
+    system's own (`/data`, `/build`, `/opt/tool`): handed to the sandbox user."""
+    roots, _ = writable_roots(write_dirs(plan, workdir))
+    out = [mount_dir]
+    for root in roots:
+        top = PurePosixPath(root).parts[1:2]
+        if not top or top[0] in NEVER_MOUNTED or inside(root, mount_dir) or inside(mount_dir, root):
+            continue
+        out.append(root)
+    return tuple(out)
+
+
+async def _build(
+    staging: Path,
+    *,
+    plan: DockerfilePlan,
+    context: Path,
+    writable: Sequence[str],
+    rootfs: str | None,
+    spec_for: Callable[[str, int], SandboxSpec],
+    open_sandbox: Callable[[SandboxSpec, cow_root.CowRoot, Mapping[str, Path]], object],
+    deadline: float,
+) -> None:
+    notes: list[str] = []
+    with Workspace.create("skyrl-harbor-build-", disk_bytes=BUILD_DISK_BYTES) as scratch:
+        upper = scratch.path / "layer"
+        cow = cow_root.layout(
+            upper=upper,
+            work=scratch.path / "work",
+            mountpoint=scratch.path / "merged",
+            layer=None,
+            host=base_for(rootfs),
+            rootfs=rootfs,
+        )
+        first = next((s.workdir for s in plan.steps), writable[0])
+        spec = spec_for(first, BUILD_DISK_BYTES)
+        sandbox = await open_sandbox(spec, cow, {CONTEXT_INSIDE: context.resolve()})  # type: ignore[misc]
+        try:
+            for step in plan.steps:
+                where = f"Dockerfile:{step.line} {step.kind.value.upper()}"
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(where)
+                if step.kind is StepKind.COPY:
+                    command, problem = _copy_command(context, step)
+                    if problem or command is None:
+                        notes.append(f"{where}: {problem}")
+                        continue
+                else:
+                    command = step.command
+                    if _APT.search(command) and not _has_dpkg(rootfs):
+                        notes.append(
+                            f"{where} {command}: not run: the root has no dpkg database (the "
+                            "host's minimal system); give a Debian root with --rootfs"
+                        )
+                        continue
+                await sandbox.exec(["mkdir", "-p", step.workdir], timeout=30)  # type: ignore[attr-defined]
+                ran = await sandbox.exec(  # type: ignore[attr-defined]
+                    ["/bin/sh", "-c", command], timeout=left, cwd=step.workdir, env=dict(plan.env)
+                )
+                if ran.timed_out:
+                    raise TimeoutError(f"{where} {command!r}")
+                if not ran.ok:
+                    text = f"{where} {command}" if step.kind is StepKind.RUN else where
+                    notes.append(
+                        f"{text}: failed at build (exit {ran.exit_code}): "
+                        f"{ran.output.strip()[-300:]}"
+                    )
+        finally:
+            await sandbox.close()  # type: ignore[attr-defined]
+        root_layer = upper / cow_root.ROOT_LAYER
+        for path in writable:
+            host = root_layer / path.lstrip("/")
+            host.mkdir(parents=True, exist_ok=True)
+            chown_tree(host, SANDBOX_UID)
+        # Off the capped tmpfs into the cache; -a keeps overlayfs's whiteouts and opaque marks.
+        done = subprocess.run(
+            ["cp", "-a", f"{upper}/.", str(staging)], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise OSError(f"cannot store the built root: {done.stderr.strip()[-300:]}")
+    (staging / NOTES_FILE).write_text(json.dumps(notes))
+    (staging / WRITABLE_FILE).write_text(json.dumps(list(writable)))
+
+
+def build_task_root(
+    *,
+    dockerfile: Path | None,
+    context: Path,
+    plan: DockerfilePlan,
+    workdir: str,
+    mount_dir: str,
+    rootfs: str | None,
+    network: bool,
+    spec_for: Callable[[str, int], SandboxSpec],
+    open_sandbox: Callable[[SandboxSpec, cow_root.CowRoot, Mapping[str, Path]], object],
+    build_timeout_s: float,
+    cache: RootCache | None = None,
+) -> tuple[BuiltRoot, RootCache]:
+    """Get (build once, or reuse) the task's layer; blocking (call it in a thread). The caller
+    then holds it (`RootCache.hold`) for the trial. Raises `TimeoutError` past the build
+    timeout and `OSError` when the layer cannot be stored."""
+    cache = cache or RootCache.default()
+    started = time.monotonic()
+    writable = writable_dirs(plan, workdir, mount_dir)
+    # The Dockerfile, its context and the base root (`build_key`), the network the RUN steps
+    # had, and the directories handed to the sandbox user.
+    base = build_key(dockerfile, context, rootfs) if dockerfile is not None else "none"
+    key = f"{base[:24]}-{'net' if network else 'offline'}-{_stable(writable)}"
+
+    def build(staging: Path) -> None:
+        asyncio.run(
+            _build(
+                staging,
+                plan=plan,
+                context=context,
+                writable=writable,
+                rootfs=rootfs,
+                spec_for=spec_for,
+                open_sandbox=open_sandbox,
+                deadline=started + build_timeout_s,
+            )
+        )
+
+    got = cache.get(key, build)
+    notes = tuple(json.loads((got.path / NOTES_FILE).read_text()))
+    kept = tuple(json.loads((got.path / WRITABLE_FILE).read_text()))
+    return BuiltRoot(key, got.path, got.outcome, notes, kept, time.monotonic() - started), cache
+
+
+def _stable(values: Sequence[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("\0".join(values).encode()).hexdigest()[:8]
