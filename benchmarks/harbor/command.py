@@ -6,13 +6,18 @@ phase gets neither).
 CMD runs there with the session URL, a session-only key and the task's instruction
 (`skyrl_sdk.agents.command_agent`); when it exits the key is revoked, the task's own verifier
 grades as for any agent, and the captured tokens are the trial's trajectory.
+
+A multi-step task runs CMD once per step (`StepsCommandRuntime`, `step_player`): each step's
+sandbox gets the port again and CMD the step's instruction; each step's captured tokens are
+a trajectory of their own (`<task>/<step>`), graded with that step's reward.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.command_agent import (
     AgentRun,
@@ -28,11 +33,32 @@ from skyrl_sdk.agents.command_runtime import CommandRuntime
 from skyrl_sdk.agents.trajectory import StopReason, Trajectory
 from skyrl_sdk.benchmarks.harbor.agents import AgentFailure, AgentOutcome
 
+if TYPE_CHECKING:
+    from skyrl_gym.envs.harbor.runtime import HarborRuntime
+    from skyrl_gym.envs.harbor.task import TaskStep
+    from skyrl_sdk.sandboxes import Sandbox
 
-def command_runtime(runner: CommandAgentRunner, task: Any, **kwargs: Any) -> CommandRuntime:
-    """The trial's runtime for `runner`'s agent (starts the model server if needed)."""
+
+class StepsCommandRuntime(CommandRuntime):
+    """A `CommandRuntime` for a multi-step task: CMD runs once per step, so every step's
+    agent sandbox forwards the model server's port again (a `CommandRuntime` drops it for
+    good once its agent phase ends); each step's verifier sandbox still has none."""
+
+    async def begin_step(self, step: TaskStep, *, with_solution: bool = False) -> Sandbox:
+        if self.base_task is not None:  # a later step: the previous agent phase ends first
+            await self.end_agent_phase()
+            self._agent_over = False
+        return await super().begin_step(step, with_solution=with_solution)
+
+
+def command_runtime(
+    runner: CommandAgentRunner, task: Any, *, multi_step: bool = False, **kwargs: Any
+) -> CommandRuntime:
+    """The trial's runtime for `runner`'s agent (starts the model server if needed);
+    `multi_step`: one whose every step's agent phase reaches the server."""
     port = server_port(runner.server())
-    return CommandRuntime(
+    kind = StepsCommandRuntime if multi_step else CommandRuntime
+    return kind(
         task,
         agent_ports=(port,),
         agent_binds=runner.agent.sandbox_binds(),
@@ -88,6 +114,19 @@ async def run_command(
         kind = AgentFailure.NONZERO_EXIT if result and result.exit_code > 0 else AgentFailure.ERROR
         return AgentOutcome(kind, message or "", trajectory)
     return AgentOutcome(trajectory=trajectory)
+
+
+def step_player(
+    runner: CommandAgentRunner,
+) -> Callable[[HarborRuntime, float | None], Awaitable[AgentOutcome]]:
+    """One step of a multi-step trial: CMD in the step's sandbox, told the step's
+    instruction, under the step's timeout (a session of its own per step)."""
+
+    async def play(runtime: HarborRuntime, timeout_s: float | None) -> AgentOutcome:
+        assert isinstance(runtime, CommandRuntime)
+        return await run_command(runtime, runner, timeout_s)
+
+    return play
 
 
 def graded(trajectory: Trajectory, reward: float | None) -> Trajectory:

@@ -5,6 +5,13 @@ agent timeout, run the verifier phase, write `<trial>/result.json` (plus `agent/
 `verifier/`, `artifacts/` copied from /logs). A job = every task under a path, `n`
 trials at a time; it writes `<out>/job.json` (`mean_reward`, `trials`), `<out>/
 trajectories.jsonl` (llm agent) and a summary table. No trial's failure stops a job.
+
+A multi-step task (`[[steps]]`) plays its steps in order in one environment with every
+agent: each step's setup hook, then its agent phase with the step's instruction (the oracle
+runs the step's solve.sh, the command agent runs CMD once per step, the llm agent is told the
+next step's instruction in the same episode, `make("harbor")`'s multi-step play), then its
+verifier; the trial stops after a step whose verifier fails, whose reward is below its
+`min_reward`, or whose `workdir/setup.sh` fails (`step_setup_failed`, no reward).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import secrets
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,7 @@ from typing import Any
 from skyrl_gym.envs.harbor.runtime import HarborRuntime, TaskEnvironmentError, VerifierResult
 from skyrl_gym.envs.harbor.task import (
     HarborTask,
+    StepSetupError,
     TaskFormatError,
     check_env_names,
     find_task_dirs,
@@ -88,9 +96,9 @@ class TrialError(enum.StrEnum):
     VERIFIER_COMMAND_NOT_FOUND = "verifier_command_not_found"
     """test.sh could not run a command it needs (`uvx: command not found`, exit 127) and left
     no reward or 0; the message names the command; no reward."""
-    MULTI_STEP_AGENT = "multi_step_unsupported_agent"
-    """A multi-step task (`[[steps]]`) with an agent that cannot play steps here yet (the
-    llm and command agents); no reward."""
+    STEP_SETUP = "step_setup_failed"
+    """A multi-step task's `steps/<name>/workdir/setup.sh` failed (or its workdir/ could not
+    be copied in): the message names the step; the trial stops there with no reward."""
     INTERNAL = "internal_error"
     """Anything else (a bug); see `error_message` and exception.txt."""
 
@@ -443,11 +451,6 @@ async def run_trial(
         running[:] = [stage, time.perf_counter()]
 
     try:
-        if task.steps and config.agent not in (AgentKind.ORACLE, AgentKind.NOP):
-            raise _Unsupported(
-                f"multi-step task ({len(task.steps)} steps): the {config.agent.value} agent "
-                "cannot play steps here yet; the oracle and nop agents can"
-            )
         if config.agent is AgentKind.LLM:
             from skyrl_gym.envs.harbor.env import HarborEnv
 
@@ -457,6 +460,7 @@ async def run_trial(
                 rootfs=config.rootfs,
                 network=config.network,
                 pass_env=config.pass_env,
+                timeout_multiplier=scale,
             )
             if config.require_exit_zero:
                 env.make_runtime = functools.partial(HarborRuntime, require_exit_zero=True)
@@ -469,12 +473,17 @@ async def run_trial(
                 env,
                 policy,
                 row,
-                timeout_s=agent_timeout,
+                # A multi-step episode: the env ends each step at its own timeout.
+                timeout_s=_steps_timeout(task, scale) if task.steps else agent_timeout,
                 max_turns=config.max_turns,
                 max_tokens=config.max_tokens,
             )
             timings["agent_execution_s"] = time.perf_counter() - t1
             runtime = env.runtime
+            if env.step_setup_error is not None and not env.step_outcomes:  # step 1's setup
+                steps_run[:] = _env_steps(env)
+                begin(Stage.START)
+                raise env.step_setup_error
             if env.start_error is not None or runtime is None:
                 begin(Stage.START)
                 raise TaskEnvironmentError(env.start_error or "the environment did not start")
@@ -485,12 +494,55 @@ async def run_trial(
             t2 = time.perf_counter()
             verified = await env.averify()
             timings["verifier_s"] = time.perf_counter() - t2
+            if task.steps:  # the env verified each step as the episode went on
+                steps_run[:] = _env_steps(env)
+                timings["verifier_s"] = verified.duration_s
+                kind = TrialError(verified.error.value) if verified.error else None
+                stages[Stage.VERIFIER] = _stage(verified.duration_s, kind, verified.message)
+                if env.step_setup_error is not None:
+                    begin(Stage.START)
+                    raise env.step_setup_error
         elif task.steps:
-            runtime = HarborRuntime(
-                task, backend=config.backend, rootfs=config.rootfs, network=config.network
-            )
-            verified, steps_run, outcome = await _run_steps(
-                runtime, task, config, scale, stages, timings, begin
+            play: _StepAgent | None = None
+            if config.agent is AgentKind.COMMAND:
+                from skyrl_sdk.benchmarks.harbor.command import command_runtime, step_player
+
+                await asyncio.to_thread(policy.server)  # started once, shared by every trial
+                runtime = command_runtime(
+                    policy,
+                    task,
+                    multi_step=True,
+                    backend=config.backend,
+                    rootfs=config.rootfs,
+                    network=config.network,
+                )
+                play = step_player(policy)
+            else:
+                runtime = HarborRuntime(
+                    task, backend=config.backend, rootfs=config.rootfs, network=config.network
+                )
+                if config.agent is AgentKind.ORACLE:
+                    play = _play_oracle
+
+            def step_trajectory(step: str, traj: Any, reward: float | None) -> None:
+                # One trajectory per step (CMD runs once per step), graded with its reward.
+                from skyrl_sdk.benchmarks.harbor.command import graded
+
+                traj = replace(graded(traj, reward), episode_id=f"{task.name}/{step}")
+                if on_trajectory is not None:
+                    on_trajectory(traj)
+
+            verified, outcome = await _run_steps(
+                runtime,
+                task,
+                config,
+                scale,
+                stages,
+                timings,
+                begin,
+                steps_run,
+                play=play,
+                on_step_trajectory=step_trajectory,
             )
         elif config.agent is AgentKind.COMMAND:
             from skyrl_sdk.benchmarks.harbor.command import command_runtime, graded, run_command
@@ -539,9 +591,11 @@ async def run_trial(
             t2 = time.perf_counter()
             verified = await runtime.verify()
             timings["verifier_s"] = time.perf_counter() - t2
-    except _Unsupported as e:
-        error, message = TrialError.MULTI_STEP_AGENT, str(e)
-        stages[Stage.START] = _stage(0.0, error, message)
+    except StepSetupError as e:  # the step is named in the message; no reward
+        error, message = TrialError.STEP_SETUP, str(e)
+        before = stages.get(Stage.START, StageOutcome()).duration_s
+        stages[Stage.START] = _stage(before + time.perf_counter() - running[1], error, message)
+        verified = None
     except (TaskEnvironmentError, SandboxError, OSError) as e:
         error, message = TrialError.ENVIRONMENT, f"{type(e).__name__}: {e}"
         stages[running[0]] = _stage(time.perf_counter() - running[1], error, message)
@@ -602,8 +656,63 @@ async def run_trial(
     return _write_trial(trial_dir, result)
 
 
-class _Unsupported(Exception):
-    """A trial this job cannot run (the message says why)."""
+_StepAgent = Callable[[HarborRuntime, float | None], Awaitable[AgentOutcome]]
+"""One step's agent phase in the runtime's open step, under the step's timeout."""
+
+
+async def _play_oracle(runtime: HarborRuntime, timeout: float | None) -> AgentOutcome:
+    """The oracle's step: the step's solve.sh (nothing when the step has none)."""
+    if not runtime.solution_uploaded:
+        return AgentOutcome()
+    try:
+        async with asyncio.timeout(timeout and timeout + 10):
+            return await run_oracle(runtime, timeout)
+    except TimeoutError:
+        return AgentOutcome(AgentFailure.TIMEOUT, f"agent ran past {timeout}s")
+
+
+def _steps_timeout(task: HarborTask, scale: float) -> float | None:
+    """A multi-step episode's whole time: its steps' agent timeouts (None: one has none)."""
+    total = 0.0
+    for step in task.steps:
+        limit = step.agent_timeout_s or task.agent.timeout_s
+        if limit is None:
+            return None
+        total += limit * scale
+    return total
+
+
+def _env_steps(env: Any) -> list[StepResult]:
+    """The steps a `make("harbor")` episode played (`HarborEnv.step_outcomes`), plus the one
+    whose setup failed."""
+    results = [
+        StepResult(
+            name=o.name,
+            reward=o.result.reward,
+            rewards=o.result.rewards,
+            error=TrialError(o.result.error.value) if o.result.error else None,
+            error_message=o.result.message,
+            agent_s=o.agent_s,
+            verifier_s=o.result.duration_s,
+            stopped_trial=o.result.error is not None or o.below_min_reward,
+        )
+        for o in env.step_outcomes
+    ]
+    if env.step_setup_error is not None:
+        results.append(_setup_failed_step(env.step_setup_error))
+    return results
+
+
+def _setup_failed_step(e: StepSetupError) -> StepResult:
+    """The record of a step whose setup hook failed (it never reached its agent phase)."""
+    return StepResult(
+        name=e.step,
+        reward=None,
+        rewards=None,
+        error=TrialError.STEP_SETUP,
+        error_message=e.problem,
+        stopped_trial=True,
+    )
 
 
 async def _run_steps(
@@ -614,39 +723,62 @@ async def _run_steps(
     stages: dict[Stage, StageOutcome],
     timings: dict[str, float],
     begin: Callable[[Stage], None],
-) -> tuple[VerifierResult, list[StepResult], AgentOutcome]:
+    results: list[StepResult],
+    *,
+    play: _StepAgent | None,
+    on_step_trajectory: Callable[[str, Any, float | None], None] | None = None,
+) -> tuple[VerifierResult, AgentOutcome]:
     """Play a multi-step task's steps in order in one environment (Harbor's multi-step
-    trial): each step's agent phase, then its verifier; the trial stops after a step whose
-    verifier fails or whose reward is below its `min_reward`. Returns the rolled-up verifier
-    result, the steps that ran, and the first agent failure (else a clean outcome)."""
-    oracle = config.agent is AgentKind.ORACLE
-    results: list[StepResult] = []
+    trial): each step's setup hook and agent phase (`play`; None for the nop agent), then
+    its verifier; the trial stops after a step whose verifier fails or whose reward is below
+    its `min_reward`. The steps that ran are appended to `results`. Returns the rolled-up
+    verifier result and the first agent failure (else a clean outcome); a failed setup
+    raises `StepSetupError` after the stages so far are recorded."""
     verified_rewards: list[dict[str, float]] = []
     first_failure = AgentOutcome()
     failed: VerifierResult | None = None
     spent = {"start": 0.0, "agent": 0.0, "verifier": 0.0}
+
+    def record_stages() -> None:
+        timings["environment_setup_s"] = spent["start"]
+        timings["agent_execution_s"] = spent["agent"]
+        timings["verifier_s"] = spent["verifier"]
+        kind = _AGENT_ERRORS[first_failure.failure] if first_failure.failure else None
+        stages[Stage.AGENT] = (
+            _stage(spent["agent"], kind, first_failure.message)
+            if play is not None
+            else StageOutcome(spent["agent"], StageStatus.SKIPPED)
+        )
+        if failed is not None:
+            kind = TrialError(failed.error.value) if failed.error else None
+            stages[Stage.VERIFIER] = _stage(spent["verifier"], kind, failed.message)
+        elif spent["verifier"]:
+            stages[Stage.VERIFIER] = _stage(spent["verifier"])
+
     for step in task.steps:
         step = replace(
             step,
             agent_timeout_s=step.agent_timeout_s and step.agent_timeout_s * scale,
             verifier_timeout_s=step.verifier_timeout_s * scale,
         )
-        begin(Stage.START if not results else Stage.AGENT)
+        # Opening a later step's sandbox (and its setup hook) is preparing the environment.
+        begin(Stage.START)
         t1 = time.perf_counter()
-        await runtime.begin_step(step, with_solution=oracle)
-        spent["start" if not results else "agent"] += time.perf_counter() - t1
-        if not results:
-            stages[Stage.START] = _stage(spent["start"])
+        try:
+            await runtime.begin_step(step, with_solution=config.agent is AgentKind.ORACLE)
+        except StepSetupError as e:
+            spent["start"] += time.perf_counter() - t1
+            results.append(_setup_failed_step(e))
+            record_stages()
+            begin(Stage.START)  # the caller charges the failure to `start`
+            stages[Stage.START] = StageOutcome(spent["start"], StageStatus.OK)
+            raise
+        spent["start"] += time.perf_counter() - t1
+        stages[Stage.START] = _stage(spent["start"])
         begin(Stage.AGENT)
         timeout = runtime.task.agent.timeout_s
-        outcome = AgentOutcome()
         t1 = time.perf_counter()
-        if oracle and runtime.solution_uploaded:
-            try:
-                async with asyncio.timeout(timeout and timeout + 10):
-                    outcome = await run_oracle(runtime, timeout)
-            except TimeoutError:
-                outcome = AgentOutcome(AgentFailure.TIMEOUT, f"agent ran past {timeout}s")
+        outcome = await play(runtime, timeout) if play is not None else AgentOutcome()
         agent_s = time.perf_counter() - t1
         spent["agent"] += agent_s
         if outcome.failure and not first_failure.failure:
@@ -654,6 +786,8 @@ async def _run_steps(
         begin(Stage.VERIFIER)
         v = await runtime.verify()
         spent["verifier"] += v.duration_s
+        if outcome.trajectory is not None and on_step_trajectory is not None:
+            on_step_trajectory(step.name, outcome.trajectory, v.reward)
         kind = TrialError(v.error.value) if v.error else None
         agent_kind = _AGENT_ERRORS[outcome.failure] if outcome.failure else None
         below = v.reward is not None and step.min_reward is not None and v.reward < step.min_reward
@@ -676,22 +810,13 @@ async def _run_steps(
         verified_rewards.append(v.rewards)
         if below:
             break
-    timings["environment_setup_s"] = spent["start"]
-    timings["agent_execution_s"] = spent["agent"]
-    timings["verifier_s"] = spent["verifier"]
-    agent_kind = _AGENT_ERRORS[first_failure.failure] if first_failure.failure else None
-    stages[Stage.AGENT] = (
-        _stage(spent["agent"], agent_kind, first_failure.message)
-        if oracle
-        else StageOutcome(spent["agent"], StageStatus.SKIPPED)
-    )
+    record_stages()
+    # The trial-level outcome carries no trajectory: each step's went to on_step_trajectory.
+    first_failure = replace(first_failure, trajectory=None)
     if failed is not None:
-        kind = TrialError(failed.error.value) if failed.error else None
-        stages[Stage.VERIFIER] = _stage(spent["verifier"], kind, failed.message)
-        return replace(failed, duration_s=spent["verifier"]), results, first_failure
-    stages[Stage.VERIFIER] = _stage(spent["verifier"])
+        return replace(failed, duration_s=spent["verifier"]), first_failure
     rolled = roll_up_rewards(verified_rewards, task.reward_strategy)
-    return VerifierResult(rolled, None, duration_s=spent["verifier"]), results, first_failure
+    return VerifierResult(rolled, None, duration_s=spent["verifier"]), first_failure
 
 
 def _agent_stage(duration_s: float, outcome: AgentOutcome) -> StageOutcome:

@@ -1,6 +1,8 @@
 """Multi-step tasks as Harbor defines them (`[[steps]]` in task.toml,
 `steps/<name>/{instruction.md,tests,solution}`): per-step instructions, tests and rewards in
-one environment (issue 25, difference 8)."""
+one environment (issue 25, difference 8), with the oracle, nop and llm agents through
+`skyrl harbor run` (the command agent: test_multi_step_command.py; `make("harbor")`:
+test_multi_step_env.py; the setup hook: test_multi_step_setup.py)."""
 
 from __future__ import annotations
 
@@ -113,14 +115,75 @@ def test_per_step_rewards_roll_up(tmp_path: Path, strategy: str, want: float) ->
     assert trial.reward == want and trial.error is None
 
 
+def _cli(*args: str) -> str:
+    """`skyrl harbor run ARGS` in-process; its output (the summary table)."""
+    from typer.testing import CliRunner
+
+    from skyrl_gym.cli import app as skyrl_app
+
+    res = CliRunner().invoke(skyrl_app, ["harbor", "run", *args], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
 @needs_bwrap
-def test_an_llm_agent_on_a_multi_step_task_is_a_named_error(tmp_path: Path) -> None:
+def test_llm_agent_is_told_each_step_after_the_previous_one_was_verified(tmp_path: Path) -> None:
+    """`skyrl harbor run --agent llm`: one episode; the answer ends step 1, whose verifier
+    passes its min_reward, and the next observation is step 2's instruction."""
+    from skyrl_sdk.agents.trajectory import read_trajectories
+    from tests.harbor.conftest import ANSWER, bash_call
+
+    script = [bash_call("echo first > notes.txt"), ANSWER]
+    script += [bash_call("echo second >> notes.txt"), ANSWER]
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    out = tmp_path / "out"
+    _cli(
+        *("-p", str(MULTI), "-a", "llm", "-o", str(out)),
+        *("--policy", f"scripted:{tmp_path / 'script.json'}"),
+    )
+    (trial,) = json.loads((out / "job.json").read_text())["trials"]
+    assert trial["reward"] == 1.0 and trial["error"] is None, trial
+    assert [(s["name"], s["reward"]) for s in trial["steps"]] == [
+        ("01-create", 1.0),
+        ("02-append", 1.0),
+    ]
+    (traj,) = read_trajectories(out / "trajectories.jsonl")
+    assert [t.reward for t in traj.turns] == [0.0, 0.0, 0.0, 1.0]
+    told = traj.turns[1].observation
+    assert told == ({"role": "user", "content": load_task(MULTI).steps[1].instruction},)
+    assert traj.reward == 1.0 and traj.stop_reason.value == "done"
+
+
+@needs_bwrap
+def test_llm_agent_stops_at_min_reward_and_mean_rolls_up(tmp_path: Path) -> None:
     from skyrl_sdk.agents.scripted import ScriptedPolicy
-    from skyrl_sdk.benchmarks.harbor.job import TrialError
-    from tests.harbor.conftest import ANSWER
+    from tests.harbor.conftest import ANSWER, bash_call
 
     config = JobConfig(MULTI, tmp_path / "out", agent="llm", policy="x", concurrency=1)
     job = arun(run_job(config, policy=ScriptedPolicy([ANSWER])), 60)
     (trial,) = job.trials
-    assert trial.reward is None and trial.error is TrialError.MULTI_STEP_AGENT
-    assert "the llm agent cannot play steps" in trial.error_message
+    assert trial.reward == 0.0 and trial.error is None
+    assert [(s.name, s.reward, s.stopped_trial) for s in trial.steps] == [("01-create", 0.0, True)]
+    # Without the min_reward the second step runs; it fails; the mean is 0.5.
+    task = _copy(tmp_path)
+    (task / "task.toml").write_text(
+        (task / "task.toml").read_text().replace("min_reward = 1.0\n", "")
+    )
+    script = [bash_call("echo first > notes.txt"), ANSWER, ANSWER]
+    config = JobConfig(task, tmp_path / "out2", agent="llm", policy="x", concurrency=1)
+    job = arun(run_job(config, policy=ScriptedPolicy(script)), 60)
+    (trial,) = job.trials
+    assert [s.reward for s in trial.steps] == [1.0, 0.0] and trial.reward == 0.5, trial
+
+
+@needs_bwrap
+def test_llm_agent_out_of_turns_grades_the_step_it_was_in(tmp_path: Path) -> None:
+    """The episode ends inside step 2 (max turns): that step is verified as it stands."""
+    from skyrl_sdk.agents.scripted import ScriptedPolicy
+    from tests.harbor.conftest import ANSWER, bash_call
+
+    script = [bash_call("echo first > notes.txt"), ANSWER, bash_call("echo second >> notes.txt")]
+    config = JobConfig(MULTI, tmp_path / "out", agent="llm", policy="x", concurrency=1, max_turns=3)
+    job = arun(run_job(config, policy=ScriptedPolicy(script)), 60)
+    (trial,) = job.trials
+    assert [s.reward for s in trial.steps] == [1.0, 1.0] and trial.reward == 1.0, trial
