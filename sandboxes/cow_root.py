@@ -83,24 +83,25 @@ class CowRoot:
     overlays: tuple[Overlay, ...]
     """The root overlay first, then the ones mounted below it."""
 
-    def upper_of(self, path: str) -> Path:
-        """The host directory in an upper layer where the inside `path` is written."""
+    def _overlay_of(self, path: str) -> Overlay:
         norm = os.path.normpath(path)
         for overlay in sorted(self.overlays, key=lambda o: -len(o.target)):
             target = overlay.target.rstrip("/")
             if norm == target or norm.startswith(target + "/") or target == "":
-                return overlay.upper / norm[len(target) :].lstrip("/")
+                return overlay
         raise ValueError(f"{path!r} is not in the root")
+
+    def upper_of(self, path: str) -> Path:
+        """The host directory in an upper layer where the inside `path` is written."""
+        overlay = self._overlay_of(path)
+        rel = os.path.normpath(path)[len(overlay.target.rstrip("/")) :].lstrip("/")
+        return overlay.upper / rel
 
     def exists_below(self, path: str) -> bool:
         """True when the inside `path` exists in a lower layer of its overlay."""
-        norm = os.path.normpath(path)
-        for overlay in sorted(self.overlays, key=lambda o: -len(o.target)):
-            target = overlay.target.rstrip("/")
-            if norm == target or norm.startswith(target + "/") or target == "":
-                rel = norm[len(target) :].lstrip("/")
-                return any(os.path.lexists(low / rel) for low in overlay.lowers)
-        return False
+        overlay = self._overlay_of(path)
+        rel = os.path.normpath(path)[len(overlay.target.rstrip("/")) :].lstrip("/")
+        return any(os.path.lexists(low / rel) for low in overlay.lowers)
 
     def make_mountpoints(self, paths: dict[str, bool]) -> None:
         """Create each inside path (True: a directory, False: a file) in the upper layer where
@@ -112,6 +113,10 @@ class CowRoot:
             host = self.upper_of(path)
             if os.path.lexists(host):
                 continue
+            overlay = self._overlay_of(path)
+            rel = os.path.relpath(host.parent, overlay.upper)
+            if not no_links_below(overlay.upper, "" if rel == "." else rel):
+                raise ValueError(f"cannot make the mount point {path}: a link is in its way")
             host.parent.mkdir(parents=True, exist_ok=True)
             if is_dir:
                 host.mkdir(mode=0o755)
@@ -153,6 +158,17 @@ def _tools() -> tuple[str, str, str]:
     if not all(found):
         raise BackendUnavailable("a copy-on-write root needs unshare and mount (util-linux)")
     return found[0], found[1], found[2]  # type: ignore[return-value]
+
+
+def no_links_below(base: Path, path: str) -> bool:
+    """True when no existing component of inside `path` under host `base` is a symlink or
+    a non-directory (so creating or chowning `base/path` stays under `base`)."""
+    current = base
+    for part in Path(path.lstrip("/")).parts:
+        current = current / part
+        if os.path.islink(current) or (os.path.lexists(current) and not current.is_dir()):
+            return False
+    return True
 
 
 def supported() -> str | None:

@@ -115,12 +115,21 @@ def test_copy_is_charged_to_the_sandbox_memory_cap(tmp_path: Path) -> None:
         chunk = b"x" * MiB  # not zeros: a sparse-aware copy cannot skip it
         for _ in range(160):
             f.write(chunk)
-    result, done = _harbor_run(task, tmp_path / "out")
+    result, done = _harbor_run(task, tmp_path / "out", env={"SKYRL_HARBOR_ROOT": "binds"})
     trial = _trial_dir(tmp_path / "out")
     copied = (trial / "agent" / "big.txt").read_text().strip() if result["error"] is None else ""
     assert copied != str(160 * MiB), "160 MiB landed in a sandbox capped at 64 MiB"
     notes = "\n".join(result["environment_notes"]) + result["error_message"]
     assert "out of memory" in notes and "64 MiB" in notes, (result, done.stdout)
+    # A copy-on-write root copies at build time, in the build sandbox, capped by the build's
+    # disk cap (its tmpfs, charged to its memory cgroup).
+    cow = {"SKYRL_HARBOR_BUILD_MAX_BYTES": str(64 * MiB), "SKYRL_CACHE": str(tmp_path / "c")}
+    result, done = _harbor_run(task, tmp_path / "out-cow", env=cow)
+    trial = _trial_dir(tmp_path / "out-cow")
+    copied = (trial / "agent" / "big.txt").read_text().strip() if result["error"] is None else ""
+    assert copied != str(160 * MiB), "160 MiB landed past a 64 MiB build cap"
+    notes = "\n".join(result["environment_notes"]) + result["error_message"]
+    assert "COPY" in notes and "No space left" in notes, (result, done.stdout)
 
 
 def test_huge_sparse_instruction_is_refused_without_reading_it(tmp_path: Path) -> None:
@@ -246,10 +255,16 @@ def test_copy_never_writes_through_a_link_a_run_step_left(tmp_path: Path) -> Non
         solve_sh="cat /app/config.txt > /logs/agent/config.txt; echo ok > /app/done.txt",
     )
     out = tmp_path / "out"
-    result, done = _harbor_run(task, out)
+    # The host copier of the read-only-binds layout; a copy-on-write root copies inside the
+    # build sandbox, where the link leads nowhere on the host (checked below too).
+    binds = {"SKYRL_HARBOR_ROOT": "binds"}
+    result, done = _harbor_run(task, out, env=binds)
     assert victim.read_text() == "original\n", "COPY wrote through the link onto a host file"
     assert result["reward"] == 1.0, (result, done.stdout)
     assert (_trial_dir(out) / "agent" / "config.txt").read_text() == "planted\n"
+    result, done = _harbor_run(task, tmp_path / "out-cow", env={"SKYRL_CACHE": str(tmp_path / "c")})
+    assert victim.read_text() == "original\n", "the build wrote through the link onto a host file"
+    assert result["reward"] == 1.0, (result, done.stdout)
 
     victim_dir = tmp_path / "victim-dir"
     victim_dir.mkdir()
@@ -262,9 +277,13 @@ def test_copy_never_writes_through_a_link_a_run_step_left(tmp_path: Path) -> Non
         ),
         files={"environment/config.txt": "planted\n"},
     )
-    result, done = _harbor_run(task, tmp_path / "out2")
+    result, done = _harbor_run(task, tmp_path / "out2", env=binds)
     assert list(victim_dir.iterdir()) == [], "COPY wrote through a directory link"
     assert result["error"] == "environment_error" and "link" in result["error_message"], result
+    result, done = _harbor_run(
+        task, tmp_path / "out2-cow", env={"SKYRL_CACHE": str(tmp_path / "c")}
+    )
+    assert list(victim_dir.iterdir()) == [], "the build wrote through a directory link"
 
 
 def test_skyrl_eval_pass_env(tmp_path: Path) -> None:

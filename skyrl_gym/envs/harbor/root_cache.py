@@ -136,6 +136,8 @@ class RootCache:
     @contextlib.contextmanager
     def _locked(self, key: str, mode: int) -> Iterator[int]:
         self.directory.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # built roots are root's alone on the host
+            self.directory.chmod(0o700)
         fd = os.open(self._lock_path(key), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, mode)

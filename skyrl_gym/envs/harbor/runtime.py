@@ -491,6 +491,14 @@ class _BoundBwrap(BwrapSandbox):
         ]
         if self.cow_root is not None:  # mount points in a root-owned root: made by root now
             self.cow_root.make_mountpoints(mount_targets(extra))
+            logs = self.cow_root.upper_of(LOGS)
+            if logs.is_dir() and not logs.is_symlink():
+                # Two-uid grading: /logs is the verifier's alone (0700), as bwrap made it in
+                # the read-only layout, so the agent's programs cannot even read a verdict.
+                two_uid = self.spec.grading and self._grading_tools is not None
+                owner = VERIFIER_HOST_UID if two_uid else 0
+                os.chown(logs, owner, owner, follow_symlinks=False)
+                logs.chmod(0o700 if two_uid else 0o755)
         return argv[:at] + extra + argv[at:]
 
     def charge_files(self) -> list[Path]:

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -58,7 +59,19 @@ NOTES_FILE = "build-notes.json"
 WRITABLE_FILE = "writable.json"
 """The directories handed to the sandbox user, in the cached layer."""
 BUILD_DISK_BYTES = 4 << 30
-"""The most a build may write (its staging tmpfs)."""
+"""The most a build may write (its staging tmpfs; `$SKYRL_HARBOR_BUILD_MAX_BYTES`)."""
+BUILD_DISK_ENV = "SKYRL_HARBOR_BUILD_MAX_BYTES"
+
+
+def build_disk_bytes() -> int:
+    """The build's disk cap: `$SKYRL_HARBOR_BUILD_MAX_BYTES`, else `BUILD_DISK_BYTES`."""
+    raw = os.environ.get(BUILD_DISK_ENV, "").strip()
+    try:
+        return int(raw) if raw else BUILD_DISK_BYTES
+    except ValueError:
+        raise ValueError(f"${BUILD_DISK_ENV} must be a number of bytes, got {raw!r}") from None
+
+
 _APT = re.compile(r"(^|[\s;&|(`])(apt-get|apt|dpkg|add-apt-repository|apt-key)(\s|$)")
 
 
@@ -150,7 +163,8 @@ async def _build(
     deadline: float,
 ) -> None:
     notes: list[str] = []
-    with Workspace.create("skyrl-harbor-build-", disk_bytes=BUILD_DISK_BYTES) as scratch:
+    disk = build_disk_bytes()
+    with Workspace.create("skyrl-harbor-build-", disk_bytes=disk) as scratch:
         upper = scratch.path / "layer"
         cow = cow_root.layout(
             upper=upper,
@@ -161,7 +175,7 @@ async def _build(
             rootfs=rootfs,
         )
         first = next((s.workdir for s in plan.steps), writable[0])
-        spec = spec_for(first, BUILD_DISK_BYTES)
+        spec = spec_for(first, disk)
         sandbox = await open_sandbox(spec, cow, {CONTEXT_INSIDE: context.resolve()})  # type: ignore[misc]
         try:
             for step in plan.steps:
@@ -197,10 +211,19 @@ async def _build(
         finally:
             await sandbox.close()  # type: ignore[attr-defined]
         root_layer = upper / cow_root.ROOT_LAYER
+        kept = []
         for path in writable:
+            # The build's own links are never followed: a RUN that made /opt a link to a host
+            # path must not get that host path created or handed over.
+            if not cow_root.no_links_below(root_layer, path):
+                notes.append(f"{path}: a link or file made by the build; not handed to the agent")
+                continue
             host = root_layer / path.lstrip("/")
             host.mkdir(parents=True, exist_ok=True)
             chown_tree(host, SANDBOX_UID)
+            kept.append(path)
+        writable = kept
+        _strip_setid(upper)
         # Off the capped tmpfs into the cache; -a keeps overlayfs's whiteouts and opaque marks.
         done = subprocess.run(
             ["cp", "-a", f"{upper}/.", str(staging)], capture_output=True, text=True, check=False
@@ -208,7 +231,20 @@ async def _build(
         if done.returncode != 0:
             raise OSError(f"cannot store the built root: {done.stderr.strip()[-300:]}")
     (staging / NOTES_FILE).write_text(json.dumps(notes))
+    staging.chmod(0o700)  # the layer is root's alone on the host
     (staging / WRITABLE_FILE).write_text(json.dumps(list(writable)))
+
+
+def _strip_setid(tree: Path) -> None:
+    """Clear set-uid and set-gid bits in a built layer: no program a build made can raise
+    privileges on the host (a cached layer lies on the host's disk), and inside a sandbox they
+    would not anyway (no-new-privs; root is not mapped)."""
+    for base, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
 def build_task_root(
