@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from skyrl_sdk.benchmarks.sandbox_bench import run as bench_run
-from skyrl_sdk.sandboxes import GradingIsolation, SandboxSpec
+from skyrl_sdk.sandboxes import GradingIsolation, SandboxSpec, cow_root
 from tests.conftest import needs_bwrap
 
 pytestmark = needs_bwrap
@@ -30,6 +30,9 @@ BENCH_KEYS = {
     "net_start_p50_ms",
     "net_start_p99_ms",
     "grading_isolation",
+    "task_root_start_p50_ms",
+    "task_root_start_p99_ms",
+    "task_root_target_met",
     "grading_exec_true_p50_ms",
     "grading_one_uid_exec_true_p50_ms",
     "grading_exec_bin_true_p50_ms",
@@ -75,6 +78,13 @@ def test_bench_reports_exactly_the_promised_keys() -> None:
     optional = {"net_start_p50_ms", "net_start_p99_ms"}  # None where network=True cannot start
     isolation = result.pop("grading_isolation")
     assert isolation in {g.value for g in GradingIsolation}
+    # The task-root row (a copy-on-write trial root): None only where roots are unsupported.
+    met = result.pop("task_root_target_met")
+    if cow_root.supported() is None:
+        assert met in (True, False) and result["task_root_start_p50_ms"] > 0
+    else:
+        optional |= {"task_root_start_p50_ms", "task_root_start_p99_ms"}
+    assert any("task root" in row[0] for row in report.rows)
     assert all(v > 0 for k, v in result.items() if k not in optional or v is not None)
     ratios = (
         ("exec_vs_bare_p50", "exec_p50_ms", "bare_exec_p50_ms"),
