@@ -109,7 +109,8 @@ class Stage(enum.StrEnum):
     BUILD = "build"
     """Reading the task folder (and converting a Terminal-Bench 1 folder)."""
     START = "start"
-    """Building the environment's root (Dockerfile steps) and opening the agent's sandbox."""
+    """Building the environment's root (Dockerfile steps) and opening the agent's sandbox (a
+    multi-step trial: every step's sandbox and its `workdir/setup.sh`)."""
     AGENT = "agent"
     """The agent phase."""
     VERIFIER = "verifier"
@@ -155,7 +156,8 @@ class StepResult:
     rewards: dict[str, float] | None
     """Every key of the step's reward file; None without a reward."""
     error: TrialError | None = None
-    """Why the step gave no reward (a verifier error), else its agent's error, else None."""
+    """Why the step gave no reward (a verifier error, or `step_setup_failed`: its setup hook
+    failed and it never reached its agent phase), else its agent's error, else None."""
     error_message: str = ""
     """Details of `error`."""
     agent_s: float = 0.0
@@ -163,8 +165,8 @@ class StepResult:
     verifier_s: float = 0.0
     """Seconds of the step's verifier phase."""
     stopped_trial: bool = False
-    """The trial ended after this step: its verifier failed, or its reward was below its
-    `min_reward`."""
+    """The trial ended after this step: its verifier or its setup failed, or its reward was
+    below its `min_reward`."""
 
 
 _TIMEOUT_ERRORS = frozenset({TrialError.AGENT_TIMEOUT, TrialError.VERIFIER_TIMEOUT})

@@ -139,7 +139,10 @@ def scale_timeouts(task: HarborTask, multiplier: float) -> HarborTask:
 
 class HarborEnv(SandboxToolEnv):
     """Solve a Harbor task in its environment with shell and file tools; the task's verifier
-    gives the reward after `answer`."""
+    gives the reward after `answer` (a multi-step task: after each step's `answer`, and the
+    episode goes on with the next step; see the module docstring).
+
+    `timeout_multiplier` scales every task's agent and verifier timeouts (its steps' too)."""
 
     required_fields: ClassVar[tuple[str, ...]] = ("path",)
     system_prompt: ClassVar[str] = (
