@@ -187,3 +187,39 @@ def test_llm_agent_out_of_turns_grades_the_step_it_was_in(tmp_path: Path) -> Non
     job = arun(run_job(config, policy=ScriptedPolicy(script)), 60)
     (trial,) = job.trials
     assert [s.reward for s in trial.steps] == [1.0, 1.0] and trial.reward == 1.0, trial
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    ("table", "agent", "want"),
+    [
+        ("{ reward = 1.0 }", "oracle", [("01-create", 1.0), ("02-append", 1.0)]),
+        ("{ reward = 1.0 }", "nop", [("01-create", 0.0)]),
+        # A key the step's rewards lack is below its threshold (as in Harbor).
+        ("{ style = 0.5 }", "oracle", [("01-create", 1.0)]),
+    ],
+)
+def test_min_reward_per_reward_key(tmp_path: Path, table: str, agent: str, want: list) -> None:
+    task = _copy(tmp_path)
+    toml = (task / "task.toml").read_text().replace("min_reward = 1.0", f"min_reward = {table}")
+    (task / "task.toml").write_text(toml)
+    assert isinstance(load_task(task).steps[0].min_reward, dict)
+    job = arun(run_job(JobConfig(task, tmp_path / "out", agent=agent, concurrency=1)), 120)
+    (trial,) = job.trials
+    assert [(s.name, s.reward) for s in trial.steps] == want
+    assert trial.steps[-1].stopped_trial is (len(want) == 1)
+
+
+@pytest.mark.parametrize(
+    ("table", "match"),
+    [
+        ('{ reward = "high" }', r"steps\[0\]\.min_reward\]\.reward: must be a number"),
+        ("{}", r"steps\[0\]\]\.min_reward: must name at least one reward key"),
+    ],
+)
+def test_malformed_per_key_min_reward(tmp_path: Path, table: str, match: str) -> None:
+    task = _copy(tmp_path)
+    toml = (task / "task.toml").read_text().replace("min_reward = 1.0", f"min_reward = {table}")
+    (task / "task.toml").write_text(toml)
+    with pytest.raises(TaskFormatError, match=match):
+        load_task(task)

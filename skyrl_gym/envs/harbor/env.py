@@ -291,11 +291,7 @@ class HarborEnv(SandboxToolEnv):
         result = await runtime.verify()
         steps = runtime.base_task.steps
         step = steps[self._step_index]
-        below = (
-            result.reward is not None
-            and step.min_reward is not None
-            and result.reward < step.min_reward
-        )
+        below = step.below_min_reward(result.reward, result.rewards)
         goes_on = result.error is None and not below and self._step_index + 1 < len(steps)
         outcome = StepOutcome(step.name, result, agent_s, ended_by, below, not goes_on)
         self.step_outcomes.append(outcome)

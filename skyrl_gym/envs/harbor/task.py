@@ -163,10 +163,21 @@ class TaskStep:
     """`[steps.agent].timeout_sec` (None: the task's `[agent].timeout_sec`)."""
     verifier_timeout_s: float
     """`[steps.verifier].timeout_sec`, else the task's `[verifier].timeout_sec`."""
-    min_reward: float | None = None
-    """`min_reward`: the trial stops after this step when its reward is below (None: never)."""
+    min_reward: float | Mapping[str, float] | None = None
+    """`min_reward`: the trial stops after this step when its reward is below it; a table
+    (`min_reward = { tests = 1.0 }`) gives a threshold per reward key, as Harbor allows (a key
+    the step's rewards lack is below). None: never."""
     path: Path = Path()
     """steps/<name>/ of the task folder."""
+
+    def below_min_reward(self, reward: float | None, rewards: Mapping[str, float] | None) -> bool:
+        """True when a verified step's `reward` (its primary reward) and `rewards` (every
+        key) miss the step's `min_reward`; False without a reward (nothing was verified)."""
+        if self.min_reward is None or reward is None or rewards is None:
+            return False
+        if isinstance(self.min_reward, Mapping):
+            return any(rewards.get(k, -math.inf) < v for k, v in self.min_reward.items())
+        return reward < self.min_reward
 
     @property
     def tests_dir(self) -> Path | None:
@@ -715,7 +726,7 @@ def _read_steps(
         section = _Section(task_dir, where, entry, notes=notes)
         agent = _Section(task_dir, f"{where}.agent", entry.get("agent"), notes=notes)
         verifier = _Section(task_dir, f"{where}.verifier", entry.get("verifier"), notes=notes)
-        min_reward = section.number("min_reward", None, positive=False)
+        min_reward = _min_reward(section, entry.get("min_reward"))
         rel = f"steps/{name}"
         text = _read_text(task_dir, f"{rel}/instruction.md", f"step {name}'s instruction")
         instruction = strip_canary(text).strip()
@@ -740,6 +751,21 @@ def _read_steps(
             )
         )
     return tuple(steps)
+
+
+def _min_reward(section: _Section, raw: Any) -> float | dict[str, float] | None:
+    """`[[steps]].min_reward`: a number, or a table of numbers by reward key."""
+    if not isinstance(raw, dict):
+        return section.number("min_reward", None, positive=False)
+    per_key = _Section(section.task_dir, f"{section.name}.min_reward", raw)
+    if not raw:
+        raise section._fail("min_reward", "must name at least one reward key")
+    thresholds: dict[str, float] = {}
+    for key in raw:
+        value = per_key.number(str(key), None, positive=False)
+        assert value is not None
+        thresholds[str(key)] = value
+    return thresholds
 
 
 def _reward_strategy(task_dir: Path, data: dict[str, Any], multi_step: bool) -> StepRewardStrategy:
