@@ -792,7 +792,7 @@ async def _run_steps(
             on_step_trajectory(step.name, outcome.trajectory, v.reward)
         kind = TrialError(v.error.value) if v.error else None
         agent_kind = _AGENT_ERRORS[outcome.failure] if outcome.failure else None
-        below = v.reward is not None and step.min_reward is not None and v.reward < step.min_reward
+        below = step.below_min_reward(v.reward, v.rewards)
         results.append(
             StepResult(
                 name=step.name,
