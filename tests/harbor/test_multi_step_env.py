@@ -137,3 +137,17 @@ def test_averify_grades_the_step_the_episode_ended_in() -> None:
         assert arun(env.unwrapped.averify(), 60) is result  # idempotent
     finally:
         env.close()
+
+
+def test_a_multi_step_env_passes_check_env() -> None:
+    import warnings
+
+    from skyrl_gym.checker import check_env
+
+    env = skyrl_gym.make("harbor", tasks=task_rows(MULTI))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # one task: every seed plays the same episode
+            check_env(env)
+    finally:
+        env.close()
