@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from skyrl_gym.envs.harbor.root_cache import RootCache
 
 app = typer.Typer(
     help="Run Harbor task folders (Terminal-Bench style) in sandboxes and grade them.",
@@ -69,7 +75,14 @@ def run_command(
         min=16,
         help="command agent: memory cap of the agent phase's sandbox (default: the task's).",
     ),
-    backend: str = typer.Option("bwrap", "--backend", help="bwrap or docker."),
+    backend: str = typer.Option("bwrap", "--backend", "-b", help="bwrap or docker."),
+    pull: bool = typer.Option(
+        False,
+        "--pull",
+        help="docker: pull a task's \\[environment].docker_image (and its Dockerfile's FROM "
+        "images) when the engine lacks them, within the task's build_timeout_sec; off by "
+        "default (a missing image is an environment error naming it).",
+    ),
     concurrency: int = typer.Option(4, "--n-concurrent", "-n", help="Trials running at once."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (job.json, trial folders)."),
     rootfs: str | None = typer.Option(
@@ -126,6 +139,7 @@ def run_command(
             timeout_multiplier=timeout_multiplier,
             require_exit_zero=require_exit_zero,
             pass_env=tuple(pass_env),
+            pull=pull,
             max_turns=max_turns,
             max_tokens=max_tokens,
         )
@@ -226,3 +240,122 @@ def migrate_command(
     )
     if failed:
         raise typer.Exit(1)
+
+
+cache_app = typer.Typer(
+    help="The cache of built task roots ($SKYRL_CACHE/harbor-roots).", no_args_is_help=True
+)
+app.add_typer(cache_app, name="cache")
+
+
+def _size_text(size: int) -> str:
+    """`size` bytes for a person: 1.5 MiB."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # not reached
+
+
+@dataclass(frozen=True)
+class CacheRow:
+    """One built task root, as `skyrl harbor cache list/prune` show it."""
+
+    key: str
+    """The cache key (a hash of the Dockerfile, its build context and the base root)."""
+    size_bytes: int
+    """Disk blocks the root takes."""
+    last_used: str
+    """When a trial last used it (ISO 8601, UTC)."""
+
+    def to_json(self) -> dict[str, object]:
+        """The `--json` form."""
+        return {"key": self.key, "bytes": self.size_bytes, "last_used": self.last_used}
+
+
+def _cache_rows(entries: list[tuple[str, int, float]]) -> list[CacheRow]:
+    from datetime import UTC, datetime
+
+    return [
+        CacheRow(key, size, datetime.fromtimestamp(used, UTC).isoformat(timespec="seconds"))
+        for key, size, used in entries
+    ]
+
+
+def _cache_table(title: str, rows: list[CacheRow]) -> Table:
+    table = Table(title=title)
+    table.add_column("key", no_wrap=True)
+    table.add_column("size", justify="right")
+    table.add_column("last used (UTC)")
+    for row in rows:
+        table.add_row(row.key, _size_text(row.size_bytes), row.last_used)
+    return table
+
+
+def _open_cache() -> RootCache:
+    from skyrl_gym.envs.harbor.root_cache import RootCache
+
+    try:
+        return RootCache.default()
+    except ValueError as e:  # a bad $SKYRL_HARBOR_ROOTS_MAX_BYTES
+        console.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from None
+
+
+@cache_app.command("list")
+def cache_list_command(
+    as_json: bool = typer.Option(False, "--json", help="Print the entries as JSON."),
+) -> None:
+    """List the built task roots: key, size, last used (least recently used first)."""
+    import json
+
+    cache = _open_cache()
+    rows = _cache_rows(cache.entries())
+    total = sum(r.size_bytes for r in rows)
+    if as_json:
+        doc = {
+            "directory": str(cache.directory),
+            "max_bytes": cache.max_bytes,
+            "total_bytes": total,
+            "entries": [r.to_json() for r in rows],
+        }
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    console.print(_cache_table(f"harbor roots in {escape(str(cache.directory))}", rows))
+    console.print(
+        f"{len(rows)} root(s), {_size_text(total)} of {_size_text(cache.max_bytes)}",
+        highlight=False,
+    )
+
+
+@cache_app.command("prune")
+def cache_prune_command(
+    as_json: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
+) -> None:
+    """Remove every built task root no running trial holds (they are rebuilt when needed)."""
+    import json
+
+    cache = _open_cache()
+    before = {key: (size, used) for key, size, used in cache.entries()}
+    removed = set(cache.prune())
+    gone = _cache_rows([(k, *before[k]) for k in before if k in removed])
+    kept = _cache_rows([(k, *before[k]) for k in before if k not in removed])
+    freed = sum(r.size_bytes for r in gone)
+    if as_json:
+        doc = {
+            "directory": str(cache.directory),
+            "removed": [r.to_json() for r in gone],
+            "kept_in_use": [r.to_json() for r in kept],
+            "freed_bytes": freed,
+        }
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    if gone:
+        console.print(_cache_table("removed", gone))
+    if kept:
+        console.print(_cache_table("kept (in use by a running trial)", kept))
+    console.print(
+        f"removed {len(gone)} root(s), freed {_size_text(freed)}; {len(kept)} in use kept",
+        highlight=False,
+    )

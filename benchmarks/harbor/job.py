@@ -215,6 +215,10 @@ class JobConfig:
     pass_env: tuple[str, ...] = ()
     """Host environment variables task.toml's `${VAR}` may take (`--pass-env NAME`); none by
     default, so a task cannot copy the host's secrets into its environment."""
+    pull: bool = False
+    """docker: pull a task's `[environment].docker_image` (and its Dockerfile's FROM images)
+    when the engine lacks them (`--pull`), bounded by the task's `build_timeout_sec`; never
+    by default (a missing image is an environment error naming it)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.agent, str) and self.agent.startswith("command:"):
@@ -464,8 +468,12 @@ async def run_trial(
                 pass_env=config.pass_env,
                 timeout_multiplier=scale,
             )
-            if config.require_exit_zero:
-                env.make_runtime = functools.partial(HarborRuntime, require_exit_zero=True)
+            if config.require_exit_zero or config.pull:
+                env.make_runtime = functools.partial(
+                    HarborRuntime,
+                    require_exit_zero=True if config.require_exit_zero else None,
+                    pull=config.pull,
+                )
             row = env.tasks[0]
             # The environment starts inside the episode's reset: its time is the agent's.
             stages[Stage.START] = _stage(0.0)
@@ -517,11 +525,16 @@ async def run_trial(
                     backend=config.backend,
                     rootfs=config.rootfs,
                     network=config.network,
+                    pull=config.pull,
                 )
                 play = step_player(policy)
             else:
                 runtime = HarborRuntime(
-                    task, backend=config.backend, rootfs=config.rootfs, network=config.network
+                    task,
+                    backend=config.backend,
+                    rootfs=config.rootfs,
+                    network=config.network,
+                    pull=config.pull,
                 )
                 if config.agent is AgentKind.ORACLE:
                     play = _play_oracle
@@ -551,7 +564,12 @@ async def run_trial(
 
             await asyncio.to_thread(policy.server)  # started once, shared by every trial
             runtime = command_runtime(
-                policy, task, backend=config.backend, rootfs=config.rootfs, network=config.network
+                policy,
+                task,
+                backend=config.backend,
+                rootfs=config.rootfs,
+                network=config.network,
+                pull=config.pull,
             )
             t1 = time.perf_counter()
             await runtime.start()
@@ -572,7 +590,11 @@ async def run_trial(
                     on_trajectory(outcome.trajectory)
         else:
             runtime = HarborRuntime(
-                task, backend=config.backend, rootfs=config.rootfs, network=config.network
+                task,
+                backend=config.backend,
+                rootfs=config.rootfs,
+                network=config.network,
+                pull=config.pull,
             )
             t1 = time.perf_counter()
             await runtime.start(with_solution=config.agent is AgentKind.ORACLE)
@@ -674,13 +696,17 @@ async def _play_oracle(runtime: HarborRuntime, timeout: float | None) -> AgentOu
 
 
 def _steps_timeout(task: HarborTask, scale: float) -> float | None:
-    """A multi-step episode's whole time: its steps' agent timeouts (None: one has none)."""
+    """A multi-step episode's whole time (None: a step has no agent timeout): every step's
+    agent and verifier timeouts, and its setup's limit when it has one (all run inside the
+    episode; the env holds each step's agent phase to its own timeout)."""
     total = 0.0
     for step in task.steps:
         limit = step.agent_timeout_s or task.agent.timeout_s
         if limit is None:
             return None
-        total += limit * scale
+        total += (limit + step.verifier_timeout_s) * scale
+        if step.setup_script is not None:
+            total += task.environment.build_timeout_s
     return total
 
 

@@ -46,7 +46,8 @@ def test_docker_builds_the_dockerfile_and_grades(tmp_path, docker_engine):
         assert trials["greet"]["error"] is None
         assert trials["no-image"]["error"] == TrialError.ENVIRONMENT.value
         result = json.loads((out / trials["no-image"]["trial_name"] / "result.json").read_text())
-        assert "cannot be pulled" in result["error_message"]
+        assert "nowhere/none:1" in result["error_message"], result["error_message"]
+        assert "--pull" in result["error_message"], result["error_message"]
         if agent == "oracle":
             trial_dir = out / trials["greet"]["trial_name"]
             log = trial_dir / "agent" / "oracle.txt"

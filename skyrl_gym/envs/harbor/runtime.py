@@ -92,8 +92,8 @@ patterns.
 Backends:
 - `bwrap`: the host's root filesystem read-only (or `rootfs`); the Dockerfile is read, not
   built (see `dockerfile.plan_dockerfile`), and what could not be applied is in `notes`.
-- `docker`: the Dockerfile is built on the local engine (or `docker_image` is used when the
-  engine has it; nothing can be pulled offline).
+- `docker`: `docker_image` when the engine has it (pulled only with `pull`), else the
+  Dockerfile built on the local engine (see `docker_image.task_image`).
 """
 
 from __future__ import annotations
@@ -102,7 +102,6 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-import hashlib
 import io
 import json
 import math
@@ -552,6 +551,9 @@ class HarborRuntime:
     """Count the reward only when test.sh exited 0 and nothing it started outlived its parent
     (True), or as Harbor does whatever its exit status (False); None: the task's
     `[verifier].require_exit_zero`. A killed test.sh voids the reward either way."""
+    pull: bool = False
+    """docker: pull `[environment].docker_image` (and the Dockerfile's FROM images) when the
+    engine lacks them (`skyrl harbor run --pull`); never without it."""
 
     def __post_init__(self) -> None:
         self.backend = Backend(self.backend)
@@ -1005,14 +1007,14 @@ class HarborRuntime:
         from skyrl_sdk.sandboxes.docker_backend import docker_client
 
         client = await asyncio.to_thread(docker_client)
+        build_s = self.task.environment.build_timeout_s
+        # With --pull a pull (bounded by build_timeout_sec itself) may come before the build.
+        bound = 2 * build_s if self.pull else build_s
         try:
-            base = await asyncio.wait_for(
-                asyncio.to_thread(self._docker_image, client), self.task.environment.build_timeout_s
-            )
+            base = await asyncio.wait_for(asyncio.to_thread(self._docker_image, client), bound)
         except TimeoutError:
-            raise TaskEnvironmentError(
-                f"docker build ran past build_timeout_sec={self.task.environment.build_timeout_s}"
-            ) from None
+            what = "docker pull and build" if self.pull else "docker build"
+            raise TaskEnvironmentError(f"{what} ran past build_timeout_sec={build_s:g}") from None
         try:
             config = client.images.get(base).attrs.get("Config") or {}
             image_workdir = config.get("WorkingDir") or ""
@@ -1038,51 +1040,11 @@ class HarborRuntime:
         return sandbox
 
     def _docker_image(self, client: Any) -> str:
-        import docker.errors
+        """The task's image on the engine: `docker_image`, pulled only with `pull`, else the
+        Dockerfile built (see `docker_image.task_image`)."""
+        from skyrl_gym.envs.harbor.docker_image import task_image
 
-        settings, dockerfile = self.task.environment, self.task.dockerfile
-        if settings.docker_image:
-            try:
-                client.images.get(settings.docker_image)
-                return settings.docker_image
-            except docker.errors.ImageNotFound:
-                if dockerfile is None:
-                    raise TaskEnvironmentError(
-                        f"docker_image {settings.docker_image!r} is not on the engine and cannot "
-                        "be pulled (no registry); build or import it locally"
-                    ) from None
-                self.notes.append(
-                    f"docker_image {settings.docker_image}: not on the engine; building the Dockerfile"
-                )
-        if dockerfile is None:
-            raise TaskEnvironmentError(
-                "the docker backend needs environment/Dockerfile or [environment].docker_image"
-            )
-        digest = hashlib.sha256()
-        for p in sorted(self.task.environment_dir.rglob("*")):
-            if p.is_file():
-                digest.update(str(p.relative_to(self.task.environment_dir)).encode())
-                with p.open("rb") as f:  # in chunks: a sparse file may be huge
-                    while chunk := f.read(1 << 20):
-                        digest.update(chunk)
-        tag = f"skyrl-harbor/{self.task.name.lower()}:{digest.hexdigest()[:12]}"
-        try:
-            client.images.get(tag)
-            return tag
-        except docker.errors.ImageNotFound:
-            pass
-        try:
-            client.images.build(
-                path=str(self.task.environment_dir), tag=tag, rm=True, forcerm=True, pull=False
-            )
-        except docker.errors.BuildError as e:
-            log = "".join(str(c.get("stream") or c.get("error") or "") for c in e.build_log)
-            raise TaskEnvironmentError(
-                f"docker build of environment/ failed: {e.msg}\n{log[-1500:]}"
-            ) from None
-        except docker.errors.APIError as e:
-            raise TaskEnvironmentError(f"docker build of environment/ failed: {e}") from None
-        return tag
+        return task_image(client, self.task, pull=self.pull, notes=self.notes)
 
     def _link_image(self, client: Any, base: str) -> str:
         """An image on top of `base` whose /logs, /tests, /solution point into the writable /tmp

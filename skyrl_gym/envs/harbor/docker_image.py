@@ -1,0 +1,224 @@
+"""The image a Harbor trial runs in on the docker backend.
+
+`task_image` decides, in this order:
+
+1. `[environment].docker_image` (a prebuilt image, Terminal-Bench 2's norm) when the engine
+   has it;
+2. else, with `pull=True` (`skyrl harbor run --pull`, `JobConfig.pull`), that image pulled
+   from its registry, bounded by `pull_timeout_s` (the task's `build_timeout_sec`), so an
+   unreachable registry fails in seconds rather than hanging the trial;
+3. else `environment/Dockerfile` built on the local engine, with a note saying why the
+   named image was not used. The Dockerfile's `FROM` images must be on the engine; with
+   `pull=True` a missing one is pulled first (same bound), else the error names it;
+4. else a `TaskEnvironmentError` (an environment-stage error of the trial) naming the image
+   and what to do: build or import it on the engine, or `--pull` where a registry is
+   reachable.
+
+Nothing is ever pulled without `pull=True`: the default is an offline machine, and a pull
+that silently reached a registry would make a run depend on the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from skyrl_gym.envs.harbor.dockerfile import _logical_lines
+from skyrl_gym.envs.harbor.runtime import TaskEnvironmentError
+from skyrl_gym.envs.harbor.task import HarborTask
+
+__all__ = ["PullError", "base_images", "ensure_image", "missing_image_message", "task_image"]
+
+_DOCKERFILE_MAX_BYTES = 1 << 20
+"""A Dockerfile larger than this is not read for its FROM lines (load_task refuses it)."""
+
+
+class PullError(RuntimeError):
+    """A pull did not give the image (unreachable registry, unknown image, past its bound)."""
+
+
+def missing_image_message(image: str, *, pull: bool, why: str = "") -> str:
+    """The one-line error for an image that is not on the engine."""
+    if pull:
+        return (
+            f"docker image {image!r} is not on the engine and the pull failed ({why}); build "
+            f"or import it there (docker build -t {image} / docker load / docker import), or "
+            "check that its registry is reachable from the engine"
+        )
+    return (
+        f"docker image {image!r} is not on the engine; build or import it there (docker build "
+        f"-t {image} / docker load / docker import), or pass --pull (JobConfig.pull) where a "
+        "registry is reachable"
+    )
+
+
+def _split(image: str) -> tuple[str, str | None]:
+    """(repository, tag or digest) of an image reference."""
+    if "@" in image:
+        repo, digest = image.split("@", 1)
+        return repo, digest
+    slash = image.rfind("/")
+    colon = image.rfind(":")
+    if colon > slash:
+        return image[:colon], image[colon + 1 :]
+    return image, "latest"
+
+
+def _has(client: Any, image: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def _pull(client: Any, image: str, timeout_s: float) -> None:
+    """Pull `image`, giving up after `timeout_s` (raises `PullError` saying why)."""
+    import json
+
+    import docker.auth
+    import docker.errors
+    import docker.utils
+    import requests
+
+    repo, tag = docker.utils.parse_repository_tag(image)
+    registry, _ = docker.auth.resolve_repository_name(repo)
+    api = client.api
+    headers = {}
+    if header := docker.auth.get_config_header(api, registry):  # `docker login` credentials
+        headers["X-Registry-Auth"] = header
+    deadline = time.monotonic() + timeout_s
+    try:
+        # The SDK's own `pull` waits with no socket timeout (the engine answers a pull from a
+        # registry that accepts and never replies only after minutes): this request has one,
+        # so no read waits past the bound, and the events are checked against it.
+        response = api._post(
+            api._url("/images/create"),
+            params={"fromImage": repo, "tag": tag or "latest"},
+            headers=headers,
+            stream=True,
+            timeout=max(1.0, timeout_s),
+        )
+        api._raise_for_status(response)
+        for line in response.iter_lines():
+            if time.monotonic() > deadline:
+                response.close()
+                raise PullError(f"still pulling after {timeout_s:g}s")
+            if not line:
+                continue
+            event = json.loads(line)
+            if "error" in event:
+                raise PullError(str(event["error"])[:300])
+    except docker.errors.APIError as e:
+        raise PullError(str(e.explanation or e)[:300]) from None
+    except requests.exceptions.RequestException as e:
+        what = "no answer" if isinstance(e, requests.exceptions.Timeout) else type(e).__name__
+        raise PullError(f"{what} within {timeout_s:g}s") from None
+    except ValueError as e:  # not the engine's JSON
+        raise PullError(f"unreadable pull progress: {e}") from None
+    if not _has(client, image):
+        raise PullError("the engine reported no image after the pull")
+
+
+def ensure_image(client: Any, image: str, *, pull: bool, timeout_s: float) -> str | None:
+    """Make sure `image` is on the engine. Returns None when it is (pulled if need be), else
+    why not: one line naming the image (see `missing_image_message`)."""
+    if _has(client, image):
+        return None
+    if not pull:
+        return missing_image_message(image, pull=False)
+    try:
+        _pull(client, image, timeout_s)
+    except PullError as e:
+        return missing_image_message(image, pull=True, why=str(e))
+    return None
+
+
+def base_images(dockerfile: Path) -> list[str]:
+    """The images a Dockerfile's FROM lines name (not `scratch`, not an earlier stage's name;
+    `${ARG}` from the ARGs before the first FROM)."""
+    with dockerfile.open("rb") as f:
+        text = f.read(_DOCKERFILE_MAX_BYTES).decode("utf-8", errors="replace")
+    args: dict[str, str] = {}
+    stages: set[str] = set()
+    found: list[str] = []
+    for _, instruction in _logical_lines(text):
+        keyword, _, rest = instruction.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "ARG" and not found:
+            name, _, default = rest.strip().partition("=")
+            args[name.strip()] = default.strip().strip('"')
+        elif keyword == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--")]
+            if not words:
+                continue
+            ref = re.sub(
+                r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)",
+                lambda m: args.get(m.group(1) or m.group(2), ""),
+                words[0],
+            )
+            if len(words) >= 3 and words[1].upper() == "AS":
+                stages.add(words[2].lower())
+            if ref.lower() != "scratch" and ref.lower() not in stages and ref not in found:
+                found.append(ref)
+    return found
+
+
+def _context_tag(task: HarborTask) -> str:
+    """The tag of the image built from the task's environment/ (a digest of its files)."""
+    digest = hashlib.sha256()
+    for p in sorted(task.environment_dir.rglob("*")):
+        if p.is_file():
+            digest.update(str(p.relative_to(task.environment_dir)).encode())
+            with p.open("rb") as f:  # in chunks: a sparse file may be huge
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+    return f"skyrl-harbor/{task.name.lower()}:{digest.hexdigest()[:12]}"
+
+
+def task_image(client: Any, task: HarborTask, *, pull: bool, notes: list[str]) -> str:
+    """The image the trial of `task` runs in (see the module docstring); appends to `notes`
+    what it did instead of the task's `docker_image`. Raises `TaskEnvironmentError`."""
+    import docker.errors
+
+    settings, dockerfile = task.environment, task.dockerfile
+    bound = settings.build_timeout_s
+    if settings.docker_image:
+        problem = ensure_image(client, settings.docker_image, pull=pull, timeout_s=bound)
+        if problem is None:
+            return settings.docker_image
+        if dockerfile is None:
+            raise TaskEnvironmentError(problem)
+        how = "the pull failed" if pull else "not pulled without --pull"
+        notes.append(
+            f"docker_image {settings.docker_image}: not on the engine ({how}); building "
+            "environment/Dockerfile instead"
+        )
+    if dockerfile is None:
+        raise TaskEnvironmentError(
+            "the docker backend needs environment/Dockerfile or [environment].docker_image"
+        )
+    tag = _context_tag(task)
+    if _has(client, tag):
+        return tag
+    for base in base_images(dockerfile):
+        problem = ensure_image(client, base, pull=pull, timeout_s=bound)
+        if problem is not None:
+            raise TaskEnvironmentError(f"environment/Dockerfile: FROM {base}: {problem}")
+    try:
+        client.images.build(
+            path=str(task.environment_dir), tag=tag, rm=True, forcerm=True, pull=False
+        )
+    except docker.errors.BuildError as e:
+        log = "".join(str(c.get("stream") or c.get("error") or "") for c in e.build_log)
+        raise TaskEnvironmentError(
+            f"docker build of environment/ failed: {e.msg}\n{log[-1500:]}"
+        ) from None
+    except docker.errors.APIError as e:
+        raise TaskEnvironmentError(f"docker build of environment/ failed: {e}") from None
+    return tag
