@@ -311,7 +311,8 @@ class HarborEnv(SandboxToolEnv):
                 self.sandbox = await runtime.begin_step(runtime.base_task.steps[self._step_index])
             except StepSetupError as e:  # the episode ends here, with no reward
                 self.step_setup_error = e
-            except BaseException as e:  # the environment broke: no reward either
+            except Exception as e:  # the environment broke: no reward either (a cancelled
+                # episode, e.g. the caller's time limit, is not the environment's fault)
                 self.start_error = f"{type(e).__name__}: {e}"
                 raise
             else:
