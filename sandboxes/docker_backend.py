@@ -13,7 +13,8 @@ Same guarantees as bwrap:
 - a read-only root filesystem, the workspace bind-mounted read-write (as root, a tmpfs of
   `disk_bytes` on the host, like bwrap's), and size-capped tmpfs `/tmp` (`disk_bytes`) and
   `/run`;
-- memory (swap included), pids and CPU caps from the engine.
+- memory (swap included), pids and CPU caps from the engine;
+- `SHELL` set as bwrap sets it (/bin/bash where the image has it, else /bin/sh).
 
 The engine is found through `DOCKER_HOST` (or the
 default socket). Each `exec` is a `docker exec` (~80 ms) whose output is read from the raw
@@ -47,6 +48,7 @@ _RUN_TMPFS_BYTES = 64 << 20  # /run holds sockets and pid files, not data
 # Where engines usually listen; with DOCKER_HOST's own socket, never shown to a sandbox.
 _ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 _KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600; done"]
+_PROBE = "command -v timeout >/dev/null && echo timeout; [ -x /bin/bash ] && echo bash; true"
 _reaped_engines: set[str] = set()
 
 
@@ -103,6 +105,20 @@ class DockerSandbox(Sandbox):
         self._has_timeout = False
         self._container_pid: int | None = None
         self._network: network.UserModeNetwork | None = None
+        self._shell = "/bin/sh"
+
+    @property
+    def shell(self) -> str:
+        """`$SHELL` of its commands, as in a container (and as bwrap gives it): /bin/bash
+        where the image has it, else /bin/sh. A tmux or screen pane starts it (an image's
+        `nobody` often has /usr/sbin/nologin as login shell, which ends a pane at once)."""
+        return self._shell
+
+    def base_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The common environment, plus `SHELL` (`shell`) unless the image or caller sets it."""
+        env = super().base_env(extra)
+        env.setdefault("SHELL", self.shell)
+        return env
 
     @property
     def workdir(self) -> str:
@@ -233,8 +249,11 @@ class DockerSandbox(Sandbox):
         container = client.containers.run(spec.image, _KEEPALIVE, **kwargs)
         self._container = container.id
         self._container_pid = int(client.api.inspect_container(container.id)["State"]["Pid"])
-        probe = self._exec_blocking(["sh", "-c", "command -v timeout"], None, {}, None, 10, 4096)
-        self._has_timeout = probe[0] == 0
+        # One probe: is `timeout` there (to bound each exec), and which shell is SHELL.
+        probe = self._exec_blocking(["sh", "-c", _PROBE], None, {}, None, 10, 4096)
+        found = bytes(probe[1].head).decode("utf-8", "replace").split()
+        self._has_timeout = "timeout" in found
+        self._shell = "/bin/bash" if "bash" in found else "/bin/sh"
 
     async def close(self) -> None:
         if self._closed:

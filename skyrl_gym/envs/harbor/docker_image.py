@@ -169,9 +169,12 @@ def base_images(dockerfile: Path) -> list[str]:
     return found
 
 
-def _context_tag(task: HarborTask) -> str:
-    """The tag of the image built from the task's environment/ (a digest of its files)."""
+def _context_tag(task: HarborTask, base_ids: list[str]) -> str:
+    """The tag of the image built from the task's environment/: a digest of its files and of
+    the FROM images' ids (a base image imported or pulled anew builds anew)."""
     digest = hashlib.sha256()
+    for image_id in base_ids:
+        digest.update(f"\0from:{image_id}".encode())
     for p in sorted(task.environment_dir.rglob("*")):
         if p.is_file():
             digest.update(str(p.relative_to(task.environment_dir)).encode())
@@ -203,13 +206,15 @@ def task_image(client: Any, task: HarborTask, *, pull: bool, notes: list[str]) -
         raise TaskEnvironmentError(
             "the docker backend needs environment/Dockerfile or [environment].docker_image"
         )
-    tag = _context_tag(task)
-    if _has(client, tag):
-        return tag
+    base_ids = []
     for base in base_images(dockerfile):
         problem = ensure_image(client, base, pull=pull, timeout_s=bound)
         if problem is not None:
             raise TaskEnvironmentError(f"environment/Dockerfile: FROM {base}: {problem}")
+        base_ids.append(client.images.get(base).id)
+    tag = _context_tag(task, base_ids)
+    if _has(client, tag):
+        return tag
     try:
         client.images.build(
             path=str(task.environment_dir), tag=tag, rm=True, forcerm=True, pull=False
