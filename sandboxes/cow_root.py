@@ -117,11 +117,38 @@ class CowRoot:
             rel = os.path.relpath(host.parent, overlay.upper)
             if not no_links_below(overlay.upper, "" if rel == "." else rel):
                 raise ValueError(f"cannot make the mount point {path}: a link is in its way")
-            host.parent.mkdir(parents=True, exist_ok=True)
+            self._make_parents(overlay, host.parent)
             if is_dir:
                 host.mkdir(mode=0o755)
             else:
                 host.touch(mode=0o644)
+
+    @staticmethod
+    def _make_parents(overlay: Overlay, directory: Path) -> None:
+        """Create `directory` and its missing parents in `overlay`'s upper layer as a copy-up
+        would: with the mode and owner of the lower layer's directory at that path (an upper
+        `/tmp` made 0755 would hide the lower's 1777), else root's 0755."""
+        rel = directory.relative_to(overlay.upper)
+        current = overlay.upper
+        for part in rel.parts:
+            current = current / part
+            if current.is_dir():
+                continue
+            below = next(
+                (
+                    low / current.relative_to(overlay.upper)
+                    for low in overlay.lowers
+                    if (low / current.relative_to(overlay.upper)).is_dir()
+                ),
+                None,
+            )
+            current.mkdir()
+            if below is not None:
+                info = below.stat()
+                os.chown(current, info.st_uid, info.st_gid)
+                current.chmod(info.st_mode & 0o7777)
+            else:
+                current.chmod(0o755)
 
     def launcher(self) -> list[str]:
         """The argv prefix that mounts the overlays, then execs the rest of the command line:

@@ -787,8 +787,15 @@ class HarborRuntime:
         def spec_for(workdir: str, disk_bytes: int) -> SandboxSpec:
             base = self._spec(env)
             memory = min((base.memory_bytes or 0) + disk_bytes, self._maxima.memory_bytes)
+            # The task's own settings only: no agent binds or forwarded ports in a build.
             return dataclasses.replace(
-                base, workdir=workdir, memory_bytes=memory, disk_bytes=None, grading=False
+                base,
+                workdir=workdir,
+                memory_bytes=memory,
+                disk_bytes=None,
+                grading=False,
+                ro_binds=(),
+                forward_ports=(),
             )
 
         async def open_build(
@@ -1044,7 +1051,15 @@ class HarborRuntime:
         Dockerfile built (see `docker_image.task_image`)."""
         from skyrl_gym.envs.harbor.docker_image import task_image
 
-        return task_image(client, self.task, pull=self.pull, notes=self.notes)
+        spec = self._spec({})  # the build's RUN steps get the trial's network and memory cap
+        return task_image(
+            client,
+            self.task,
+            pull=self.pull,
+            notes=self.notes,
+            network=spec.network,
+            memory_bytes=spec.memory_bytes,
+        )
 
     def _link_image(self, client: Any, base: str) -> str:
         """An image on top of `base` whose /logs, /tests, /solution point into the writable /tmp

@@ -61,6 +61,8 @@ WRITABLE_FILE = "writable.json"
 BUILD_DISK_BYTES = 4 << 30
 """The most a build may write (its staging tmpfs; `$SKYRL_HARBOR_BUILD_MAX_BYTES`)."""
 BUILD_DISK_ENV = "SKYRL_HARBOR_BUILD_MAX_BYTES"
+LAYER_FORMAT = "2"
+"""Part of every key: bumped when what a build makes changes, so no older layer is reused."""
 
 
 def build_disk_bytes() -> int:
@@ -270,7 +272,7 @@ def build_task_root(
     # The Dockerfile, its context and the base root (`build_key`), the network the RUN steps
     # had, and the directories handed to the sandbox user.
     base = build_key(dockerfile, context, rootfs) if dockerfile is not None else "none"
-    key = f"{base[:24]}-{'net' if network else 'offline'}-{_stable(writable)}"
+    key = f"{base[:24]}-{'net' if network else 'offline'}-{_stable((LAYER_FORMAT, *writable))}"
 
     def build(staging: Path) -> None:
         asyncio.run(
