@@ -184,7 +184,8 @@ def test_docker_image_missing_pull_and_build(tmp_path, docker_engine):
     one is an environment-stage error naming it and saying what to do (or, beside a
     Dockerfile, the Dockerfile is built with a note); with `--pull`, a registry that is
     unreachable, or that never answers, fails within the task's build_timeout_sec with the
-    image named; a Dockerfile whose FROM image is absent names that image."""
+    image named; a Dockerfile whose FROM image is absent names that image; a RUN step past
+    the task's memory_mb is killed (the build has the trial's cap)."""
     _import_stand_ins()
     tasks = tmp_path / "tasks"
     image_only = (
@@ -211,6 +212,13 @@ def test_docker_image_missing_pull_and_build(tmp_path, docker_engine):
         solve_sh="true",
     )
     shutil.copytree(FIXTURES / "prebuilt-image", tasks / "prebuilt-image")
+    # The build's RUN steps have the trial's memory cap (the host's memory is not theirs).
+    make_task(
+        tasks,
+        "build-memory",
+        toml='schema_version = "1.4"\n[environment]\nmemory_mb = 64\n',
+        dockerfile='FROM python:3.12-slim\nWORKDIR /app\nRUN python3 -c "b = bytearray(400 << 20)"\n',
+    )
     with _silent_registry() as registry:
         make_task(
             tasks,
@@ -234,7 +242,10 @@ def test_docker_image_missing_pull_and_build(tmp_path, docker_engine):
         base = results["absent-base"]
         assert base["error"] == TrialError.ENVIRONMENT.value, base
         assert "FROM skyrl-absent/base:1" in base["error_message"], base["error_message"]
-        for name in ("unknown-registry", "silent-registry", "absent-base"):
+        memory = results["build-memory"]
+        assert memory["error"] == TrialError.ENVIRONMENT.value, memory
+        assert "build's memory cap of 64 MiB" in memory["error_message"], memory["error_message"]
+        for name in ("unknown-registry", "silent-registry", "absent-base", "build-memory"):
             result = results[name]
             assert result["error"] == TrialError.ENVIRONMENT.value, result
             assert result["stages"]["start"]["status"] == "failed", result["stages"]

@@ -184,9 +184,22 @@ def _context_tag(task: HarborTask, base_ids: list[str]) -> str:
     return f"skyrl-harbor/{task.name.lower()}:{digest.hexdigest()[:12]}"
 
 
-def task_image(client: Any, task: HarborTask, *, pull: bool, notes: list[str]) -> str:
+def task_image(
+    client: Any,
+    task: HarborTask,
+    *,
+    pull: bool,
+    notes: list[str],
+    network: bool = False,
+    memory_bytes: int | None = None,
+) -> str:
     """The image the trial of `task` runs in (see the module docstring); appends to `notes`
-    what it did instead of the task's `docker_image`. Raises `TaskEnvironmentError`."""
+    what it did instead of the task's `docker_image`. Raises `TaskEnvironmentError`.
+
+    A Dockerfile's RUN steps build with the trial's `network` (no network: the engine's
+    `none`, as the bwrap backend's build sandbox has the task's network) and under its
+    `memory_bytes` cap (swap included): a task folder's build cannot take the host's memory.
+    """
     import docker.errors
 
     settings, dockerfile = task.environment, task.dockerfile
@@ -216,13 +229,23 @@ def task_image(client: Any, task: HarborTask, *, pull: bool, notes: list[str]) -
     if _has(client, tag):
         return tag
     try:
+        limits = {"memory": memory_bytes, "memswap": memory_bytes} if memory_bytes else None
         client.images.build(
-            path=str(task.environment_dir), tag=tag, rm=True, forcerm=True, pull=False
+            path=str(task.environment_dir),
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            network_mode=None if network else "none",
+            container_limits=limits,
         )
     except docker.errors.BuildError as e:
         log = "".join(str(c.get("stream") or c.get("error") or "") for c in e.build_log)
+        why = ""
+        if memory_bytes and "non-zero code: 137" in e.msg:
+            why = f" (137: killed, as by the build's memory cap of {memory_bytes >> 20} MiB)"
         raise TaskEnvironmentError(
-            f"docker build of environment/ failed: {e.msg}\n{log[-1500:]}"
+            f"docker build of environment/ failed: {e.msg}{why}\n{log[-1500:]}"
         ) from None
     except docker.errors.APIError as e:
         raise TaskEnvironmentError(f"docker build of environment/ failed: {e}") from None
