@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -219,3 +220,56 @@ def test_binds_mode_is_still_available(tmp_path: Path, cache: RootCache, monkeyp
 
     assert arun(run(), 60)
     assert not os.path.exists(cache.directory) or cache.entries() == []
+
+
+def _busybox_root(root: Path) -> Path:
+    """An image root: static busybox, one link per applet, /etc/passwd, the usual top dirs."""
+    busybox = shutil.which("busybox")
+    if (
+        busybox is None
+        or "static" not in subprocess.run(["file", busybox], capture_output=True, text=True).stdout
+    ):
+        pytest.skip("needs a static busybox")
+    for d in ("bin", "etc", "proc", "dev", "sys", "run", "root", "usr/bin", "var"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    (root / "tmp").mkdir(mode=0o1777)
+    (root / "tmp").chmod(0o1777)
+    shutil.copy(busybox, root / "bin" / "busybox")
+    names = subprocess.run([busybox, "--list"], capture_output=True, text=True).stdout.split()
+    for name in names:
+        if name != "busybox":
+            (root / "bin" / name).symlink_to("busybox")
+    (root / "etc" / "passwd").write_text(
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n"
+    )
+    return root
+
+
+def test_an_image_root_is_one_copy_on_write_root(tmp_path: Path, cache: RootCache) -> None:
+    """`--rootfs`: the image's whole root is the lowest layer of one overlay, so a RUN may
+    write anywhere the image has (here /var/lib/tool), COPY lands in /srv, and rename from
+    /tmp into the workspace works; the image's directory is untouched."""
+    rootfs = _busybox_root(tmp_path / "image")
+    before = sorted(str(p.relative_to(rootfs)) for p in rootfs.rglob("*"))
+    tasks = tmp_path / "tasks"
+    make_task(
+        tasks,
+        "image-root",
+        shebang="#!/bin/sh",
+        dockerfile=(
+            "FROM busybox\nRUN mkdir -p /var/lib/tool && echo v2 > /var/lib/tool/version\n"
+            "COPY data.txt /srv/data.txt\nWORKDIR /app\n"
+        ),
+        files={"environment/data.txt": "payload\n"},
+        solve_sh="echo done > /tmp/out && mv /tmp/out /app/out",
+        test_sh=(
+            '[ "$(cat /var/lib/tool/version)" = v2 ] && [ "$(cat /srv/data.txt)" = payload ] && '
+            '[ "$(cat /app/out)" = done ] && echo 1 > /logs/verifier/reward.txt || '
+            "echo 0 > /logs/verifier/reward.txt"
+        ),
+    )
+    out = tmp_path / "out"
+    arun(run_job(JobConfig(tasks, out, agent="oracle", concurrency=1, rootfs=str(rootfs))), 300)
+    result = _results(out)["image-root"]
+    assert (result["rewards"], result["error"]) == ({"reward": 1.0}, None), json.dumps(result)
+    assert sorted(str(p.relative_to(rootfs)) for p in rootfs.rglob("*")) == before

@@ -122,7 +122,7 @@ def _copy_command(context: Path, step: SetupStep) -> tuple[str | None, str | Non
         matched += found
     dest = os.path.normpath(step.dest.rstrip("/") or "/")
     as_dir = step.dest.endswith("/") or len(matched) > 1
-    cp = "cp -R --preserve=mode,timestamps,links"
+    cp = "cp -R"  # POSIX (busybox too); owned by root as Docker's COPY makes it, links kept
     q = shlex.quote
     parts = []
     for src in matched:
