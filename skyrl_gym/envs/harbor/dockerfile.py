@@ -286,3 +286,19 @@ def inside(path: str, root: str) -> bool:
     """True when absolute posix `path` is `root` or below it."""
     p, r = PurePosixPath(path), PurePosixPath(root)
     return p == r or r in p.parents
+
+
+def match_sources(context: Path, sources: Sequence[str]) -> tuple[list[Path], str | None]:
+    """(the build-context paths a COPY's sources name, None), or ([], the problem) when one
+    matches nothing. Globs expand as Docker expands them; nothing outside the context counts."""
+    root = context.resolve()
+    matched: list[Path] = []
+    for source in sources:
+        found = (
+            sorted(context.glob(source)) if any(c in source for c in "*?[") else [context / source]
+        )
+        found = [p for p in found if p.exists() and p.resolve().is_relative_to(root)]
+        if not found:
+            return [], f"source {source!r} not found in environment/"
+        matched += found
+    return matched, None

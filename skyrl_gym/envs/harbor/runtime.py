@@ -122,6 +122,7 @@ from skyrl_gym.envs.harbor.dockerfile import (
     SetupStep,
     StepKind,
     inside,
+    match_sources,
     plan_dockerfile,
     writable_roots,
     write_dirs,
@@ -942,18 +943,9 @@ class HarborRuntime:
         inside_root, host_root = found_root
         rel = PurePosixPath(os.path.normpath(dest.rstrip("/") or "/")).relative_to(inside_root)
         target = host_root / rel
-        root = context.resolve()
-        matched: list[Path] = []
-        for source in step.sources:
-            found = (
-                sorted(context.glob(source))
-                if any(c in source for c in "*?[")
-                else [context / source]
-            )
-            found = [p for p in found if p.exists() and p.resolve().is_relative_to(root)]
-            if not found:
-                return f"source {source!r} not found in environment/"
-            matched += found
+        matched, problem = match_sources(context, step.sources)
+        if problem:
+            return problem
         # lstat only: a RUN step (the sandbox's user) may have left a link at the target.
         is_dir = target.is_dir() and not target.is_symlink()
         as_dir = dest.endswith("/") or len(matched) > 1 or is_dir

@@ -44,6 +44,7 @@ from skyrl_gym.envs.harbor.dockerfile import (
     SetupStep,
     StepKind,
     inside,
+    match_sources,
     writable_roots,
     write_dirs,
 )
@@ -110,16 +111,10 @@ def _copy_command(context: Path, step: SetupStep) -> tuple[str | None, str | Non
     """(shell command, problem) for one COPY, run inside the build sandbox as Docker does it:
     a directory's contents into the destination, files into a destination directory (a
     trailing `/` or several sources) or as the destination file. Owned by root."""
+    matched, problem = match_sources(context, step.sources)
+    if problem:
+        return None, problem
     root = context.resolve()
-    matched: list[Path] = []
-    for source in step.sources:
-        found = (
-            sorted(context.glob(source)) if any(c in source for c in "*?[") else [context / source]
-        )
-        found = [p for p in found if p.exists() and p.resolve().is_relative_to(root)]
-        if not found:
-            return None, f"source {source!r} not found in environment/"
-        matched += found
     dest = os.path.normpath(step.dest.rstrip("/") or "/")
     as_dir = step.dest.endswith("/") or len(matched) > 1
     cp = "cp -R"  # POSIX (busybox too); owned by root as Docker's COPY makes it, links kept
