@@ -10,9 +10,10 @@ Same guarantees as bwrap:
   socket are refused;
 - a non-root user (uid 65534 when we are root, else our own uid) with every capability
   dropped and `no-new-privileges`;
-- a read-only root filesystem, the workspace bind-mounted read-write (as root, a tmpfs of
-  `disk_bytes` on the host, like bwrap's), and size-capped tmpfs `/tmp` (`disk_bytes`) and
-  `/run`;
+- a read-only root filesystem, the workspace bind-mounted read-write at the working
+  directory or above it (`mount_at`; as root, a tmpfs of `disk_bytes` on the host, like
+  bwrap's), the caller's other writable directories (`binds`), and size-capped tmpfs `/tmp`
+  (`disk_bytes`) and `/run`;
 - memory (swap included), pids and CPU caps from the engine;
 - `SHELL` set as bwrap sets it (/bin/bash where the image has it, else /bin/sh).
 
@@ -96,8 +97,25 @@ class DockerSandbox(Sandbox):
 
     backend = "docker"
 
-    def __init__(self, spec=None):
+    def __init__(
+        self,
+        spec=None,
+        *,
+        mount_at: str | None = None,
+        binds: Mapping[str, Path] | None = None,
+    ):
+        """`mount_at`: where the workspace is mounted when it is not `spec.workdir` itself
+        (a directory above it: a container's `/app` for `WORKDIR /app/sub`). `binds`: other
+        host directories mounted read-write at their inside paths (a Dockerfile's COPY
+        targets outside the working directory), owned by the sandbox's user like the
+        workspace. Neither may show the engine's socket."""
         super().__init__(spec)
+        self.mount_at = (mount_at or "").rstrip("/") or None
+        self.binds = {inside: Path(host) for inside, host in (binds or {}).items()}
+        if self.mount_at and not (
+            self.workdir == self.mount_at or self.workdir.startswith(self.mount_at + "/")
+        ):
+            raise ValueError(f"mount_at={mount_at!r} must be the working directory or above it")
         self._client: Any = None
         self._container: str | None = None
         self._record: tracking.SandboxRecord | None = None
@@ -158,7 +176,7 @@ class DockerSandbox(Sandbox):
     def _launch(self) -> None:
         spec = self.spec
         client = self._client = docker_client()
-        _refuse_engine_socket(spec, client.api.base_url)
+        _refuse_engine_socket(spec, client.api.base_url, tuple(map(str, self.binds.values())))
         if network.network_mode(spec) is not network.NetworkMode.NONE and not str(
             client.api.base_url
         ).startswith("http+docker://"):
@@ -198,6 +216,8 @@ class DockerSandbox(Sandbox):
             target.write_bytes(content)
         if as_root:  # like bwrap: the sandbox's user owns its workspace (a caller's too)
             chown_tree(workspace, uid)
+            for host in self.binds.values():
+                chown_tree(host, uid)
         record = self._record
         labels = {
             LABEL: self.id,
@@ -214,7 +234,8 @@ class DockerSandbox(Sandbox):
             "user": f"{uid}:{uid}",
             "working_dir": self.workdir,
             "volumes": {
-                str(workspace): {"bind": self.workdir, "mode": "rw"},
+                str(workspace): {"bind": self.mount_at or self.workdir, "mode": "rw"},
+                **{str(host): {"bind": path, "mode": "rw"} for path, host in self.binds.items()},
                 **{path: {"bind": path, "mode": "ro"} for path in self.spec.ro_binds},
             },
             "read_only": True,
@@ -440,11 +461,11 @@ def _engine_sockets(base_url: str) -> set[str]:
     return {os.path.realpath(p) for p in found}
 
 
-def _refuse_engine_socket(spec: Any, base_url: str) -> None:
+def _refuse_engine_socket(spec: Any, base_url: str, extra: tuple[str, ...] = ()) -> None:
     """No Docker socket inside: a bind that shows the engine's socket would hand the sandbox
     the engine (root on the host)."""
     sockets = _engine_sockets(base_url)
-    shown = [*spec.ro_binds, *([spec.workspace_dir] if spec.workspace_dir else [])]
+    shown = [*spec.ro_binds, *([spec.workspace_dir] if spec.workspace_dir else []), *extra]
     for path in shown:
         real = os.path.realpath(path)
         for sock in sockets:

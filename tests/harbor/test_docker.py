@@ -269,7 +269,10 @@ def test_docker_image_missing_pull_and_build(tmp_path, docker_engine):
 
 # ---- the real-format fixtures: the same results as bwrap ----------------------------------------
 
+LAYOUT_TASK = "layout-writes"
+"""Generated in `parity_runs`: writes above a nested WORKDIR and into a COPY target."""
 PARITY_TASKS = (
+    LAYOUT_TASK,
     "nested-workdir",
     "copy-outside",
     "core-limit",
@@ -294,7 +297,28 @@ def parity_runs(tmp_path_factory, docker_engine) -> dict[str, dict[str, dict[str
     root = tmp_path_factory.mktemp("parity")
     tasks = root / "tasks"
     for name in (*PARITY_TASKS, *KNOWN_DIFFERENCES):
-        shutil.copytree(FIXTURES / name, tasks / name)
+        if name != LAYOUT_TASK:
+            shutil.copytree(FIXTURES / name, tasks / name)
+    # A container lets the task write where its Dockerfile wrote: above a nested WORKDIR, and
+    # in a COPY target outside it; and the verifier sees it (one trial layout on both).
+    make_task(
+        tasks,
+        LAYOUT_TASK,
+        dockerfile=(
+            "FROM python:3.12-slim\nWORKDIR /app\nCOPY seed.txt /app/\n"
+            "COPY seed.txt /data/in/\nWORKDIR /app/sub\n"
+        ),
+        files={"environment/seed.txt": "seed\n"},
+        solve_sh=(
+            'set -e\n[ "$(pwd)" = /app/sub ]\ncat /app/seed.txt > /app/top.txt\n'
+            "echo more >> /data/in/seed.txt\necho new > /data/new.txt\n"
+        ),
+        test_sh=(
+            'if [ "$(cat /app/top.txt)" = seed ] && [ "$(cat /data/new.txt)" = new ] && '
+            '[ "$(tail -n1 /data/in/seed.txt)" = more ]; then r=1; else r=0; fi\n'
+            "echo $r > /logs/verifier/reward.txt"
+        ),
+    )
     runs: dict[str, dict[str, dict[str, dict]]] = {"docker": {}, "bwrap": {}}
     for agent in ("oracle", "nop"):
         runs["docker"][agent] = _harbor_run(tasks, root / f"docker-{agent}", "-a", agent)[1]

@@ -23,17 +23,86 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skyrl_gym.envs.harbor.dockerfile import _logical_lines
+from skyrl_gym.envs.harbor.dockerfile import (
+    _logical_lines,
+    inside,
+    plan_dockerfile,
+    writable_roots,
+    write_dirs,
+)
 from skyrl_gym.envs.harbor.runtime import TaskEnvironmentError
 from skyrl_gym.envs.harbor.task import HarborTask
 
-__all__ = ["PullError", "base_images", "ensure_image", "missing_image_message", "task_image"]
+__all__ = [
+    "DockerLayout",
+    "PullError",
+    "base_images",
+    "docker_layout",
+    "ensure_image",
+    "missing_image_message",
+    "task_image",
+]
 
 _DOCKERFILE_MAX_BYTES = 1 << 20
 """A Dockerfile larger than this is not read for its FROM lines (load_task refuses it)."""
+
+
+_READ_ONLY_TOPS = frozenset({"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"})
+"""Top-level directories of the image that stay read-only (its programs and libraries): a
+COPY below them stays the image's. Made writable, the verifier's PATH would have to drop
+them (agent-writable), and test.sh would lose the image's pytest in /usr/local/bin."""
+
+_HARBOR_TOPS = frozenset({"tmp", "logs", "tests", "solution", "run", "proc", "dev", "sys"})
+"""Where the docker sandbox and the runtime mount their own directories."""
+
+
+@dataclass(frozen=True)
+class DockerLayout:
+    """Where a docker trial's writable directories go, as a container of the task's
+    Dockerfile would have them writable (the bwrap backend's layout)."""
+
+    mount_dir: str
+    """Where the workspace is mounted: the working directory, or the top of it that the
+    Dockerfile wrote to (`/app` for `WORKDIR /app`, `COPY x /app/`, `WORKDIR /app/sub`)."""
+    roots: tuple[str, ...] = ()
+    """The other directories the Dockerfile's COPYs and RUNs write to (`/data`,
+    `/protected`), each its own writable directory seeded from the image."""
+    notes: tuple[str, ...] = ()
+    """What stays read-only, one line each."""
+
+
+def docker_layout(dockerfile: Path | None, workdir: str) -> DockerLayout:
+    """The layout of a trial whose working directory is `workdir` (see `DockerLayout`);
+    without a Dockerfile (a prebuilt `docker_image`) the workspace is the working directory."""
+    if dockerfile is None:
+        return DockerLayout(workdir)
+    plan = plan_dockerfile(dockerfile, workdir)
+    roots, _ = writable_roots(write_dirs(plan, workdir))
+    mount_dir = next((r for r in roots if inside(workdir, r)), workdir)
+    if PurePosixPath(mount_dir).parts[1:2] and PurePosixPath(mount_dir).parts[1] in (
+        _READ_ONLY_TOPS | _HARBOR_TOPS
+    ):
+        mount_dir = workdir
+    others: list[str] = []
+    notes: list[str] = []
+    for root in roots:
+        if inside(root, mount_dir) or inside(mount_dir, root):
+            continue
+        top = PurePosixPath(root).parts[1]
+        if top in _HARBOR_TOPS:
+            continue  # the sandbox's own (a fresh /tmp per phase)
+        if top in _READ_ONLY_TOPS:
+            notes.append(
+                f"Dockerfile writes to {root}: below the image's read-only /{top}; the agent "
+                "cannot write there (the image's files are there)"
+            )
+            continue
+        others.append(root)
+    return DockerLayout(mount_dir, tuple(others), tuple(notes))
 
 
 class PullError(RuntimeError):

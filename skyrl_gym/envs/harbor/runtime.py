@@ -93,7 +93,9 @@ Backends:
 - `bwrap`: the host's root filesystem read-only (or `rootfs`); the Dockerfile is read, not
   built (see `dockerfile.plan_dockerfile`), and what could not be applied is in `notes`.
 - `docker`: `docker_image` when the engine has it (pulled only with `pull`), else the
-  Dockerfile built on the local engine (see `docker_image.task_image`).
+  Dockerfile built on the local engine (see `docker_image.task_image`); a read-only image
+  root with bwrap's layout of writable directories (the top of the working directory, the
+  Dockerfile's other COPY targets: `docker_image.docker_layout`), each seeded from the image.
 """
 
 from __future__ import annotations
@@ -149,7 +151,6 @@ from skyrl_sdk.sandboxes import (
     UnsafeFileError,
     Workspace,
     chown_tree,
-    create_sandbox,
     grading_env,
     read_regular_file,
 )
@@ -677,7 +678,15 @@ class HarborRuntime:
                 await sandbox.close()
                 raise
         else:
-            sandbox = await create_sandbox(spec, Backend.DOCKER)
+            from skyrl_sdk.sandboxes.docker_backend import DockerSandbox
+
+            above = None if self.mount_dir == self.workdir else self.mount_dir
+            sandbox = DockerSandbox(spec, mount_at=above, binds=self.roots)
+            try:
+                await sandbox.start()
+            except BaseException:
+                await sandbox.close()
+                raise
             dirs = " ".join(self._real(p) for p in (AGENT_LOGS, VERIFIER_LOGS, ARTIFACTS))
             made = await sandbox.exec(f"mkdir -p {dirs} {self._real(TESTS)} {self._real(SOLUTION)}")
             if not made.ok:
@@ -1023,6 +1032,7 @@ class HarborRuntime:
                 key, _, value = item.partition("=")
                 self._env[key] = value
             self._env.update(self.task.environment.env)
+            self._plan_docker_roots()
             self._image = await asyncio.to_thread(self._link_image, client, base)
             await asyncio.to_thread(self._seed_workspace, client, self._image)
         finally:
@@ -1082,43 +1092,68 @@ class HarborRuntime:
             raise TaskEnvironmentError(f"cannot add the Harbor paths to the image: {e}") from None
         return tag
 
+    def _plan_docker_roots(self) -> None:
+        """Docker: the writable directories a container of the Dockerfile has, as bwrap lays
+        them out: the workspace at the top of the working directory (`mount_dir`) and one
+        directory in the trial's workspace (under its disk cap) for each other place its
+        COPYs and RUNs write (`roots`), each seeded from the image."""
+        from skyrl_gym.envs.harbor.docker_image import docker_layout
+
+        try:
+            layout = docker_layout(self.task.dockerfile, self.workdir)
+        except (OSError, ValueError) as e:
+            raise TaskEnvironmentError(f"cannot read environment/Dockerfile: {e}") from None
+        self.notes.extend(layout.notes)
+        self.mount_dir = layout.mount_dir
+        for root in layout.roots:
+            host = self._work / "roots" / root.strip("/").replace("/", "__")
+            host.parent.mkdir(exist_ok=True)
+            host.parent.chmod(0o755)
+            self.roots[root] = _fresh_dir(host)
+
     def _seed_workspace(self, client: Any, image: str) -> None:
-        """Copy the image's working directory into the host workspace that will be mounted
-        over it, so the task's files are there."""
+        """Copy the image's `mount_dir` and `roots` into the host directories that will be
+        mounted over them, so the task's files are there (under one cap: the workspace's)."""
+        budget = [self.disk_bytes or DEFAULT_DISK_BYTES]
+        container = client.containers.create(image, command=["true"])
+        try:
+            for inside_path, host in ((self.mount_dir, self.app_dir), *self.roots.items()):
+                self._seed_dir(container, inside_path, host, budget)
+        finally:
+            container.remove(force=True)
+
+    def _seed_dir(self, container: Any, inside_path: str, host: Path, budget: list[int]) -> None:
+        """Copy the image's `inside_path` into `host` (nothing when the image lacks it),
+        charging `budget[0]` bytes."""
         import docker.errors
 
-        cap = self.disk_bytes or DEFAULT_DISK_BYTES
         staging = self._work / "seed"
-        container = client.containers.create(image, command=["true"])
         # Spooled into the workspace itself (never held in memory): it counts against the
         # workspace's cap, and an archive larger than the cap is refused.
         with tempfile.TemporaryFile(dir=self._work) as spool:
             try:
-                stream, _ = container.get_archive(self.workdir)
-                size = 0
+                stream, _ = container.get_archive(inside_path)
                 for chunk in stream:
-                    size += len(chunk)
-                    if size > cap:
+                    budget[0] -= len(chunk)
+                    if budget[0] < 0:
                         raise TaskEnvironmentError(
-                            f"the image's {self.workdir} is larger than the workspace's cap "
-                            f"({cap} bytes)"
+                            f"the image's {inside_path} is larger than the workspace's cap "
+                            f"({self.disk_bytes or DEFAULT_DISK_BYTES} bytes)"
                         )
                     spool.write(chunk)
             except docker.errors.NotFound:
                 return
             except OSError as e:
                 raise TaskEnvironmentError(
-                    f"cannot copy the image's {self.workdir}: {e.strerror}"
+                    f"cannot copy the image's {inside_path}: {e.strerror}"
                 ) from None
-            finally:
-                container.remove(force=True)
             spool.seek(0)
             with tarfile.open(fileobj=spool) as tar:
                 tar.extractall(staging, filter="data")
-        root = staging / PurePosixPath(self.workdir).name
+        root = staging / PurePosixPath(inside_path).name
         if root.is_dir() and not root.is_symlink():
             for entry in root.iterdir():  # the same filesystem: moved, not copied again
-                os.rename(entry, self.app_dir / entry.name)
+                os.rename(entry, host / entry.name)
         shutil.rmtree(staging, ignore_errors=True)
 
     async def _detect_shell(self, sandbox: Sandbox) -> None:
