@@ -269,6 +269,9 @@ def test_docker_image_missing_pull_and_build(tmp_path, docker_engine):
 
 # ---- the real-format fixtures: the same results as bwrap ----------------------------------------
 
+SHADOW_TASK = "path-shadow"
+"""A hostile oracle: /build (a COPY target, so writable as in a container) is first on the
+task's PATH, and it plants a python3 there that writes reward 1."""
 LAYOUT_TASK = "layout-writes"
 """Generated in `parity_runs`: writes above a nested WORKDIR and into a COPY target."""
 PARITY_TASKS = (
@@ -296,7 +299,7 @@ def parity_runs(tmp_path_factory, docker_engine) -> dict[str, dict[str, dict[str
     _import_stand_ins()
     root = tmp_path_factory.mktemp("parity")
     tasks = root / "tasks"
-    for name in (*PARITY_TASKS, *KNOWN_DIFFERENCES):
+    for name in (*PARITY_TASKS, *KNOWN_DIFFERENCES, SHADOW_TASK):
         if name != LAYOUT_TASK:
             shutil.copytree(FIXTURES / name, tasks / name)
     # A container lets the task write where its Dockerfile wrote: above a nested WORKDIR, and
@@ -357,9 +360,13 @@ def test_real_format_tasks_score_as_on_bwrap(parity_runs):
             assert nop["rewards"] == {"reward": 0.0}, json.dumps(nop, indent=1)
         assert oracle["stages"]["agent"]["status"] == "ok", oracle["stages"]
         assert oracle["backend"] == "docker"
+    # /build is writable on docker too now, so the verifier's PATH must drop it, as on bwrap.
+    shadow = docker_runs["oracle"][SHADOW_TASK]
+    assert shadow["agent_error"] is None, shadow  # the planting worked...
+    assert shadow["rewards"] == {"reward": 0.0}, json.dumps(shadow, indent=1)  # ...and failed
     bwrap = parity_runs["bwrap"]
     for agent, results in bwrap.items():
-        for task in PARITY_TASKS:
+        for task in (*PARITY_TASKS, SHADOW_TASK):
             mine, theirs = docker_runs[agent][task], results[task]
             assert _outcome(mine) == _outcome(theirs), (task, agent, mine, theirs)
             assert set(mine) == set(theirs), set(mine) ^ set(theirs)
