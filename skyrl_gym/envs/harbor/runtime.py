@@ -1121,6 +1121,9 @@ class HarborRuntime:
                 self._seed_dir(container, inside_path, host, budget)
         finally:
             container.remove(force=True)
+        if self.mount_dir != self.workdir:  # the working directory exists below the mount
+            below = self.app_dir / PurePosixPath(self.workdir).relative_to(self.mount_dir)
+            below.mkdir(parents=True, exist_ok=True)
 
     def _seed_dir(self, container: Any, inside_path: str, host: Path, budget: list[int]) -> None:
         """Copy the image's `inside_path` into `host` (nothing when the image lacks it),
