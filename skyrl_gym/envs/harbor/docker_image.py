@@ -124,18 +124,6 @@ def missing_image_message(image: str, *, pull: bool, why: str = "") -> str:
     )
 
 
-def _split(image: str) -> tuple[str, str | None]:
-    """(repository, tag or digest) of an image reference."""
-    if "@" in image:
-        repo, digest = image.split("@", 1)
-        return repo, digest
-    slash = image.rfind("/")
-    colon = image.rfind(":")
-    if colon > slash:
-        return image[:colon], image[colon + 1 :]
-    return image, "latest"
-
-
 def _has(client: Any, image: str) -> bool:
     import docker.errors
 
