@@ -52,12 +52,21 @@ class AdvantageEstimator(enum.Enum):
 
 
 class PolicyLoss(enum.Enum):
-    """The policy-gradient objective."""
+    """The policy-gradient objective, by Tinker's loss names (`trainer.losses.LOSSES`): the
+    trainer and the Tinker server compute each from the same function."""
 
-    PPO = "ppo"
-    """Clipped surrogate (clip-higher, dual clip) with truncated IS for stale tokens."""
+    CROSS_ENTROPY = "cross_entropy"
+    """`-A * logp`: advantage-weighted log-likelihood (on-policy REINFORCE)."""
     IMPORTANCE_SAMPLING = "importance_sampling"
     """Unclipped ratio to the sampler's logprobs (off-policy REINFORCE)."""
+    PPO = "ppo"
+    """Clipped surrogate (clip-higher, dual clip) with truncated IS for stale tokens."""
+    CISPO = "cispo"
+    """The clipped ratio as a constant weight on `logp * A` (clipped tokens keep a gradient)."""
+    DRO = "dro"
+    """`logp * A` minus `dro_beta / 2` times the squared log-ratio to the sampler."""
+    GSPO = "gspo"
+    """PPO's clipped surrogate on each sequence's (geometric-mean) ratio."""
 
 
 class Reduction(enum.Enum):
@@ -232,11 +241,13 @@ class AlgorithmConfig(_Section):
     normalizer: float | None = None
     """Constant divisor for `reduction: constant` (e.g. max generated tokens)."""
     clip_low: float = Field(0.2, ge=0, lt=1)
-    """PPO lower clip (ratio >= 1 - clip_low)."""
+    """Lower clip of `ppo`, `cispo` and `gspo` (ratio >= 1 - clip_low)."""
     clip_high: float = Field(0.28, ge=0)
-    """PPO upper clip ("clip-higher")."""
+    """Upper clip of `ppo`, `cispo` and `gspo` ("clip-higher": ratio <= 1 + clip_high)."""
     dual_clip: float | None = Field(3.0, gt=1)
-    """Dual-clip cap for negative advantages (None: off)."""
+    """Dual-clip cap for negative advantages (None: off); `ppo` only."""
+    dro_beta: float | None = Field(None, gt=0)
+    """Weight of `dro`'s quadratic log-ratio penalty (required for `loss: dro`)."""
     tis_cap: float = Field(2.0, gt=0)
     """Truncation of the importance weight learner/sampler for stale tokens."""
     mini_batches: int = Field(1, ge=1)
@@ -256,6 +267,8 @@ class AlgorithmConfig(_Section):
             raise ValueError(
                 "algorithm.normalizer is required when algorithm.reduction is 'constant'"
             )
+        if self.loss is PolicyLoss.DRO and self.dro_beta is None:
+            raise ValueError("algorithm.dro_beta is required when algorithm.loss is 'dro'")
         return self
 
 

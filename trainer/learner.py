@@ -6,7 +6,7 @@ One `train_step` is one batch of samples with one advantage each:
        (logits divided by the sampling temperature, so they compare with the sampler's)
     2. truncated IS weights min(exp(learner - sampler), cap) for every generated token:
        tokens an older policy version produced (async) are re-weighted toward this one
-    3. policy loss (PPO clip or IS), + KL to the initial policy, - entropy bonus,
+    3. policy loss (`algorithm.loss` from `trainer.losses`), + KL to the initial policy, - entropy bonus,
        reduced over the whole batch, backward per micro-batch (gradient accumulation)
     4. clip the global grad norm, optimizer step, scheduler step; version += 1
 
@@ -28,7 +28,7 @@ import torch
 
 from skyrl_sdk.agents.trajectory import TrainingSample
 from skyrl_sdk.trainer import losses
-from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, PolicyLoss, Schedule
+from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, Schedule
 
 if TYPE_CHECKING:
     from skyrl_sdk.trainer.config import TrainConfig
@@ -139,6 +139,10 @@ class Learner:
         )
         self.reduction = algorithm.reduction
         self.kl_estimator = algorithm.kl_estimator
+        self.loss_spec = losses.loss_spec(algorithm.loss)
+        """The policy loss's catalogue entry (`trainer.losses.LOSSES`)."""
+        self.loss_config = losses.config_for(algorithm)
+        """Its typed settings, from `algorithm`."""
 
     # -- one step -------------------------------------------------------------------------
 
@@ -203,21 +207,20 @@ class Learner:
                 if proximal is None
                 else _pad_rows([proximal[i - idx.start] for i in idx], detached)
             )
-            kwargs = {"reduction": self.reduction, "normalizer": self.algorithm.normalizer}
-            if self.algorithm.loss is PolicyLoss.PPO:
-                pg, pstats = losses.ppo_clip_loss(
-                    logprobs,
-                    old,
-                    adv,
-                    mask,
-                    clip_low=self.algorithm.clip_low,
-                    clip_high=self.algorithm.clip_high,
-                    dual_clip=self.algorithm.dual_clip,
-                    is_weights=is_weights,
-                    **kwargs,
-                )
-            else:
-                pg, pstats = losses.importance_sampling_loss(logprobs, sampler, adv, mask, **kwargs)
+            # Clipped losses take their ratio to the proximal policy and correct stale tokens
+            # by truncated IS; the others take it to the sampler (`losses.OldPolicy`).
+            proximal_loss = self.loss_spec.old_policy is losses.OldPolicy.PROXIMAL
+            pg, pstats = losses.policy_loss(
+                self.algorithm.loss,
+                logprobs,
+                old if proximal_loss else sampler,
+                adv,
+                mask,
+                self.loss_config,
+                reduction=self.reduction,
+                normalizer=self.algorithm.normalizer,
+                is_weights=is_weights if proximal_loss else None,
+            )
             loss = pg
             kl_ref = torch.zeros(())
             if self.algorithm.kl_coef > 0:

@@ -12,8 +12,9 @@ Synchronous on-policy: `trainer.max_staleness` must be 0. The loop's parts:
 
 - `TinkerLearner` (the learner): per mini-batch, one Datum per sample (model_input =
   ids[:-1], target_tokens = ids[1:], logprobs = sampler logprobs, advantages = A x reduction
-  weight on generated tokens and 0 elsewhere), forward_backward with loss
-  `importance_sampling` or `ppo`, then optim_step with AdamParams from `optim` (the scheduled
+  weight on generated tokens and 0 elsewhere; `cross_entropy` gets those as `weights`, `gspo`
+  the generated tokens as `sequence_ratio_mask`), forward_backward with `algorithm.loss`
+  (Tinker's own name; clip bounds as `loss_fn_config`), then optim_step with AdamParams from `optim` (the scheduled
   LR). Its weights for the engine: save_weights_for_sampler("step_N") -> a tinker:// path and
   a SamplingClient of it. Its checkpoint: save_state on the endpoint, whose tinker:// path goes
   to `checkpoints/step_N` (`--resume` loads it).
@@ -24,7 +25,9 @@ Tinker losses are per-token sums, so the reduction (token mean, sequence mean, c
 folded into the advantages as the per-token weights of `losses.reduce`: the summed Tinker
 objective is then exactly the reduced loss the local learner minimises. What Tinker's built-in
 losses lack is rejected up front (`check_config`): a KL penalty, an entropy bonus, and the
-PPO dual clip when more than one mini-batch makes the clip matter.
+PPO dual clip when more than one mini-batch makes the clip matter, and `dro` (Tinker's has no
+loss mask: its penalty would also pull the prompt tokens, and the reduction cannot be folded
+into it).
 """
 
 from __future__ import annotations
@@ -85,6 +88,11 @@ def check_config(config: TrainConfig) -> None:
             "algorithm.dual_clip: Tinker's ppo loss has no dual clip, which matters with "
             "mini_batches > 1; set algorithm.dual_clip=null"
         )
+    if alg.loss is PolicyLoss.DRO:
+        problems.append(
+            "algorithm.loss: Tinker's dro has no loss mask (its penalty would cover prompt "
+            "tokens); use cispo, gspo, ppo, importance_sampling or cross_entropy"
+        )
     if problems:
         raise ConfigError("invalid config for backend 'tinker':\n  " + "\n  ".join(problems))
 
@@ -108,22 +116,24 @@ def reduction_weights(
 def build_datums(
     samples: Sequence[TrainingSample], advantages: Sequence[float], algorithm: AlgorithmConfig
 ) -> list[Any]:
-    """One `tinker.types.Datum` per sample, for the `importance_sampling` / `ppo` losses."""
+    """One `tinker.types.Datum` per sample, with the inputs `algorithm.loss` reads."""
     types = import_tinker().types
     datums = []
     for sample, adv, weights in zip(
         samples, advantages, reduction_weights(samples, algorithm), strict=True
     ):
         ids = list(sample.input_ids)
+        weighted = [adv * w for w in weights]
+        inputs: dict[str, list[int] | list[float]] = {"target_tokens": ids[1:]}
+        if algorithm.loss is PolicyLoss.CROSS_ENTROPY:
+            inputs["weights"] = weighted
+        else:
+            inputs["logprobs"] = list(sample.logprobs[1:])
+            inputs["advantages"] = weighted
+        if algorithm.loss is PolicyLoss.GSPO:
+            inputs["sequence_ratio_mask"] = [float(m) for m in sample.loss_mask[1:]]
         datums.append(
-            types.Datum(
-                model_input=types.ModelInput.from_ints(ids[:-1]),
-                loss_fn_inputs={
-                    "target_tokens": ids[1:],
-                    "logprobs": list(sample.logprobs[1:]),
-                    "advantages": [adv * w for w in weights],
-                },
-            )
+            types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]), loss_fn_inputs=inputs)
         )
     return datums
 
@@ -262,13 +272,8 @@ class TinkerLearner:
     ) -> MiniBatchResult:
         alg = self.config.algorithm
         datums = build_datums(samples, advantages, alg)
-        loss_fn, loss_config = "importance_sampling", None
-        if alg.loss is PolicyLoss.PPO:
-            loss_fn = "ppo"
-            loss_config = {
-                "clip_low_threshold": 1.0 - alg.clip_low,
-                "clip_high_threshold": 1.0 + alg.clip_high,
-            }
+        loss_fn = alg.loss.value
+        loss_config = losses.tinker_loss_config(losses.config_for(alg, dual_clip=False))
         grad_norm = None
         stepped = any(a != 0 for a in advantages)
         if stepped:
@@ -453,21 +458,17 @@ def _reduce_locally(
     sampler = _pad([s.logprobs[1:] for s in samples], 0.0)
     learner = _pad([lp.tolist() for lp in logprobs], 0.0)
     adv = torch.tensor(list(advantages), dtype=torch.float32)
-    reduction = losses.Reduction(algorithm.reduction.value)
-    kwargs = {"reduction": reduction, "normalizer": algorithm.normalizer}
-    if algorithm.loss is PolicyLoss.PPO:
-        loss, pstats = losses.ppo_clip_loss(
-            learner,
-            sampler,
-            adv,
-            mask,
-            clip_low=algorithm.clip_low,
-            clip_high=algorithm.clip_high,
-            dual_clip=None,
-            **kwargs,
-        )
-    else:
-        loss, pstats = losses.importance_sampling_loss(learner, sampler, adv, mask, **kwargs)
+    # The endpoint's ratios are to the sampler for every loss (Tinker's `logprobs` input).
+    loss, pstats = losses.policy_loss(
+        algorithm.loss,
+        learner,
+        sampler,
+        adv,
+        mask,
+        losses.config_for(algorithm, dual_clip=False),
+        reduction=losses.Reduction(algorithm.reduction.value),
+        normalizer=algorithm.normalizer,
+    )
     tokens = int(mask.sum())
     kl = losses.kl_penalty(sampler, learner, losses.KLEstimator.K3)  # KL(sampler || endpoint)
     return MiniBatchResult(

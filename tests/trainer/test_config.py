@@ -42,6 +42,26 @@ def test_algorithm_strings_parse_into_the_losses_enums(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "name", ["ppo", "importance_sampling", "cispo", "dro", "gspo", "cross_entropy"]
+)
+def test_every_catalogue_loss_is_an_algorithm_loss(tmp_path, name):
+    from skyrl_sdk.trainer import losses
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"algorithm:\n  loss: {name}\n  dro_beta: 0.1\n")
+    cfg = load_config(path)
+    assert cfg.algorithm.loss is PolicyLoss(name) is losses.loss_spec(name).name
+    assert f"loss: {name}" in cfg.to_yaml()
+    again = tmp_path / "again.yaml"
+    again.write_text(cfg.to_yaml())
+    assert load_config(again) == cfg
+
+
+def test_the_default_loss_is_still_ppo():
+    assert build_config({}, []).algorithm.loss is PolicyLoss.PPO
+
+
+@pytest.mark.parametrize(
     ("override", "names"),
     [
         ("trainer.max_stalenes=1", "trainer.max_stalenes: unknown field"),
@@ -49,6 +69,8 @@ def test_algorithm_strings_parse_into_the_losses_enums(tmp_path):
         ("algorithm.loss=nope", "algorithm.loss"),
         ("algorithm.reduction=constant", "algorithm.normalizer"),
         ("algorithm.kl_estimator=k2", "algorithm.kl_estimator"),
+        ("algorithm.loss=dro", "algorithm.dro_beta is required"),
+        ("algorithm.dro_beta=0", "algorithm.dro_beta"),
         ("model.source=pretrained", "model.path"),
     ],
 )

@@ -47,6 +47,20 @@ def test_positive_advantage_raises_its_tokens():
     assert stats.grad_norm > 0 and stats.entropy > 0
 
 
+@pytest.mark.parametrize(
+    "loss", ["ppo", "importance_sampling", "cispo", "dro", "gspo", "cross_entropy"]
+)
+def test_every_catalogue_loss_trains_the_learner(loss):
+    algorithm = AlgorithmConfig(loss=loss, dro_beta=0.1)
+    learner = Learner(_model(), LearnerSettings(algorithm=algorithm, optim=OptimConfig(lr=1e-2)))
+    good, bad = _sample((9,)), _sample((10,))
+    before = _logprob(learner.model, good), _logprob(learner.model, bad)
+    for _ in range(3):
+        learner.train_step([good, bad], [1.0, -1.0])
+    after = _logprob(learner.model, good), _logprob(learner.model, bad)
+    assert after[0] > before[0] and after[1] < before[1]
+
+
 def test_staleness_and_truncated_is_stats():
     learner = Learner(
         _model(), LearnerSettings(algorithm=AlgorithmConfig(tis_cap=1.5), optim=OptimConfig())

@@ -1,17 +1,31 @@
-"""Policy losses, reductions, KL and entropy against hand-computed values."""
+"""The policy-loss catalogue, reductions, KL and entropy against hand-computed values.
 
+Every expected number is worked out in the test by plain arithmetic on the inputs, never by
+calling the catalogue itself."""
+
+import dataclasses
 import math
 
 import pytest
 import torch
 
+from skyrl_sdk.trainer import losses
+from skyrl_sdk.trainer.config import AlgorithmConfig
 from skyrl_sdk.trainer.losses import (
+    LOSSES,
+    ClipConfig,
+    CrossEntropyConfig,
+    DROConfig,
+    GSPOConfig,
+    ImportanceSamplingConfig,
     KLEstimator,
+    PolicyLoss,
+    PPOConfig,
     Reduction,
     entropy_from_logits,
-    importance_sampling_loss,
     kl_penalty,
-    ppo_clip_loss,
+    loss_spec,
+    policy_loss,
     reduce,
     token_logprobs,
     truncated_is_weights,
@@ -20,6 +34,18 @@ from skyrl_sdk.trainer.losses import (
 
 def t(*rows):
     return torch.tensor(rows, dtype=torch.float64)
+
+
+def ppo_clip_loss(new, old, adv, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=3.0, **kw):
+    """The trainer's PPO as `algorithm.loss: ppo` configures it (bounds 1 - low, 1 + high)."""
+    config = PPOConfig(1.0 - clip_low, 1.0 + clip_high, dual_clip)
+    return policy_loss(PolicyLoss.PPO, new, old, adv, mask, config, **kw)
+
+
+def _sum(name, new, old, adv, config):
+    """Per-token loss of catalogue entry `name` over an all-ones mask, and its sum."""
+    per_token = loss_spec(name).fn(new, old, adv, torch.ones_like(new), config).per_token
+    return per_token, per_token.sum()
 
 
 def test_reductions():
@@ -83,28 +109,135 @@ def test_ppo_is_weights_scale_tokens():
 def test_dual_clip_must_exceed_one():
     with pytest.raises(ValueError, match="dual_clip"):
         ppo_clip_loss(t([0.0]), t([0.0]), t([-1.0]), t([1]), dual_clip=0.5)
+    with pytest.raises(ValueError, match="dual_clip"):
+        PPOConfig(dual_clip=1.0)
 
 
 def test_importance_sampling_loss_and_gradient():
     sampler = t([math.log(0.5), math.log(0.25)])
     new = t([math.log(0.5), math.log(0.5)]).requires_grad_()
-    loss, stats = importance_sampling_loss(new, sampler, t([1.0, -1.0]), t([1, 1]))
+    loss, stats = policy_loss(
+        "importance_sampling", new, sampler, t([1.0, -1.0]), t([1, 1]), ImportanceSamplingConfig()
+    )
     assert loss.item() == pytest.approx((-1.0 * 1 + 2.0 * 1) / 2)  # ratios 1 and 2
     assert stats.ratio_mean == pytest.approx(1.5)
     loss.backward()
     assert new.grad[0].tolist() == pytest.approx([-0.5, 1.0])
 
 
-def _server_objective(loss: str, new: torch.Tensor, old: torch.Tensor, adv: torch.Tensor):
-    from skyrl_sdk.trainer.tinker.backend import LossFn, _objective
+def test_cross_entropy_is_advantage_weighted_nll():
+    new = torch.log(t([0.5, 0.25])).requires_grad_()
+    loss, stats = policy_loss(
+        "cross_entropy", new, None, t([2.0, -1.0]), t([1, 1]), CrossEntropyConfig()
+    )
+    # -A * logp: -2 * log(0.5) = 2 log 2 and -(-1) * log(0.25) = -2 log 2; token mean of both
+    assert loss.item() == pytest.approx((2 * math.log(2) - 2 * math.log(2)) / 2)
+    assert stats.ratio_mean == 1.0 and stats.clip_fraction == 0.0  # no ratio, no clip
+    loss.backward()
+    assert new.grad[0].tolist() == pytest.approx([-2.0 / 2, 1.0 / 2])  # -A / N
+
+
+def test_cispo_keeps_gradients_of_clipped_tokens():
+    old = t([0.0, 0.0, 0.0])
+    new = torch.log(t([1.5, 0.5, 1.0])).requires_grad_()
+    per_token, total = _sum("cispo", new, old, t([1.0, -1.0, 2.0]), ClipConfig(0.8, 1.2))
+    # clip(r) = 1.2, 0.8, 1.0 as constant weights on -logp * A
+    expected = [-1.2 * math.log(1.5) * 1.0, -0.8 * math.log(0.5) * -1.0, -1.0 * 0.0 * 2.0]
+    assert per_token[0].tolist() == pytest.approx(expected)
+    total.backward()
+    # d/dlogp = -clip(r) * A: the clipped tokens 0 and 1 still move (PPO's clip would stop them)
+    assert new.grad[0].tolist() == pytest.approx([-1.2, 0.8, -2.0])
+    _, stats = policy_loss("cispo", new, old, t([1.0, -1.0, 2.0]), t([1, 1, 1]), ClipConfig())
+    assert stats.clip_fraction == pytest.approx(2 / 3)
+    assert stats.ratio_mean == pytest.approx((1.5 + 0.5 + 1.0) / 3)
+
+
+def test_dro_is_reinforce_with_a_quadratic_pull_to_the_sampler():
+    sampler = torch.log(t([0.5, 0.5]))
+    new = torch.log(t([0.25, 0.5])).requires_grad_()
+    per_token, total = _sum("dro", new, sampler, t([1.0, -1.0]), DROConfig(beta=0.5))
+    # token 0: logp = log .25, log-ratio = log .5 -> -(log .25 * 1 - .25 * log(.5)^2)
+    # token 1: log-ratio 0 -> -(log .5 * -1)
+    token0 = -(math.log(0.25) * 1.0 - 0.5 / 2 * math.log(0.5) ** 2)
+    token1 = -(math.log(0.5) * -1.0)
+    assert per_token[0].tolist() == pytest.approx([token0, token1])
+    total.backward()
+    # d/dlogp = -(A - beta * log-ratio)
+    assert new.grad[0].tolist() == pytest.approx([-(1.0 - 0.5 * math.log(0.5)), 1.0])
+
+
+def test_gspo_clips_the_sequence_ratio():
+    old = t([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    # sequence 0: token ratios 2, 0.5, 1 -> geometric mean 1 (inside the clip)
+    # sequence 1: ratios 1.5, 1.5 in the ratio mask (the 9 is outside it) -> 1.5, clipped at 1.2
+    new = torch.log(t([2.0, 0.5, 1.0], [1.5, 1.5, 9.0])).requires_grad_()
+    config = GSPOConfig(0.8, 1.2, sequence_ratio_mask=t([1, 1, 1], [1, 1, 0]))
+    per_token, total = _sum("gspo", new, old, t([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]), config)
+    assert per_token.flatten().tolist() == pytest.approx([-1.0, -1.0, -1.0, -1.2, -1.2, -1.2])
+    total.backward()
+    # unclipped tokens: d(-A * ratio)/dlogp_t = -A * 1; the clipped sequence gets none
+    assert new.grad.flatten().tolist() == pytest.approx([-1.0, -1.0, -1.0, 0.0, 0.0, 0.0])
+    _, stats = policy_loss(
+        "gspo", new, old, t(1.0, 1.0).squeeze(0), t([1, 1, 1], [1, 1, 1]), config
+    )
+    assert stats.clip_fraction == pytest.approx(3 / 6)
+    assert stats.ratio_mean == pytest.approx((3 * 1.0 + 3 * 1.5) / 6)
+
+
+def test_gspo_ratio_defaults_to_the_loss_mask():
+    old = t([0.0, 0.0])
+    new = torch.log(t([1.1, 50.0]))  # the masked-out token's ratio must not count
+    loss, _ = policy_loss("gspo", new, old, t([1.0]), t([1, 0]), GSPOConfig(0.8, 1.2))
+    assert loss.item() == pytest.approx(-1.1)
+
+
+def test_catalogue_has_tinkers_names_and_one_lookup():
+    names = ["cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo"]
+    assert [loss.value for loss in PolicyLoss] == names
+    assert set(LOSSES) == set(PolicyLoss)
+    for name in names:
+        spec = loss_spec(name)
+        assert spec.name.value == name and spec is LOSSES[PolicyLoss(name)]
+        assert dataclasses.is_dataclass(spec.config_type)
+    with pytest.raises(ValueError, match=r"unknown policy loss 'nope'; known: \['cross_entropy'"):
+        loss_spec("nope")
+    with pytest.raises(TypeError, match="takes a DROConfig"):
+        policy_loss("dro", t([0.0]), t([0.0]), t([1.0]), t([1]), ClipConfig())
+    with pytest.raises(ValueError, match="needs old_logprobs"):
+        policy_loss("ppo", t([0.0]), None, t([1.0]), t([1]), PPOConfig())
+
+
+def test_config_for_maps_the_trainers_settings():
+    alg = AlgorithmConfig(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+    assert losses.config_for(alg) == PPOConfig(0.8, 1.28, 3.0)
+    assert losses.config_for(alg, dual_clip=False) == PPOConfig(0.8, 1.28, None)
+    assert losses.tinker_loss_config(losses.config_for(alg)) == {
+        "clip_low_threshold": 0.8,
+        "clip_high_threshold": 1.28,
+    }
+    cispo = alg.model_copy(update={"loss": PolicyLoss.CISPO})
+    assert losses.config_for(cispo) == ClipConfig(0.8, 1.28)
+    dro = AlgorithmConfig(loss="dro", dro_beta=0.1)
+    assert losses.config_for(dro) == DROConfig(0.1)
+    assert losses.tinker_loss_config(DROConfig(0.1)) == {"beta": 0.1}
+    assert losses.tinker_loss_config(ImportanceSamplingConfig()) is None
+    # which policy the trainer's learner takes each ratio to
+    sampler = {n for n, s in LOSSES.items() if s.old_policy is losses.OldPolicy.SAMPLER}
+    assert sampler == {PolicyLoss.IMPORTANCE_SAMPLING, PolicyLoss.DRO}
+
+
+def _server_objective(loss: str, new: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, **cfg):
+    from skyrl_sdk.trainer.tinker.backend import _objective
 
     inputs = {
         "logprobs": old,
         "advantages": adv,
+        "weights": adv,
+        "sequence_ratio_mask": torch.ones_like(old),
         "clip_low_threshold": torch.full_like(old, 0.8),
         "clip_high_threshold": torch.full_like(old, 1.2),
     }
-    return _objective(LossFn(loss), new, inputs, {}, torch.ones_like(old))
+    return _objective(PolicyLoss(loss), new, inputs, cfg, torch.ones_like(old))
 
 
 def test_tinker_server_ppo_is_the_trainers_clipped_surrogate():
@@ -129,6 +262,32 @@ def test_tinker_server_importance_sampling_is_the_trainers():
     assert per_token[0].tolist() == pytest.approx([-1.0, 2.0])  # ratios 1 and 2
     per_token.sum().backward()
     assert new.grad[0].tolist() == pytest.approx([-1.0, 2.0])  # the trainer's, times 2 tokens
+
+
+def test_tinker_server_computes_every_loss_with_the_catalogue(monkeypatch):
+    """The server has no loss math of its own: each `loss_fn` goes through `LOSSES`."""
+    from skyrl_sdk.trainer.tinker import backend
+
+    assert set(backend.LOSS_SPECS) == set(PolicyLoss)
+    assert tuple(loss.value for loss in PolicyLoss) == backend.LOSSES
+    old, new, adv = t([0.0, 0.0]), torch.log(t([1.5, 0.5])), t([1.0, -1.0])
+    seen = []
+    for name, spec in LOSSES.items():
+
+        def marked(*args, _fn=spec.fn, _name=name):
+            seen.append(_name)
+            return _fn(*args)
+
+        monkeypatch.setitem(LOSSES, name, dataclasses.replace(spec, fn=marked))
+        _server_objective(name.value, new, old, adv, beta=0.5)
+    assert seen == list(PolicyLoss)
+    # the server's defaults are the catalogue's (Tinker's 1 -/+ 0.2; dro's beta required)
+    assert backend.check_loss("cispo", {}) == {
+        "clip_low_threshold": 0.8,
+        "clip_high_threshold": 1.2,
+    }
+    with pytest.raises(ValueError, match="needs loss_fn_config\\['beta'\\]"):
+        backend.check_loss("dro", {})
 
 
 def test_truncated_is_weights():

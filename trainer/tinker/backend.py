@@ -9,12 +9,12 @@ All methods are blocking and meant to run on the server's single torch worker th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,26 +23,14 @@ import torch
 
 from skyrl_sdk.agents import sampling
 from skyrl_sdk.trainer import losses
-from skyrl_sdk.trainer.config import LoRAConfig
+from skyrl_sdk.trainer.config import LoRAConfig, PolicyLoss
 from skyrl_sdk.trainer.learner import wrap_lora
 from skyrl_sdk.trainer.losses import token_logprobs
 from skyrl_sdk.trainer.tinker import lora as lora_records
 from skyrl_sdk.trainer.tinker.wire import AdamParams, Datum, SamplingParamsIn
 
-
-class LossFn(StrEnum):
-    """The built-in losses served (the SDK's `LossFnType` minus the unsupported ones)."""
-
-    CROSS_ENTROPY = "cross_entropy"
-    IMPORTANCE_SAMPLING = "importance_sampling"
-    PPO = "ppo"
-    CISPO = "cispo"
-    DRO = "dro"
-    GSPO = "gspo"
-
-
-LOSSES = tuple(loss.value for loss in LossFn)
-"""Names of the loss functions served."""
+LOSSES = tuple(loss.value for loss in PolicyLoss)
+"""Names of the loss functions served: the whole catalogue (`trainer.losses.LOSSES`)."""
 
 UNSUPPORTED_LOSSES = {
     "stable_reinforce": "it needs the sampler's provenance and stability records "
@@ -55,15 +43,23 @@ UNSUPPORTED_LOSSES = {
 
 @dataclass(frozen=True)
 class LossSpec:
-    """What a loss reads from each datum and from `loss_fn_config`."""
+    """What a loss reads from each datum (the wire side; the math is `trainer.losses`)."""
 
     inputs: tuple[str, ...]
     """Required `loss_fn_inputs` (besides the model input)."""
     fills: Mapping[str, str | float] = field(default_factory=dict)
     """Optional per-token inputs: the value used where a datum lacks one (a number, or the
     name of a `loss_fn_config` key whose value is used)."""
-    config: Mapping[str, float | None] = field(default_factory=dict)
-    """Accepted `loss_fn_config` keys and their defaults (None: required)."""
+
+    def config(self, loss: PolicyLoss) -> dict[str, float | None]:
+        """Accepted `loss_fn_config` keys and their defaults (None: required), from the
+        catalogue's config type of `loss`."""
+        entry = losses.loss_spec(loss)
+        defaults = {f.name: f.default for f in dataclasses.fields(entry.config_type)}
+        return {
+            k: None if defaults[k] is dataclasses.MISSING else float(defaults[k])
+            for k in entry.tinker_config
+        }
 
 
 _RL = ("target_tokens", "logprobs", "advantages")
@@ -71,17 +67,16 @@ _CLIP_FILLS = {
     "clip_low_threshold": "clip_low_threshold",
     "clip_high_threshold": "clip_high_threshold",
 }
-_CLIP_CONFIG = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
 
-LOSS_SPECS: dict[LossFn, LossSpec] = {
-    LossFn.CROSS_ENTROPY: LossSpec(("target_tokens",), fills={"weights": 1.0}),
-    LossFn.IMPORTANCE_SAMPLING: LossSpec(_RL),
-    LossFn.PPO: LossSpec(_RL, fills=_CLIP_FILLS, config=_CLIP_CONFIG),
-    LossFn.CISPO: LossSpec(_RL, fills=_CLIP_FILLS, config=_CLIP_CONFIG),
-    LossFn.DRO: LossSpec(_RL, config={"beta": None}),
-    LossFn.GSPO: LossSpec((*_RL, "sequence_ratio_mask"), fills=_CLIP_FILLS, config=_CLIP_CONFIG),
+LOSS_SPECS: dict[PolicyLoss, LossSpec] = {
+    PolicyLoss.CROSS_ENTROPY: LossSpec(("target_tokens",), fills={"weights": 1.0}),
+    PolicyLoss.IMPORTANCE_SAMPLING: LossSpec(_RL),
+    PolicyLoss.PPO: LossSpec(_RL, fills=_CLIP_FILLS),
+    PolicyLoss.CISPO: LossSpec(_RL, fills=_CLIP_FILLS),
+    PolicyLoss.DRO: LossSpec(_RL),
+    PolicyLoss.GSPO: LossSpec((*_RL, "sequence_ratio_mask"), fills=_CLIP_FILLS),
 }
-"""Per loss: its inputs and config. The clip thresholds default to Tinker's PPO values
+"""Per loss: its per-token inputs. The clip thresholds default to Tinker's PPO values
 (1 - 0.2, 1 + 0.2); DRO's `beta` has no documented default, so it must be given."""
 
 
@@ -91,15 +86,15 @@ def check_loss(loss_fn: str, config: Mapping[str, float | str]) -> dict[str, flo
         why = UNSUPPORTED_LOSSES.get(loss_fn)
         reason = f" ({why})" if why else ""
         raise ValueError(f"unsupported loss_fn {loss_fn!r}{reason}; supported: {list(LOSSES)}")
-    spec = LOSS_SPECS[LossFn(loss_fn)]
-    unknown = sorted(set(config) - set(spec.config))
+    accepted = LOSS_SPECS[PolicyLoss(loss_fn)].config(PolicyLoss(loss_fn))
+    unknown = sorted(set(config) - set(accepted))
     if unknown:
         raise ValueError(
             f"loss_fn_config keys {unknown} do not apply to {loss_fn!r}; "
-            f"it accepts {sorted(spec.config) or 'none'}"
+            f"it accepts {sorted(accepted) or 'none'}"
         )
     full: dict[str, float] = {}
-    for key, default in spec.config.items():
+    for key, default in accepted.items():
         value = config.get(key, default)
         if value is None:
             raise ValueError(f"loss {loss_fn!r} needs loss_fn_config[{key!r}]")
@@ -212,7 +207,7 @@ class TrainedModel:
         full = check_loss(loss_fn, config)
         if not data:
             raise ValueError("forward_backward needs at least one datum")
-        loss = LossFn(loss_fn)
+        loss = PolicyLoss(loss_fn)
         groups = micro_batches([len(d.tokens) for d in data], self.micro_batch_tokens)
         # Every datum is checked before the first backward: a bad one leaves no gradients.
         batches = [
@@ -232,7 +227,7 @@ class TrainedModel:
     def _pass(
         self,
         batch: _Batch,
-        loss: LossFn,
+        loss: PolicyLoss,
         config: dict[str, float],
         rows: list[int],
         outputs: list[dict[str, list[float]]],
@@ -783,7 +778,7 @@ class _Batch:
 
     @classmethod
     def build(
-        cls, data: list[Datum], loss: LossFn, config: dict[str, float], max_len: int
+        cls, data: list[Datum], loss: PolicyLoss, config: dict[str, float], max_len: int
     ) -> _Batch:
         spec = LOSS_SPECS[loss]
         lengths = [len(d.tokens) for d in data]
@@ -821,32 +816,23 @@ class _Batch:
 
 
 def _objective(
-    loss: LossFn,
+    loss: PolicyLoss,
     lp: torch.Tensor,
     inputs: dict[str, torch.Tensor],
     config: dict[str, float],
     mask: torch.Tensor,
 ) -> torch.Tensor:
-    """Per-token loss (to be summed): the negative of Tinker's per-token objective.
+    """Per-token loss (to be summed): the catalogue's `loss` on the datums' inputs.
 
-    `lp` are the learner's logprobs of the target tokens, `inputs["logprobs"]` the sampler's.
+    `lp` are the learner's logprobs of the target tokens, `inputs["logprobs"]` the sampler's;
+    cross-entropy's `weights` are the catalogue's advantages.
     """
-    if loss is LossFn.CROSS_ENTROPY:
-        return -inputs["weights"] * lp
-    old, adv = inputs["logprobs"], inputs["advantages"]
-    if loss is LossFn.IMPORTANCE_SAMPLING:
-        return losses.importance_sampling_per_token(lp, old, adv)
-    if loss is LossFn.DRO:  # logp * A - beta/2 * (log-ratio)^2
-        return -(lp * adv - 0.5 * config["beta"] * (lp - old) ** 2)
-    lo, hi = inputs["clip_low_threshold"], inputs["clip_high_threshold"]
-    if loss is LossFn.CISPO:  # the clipped ratio is a constant weight on logp * A
-        return -torch.clamp(torch.exp(lp - old), lo, hi).detach() * lp * adv
-    if loss is LossFn.GSPO:
-        # GSPO-token: every token carries its sequence's ratio (geometric mean of the token
-        # ratios over `sequence_ratio_mask`) as value, and its own logprob's gradient.
-        in_ratio = (inputs["sequence_ratio_mask"] != 0).float() * mask
-        log_ratio = ((lp.detach() - old) * in_ratio).sum(-1) / in_ratio.sum(-1).clamp(min=1)
-        ratio = torch.exp(log_ratio[:, None] + lp - lp.detach())
-    else:  # PPO
-        ratio = torch.exp(lp - old)
-    return losses.clipped_surrogate(ratio, adv, lo, hi)
+    entry = losses.loss_spec(loss)
+    settings: dict[str, Any] = {k: inputs.get(k, config.get(k)) for k in entry.tinker_config}
+    if loss is PolicyLoss.GSPO:
+        settings["sequence_ratio_mask"] = inputs["sequence_ratio_mask"]
+    if loss is PolicyLoss.CROSS_ENTROPY:
+        old, adv = None, inputs["weights"]
+    else:
+        old, adv = inputs["logprobs"], inputs["advantages"]
+    return entry.fn(lp, old, adv, mask, entry.config_type(**settings)).per_token
