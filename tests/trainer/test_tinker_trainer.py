@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from skyrl_gym import cli
@@ -187,6 +188,7 @@ def test_config_defaults_to_the_local_backend() -> None:
         ("algorithm.kl_coef=0.1", "algorithm.kl_coef"),
         ("algorithm.entropy_coef=0.01", "algorithm.entropy_coef"),
         ("algorithm.mini_batches=2", "algorithm.dual_clip"),
+        ("algorithm.loss=dro", "algorithm.loss: Tinker's dro has no loss mask"),
     ],
 )
 def test_settings_tinker_cannot_honour_are_rejected(override: str, names: str) -> None:
@@ -196,7 +198,7 @@ def test_settings_tinker_cannot_honour_are_rejected(override: str, names: str) -
     check_config(build_config({}, base))
     check_config(build_config({}, [*base, "algorithm.mini_batches=2", "algorithm.dual_clip=null"]))
     with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
-        check_config(build_config({}, [*base, override]))
+        check_config(build_config({}, [*base, override, "algorithm.dro_beta=0.1"]))
 
 
 def test_cli_reports_config_errors_with_exit_code_2() -> None:
@@ -282,3 +284,61 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tinker", None)
     with pytest.raises(ImportError, match=r"skyrl-sdk\[tinker\]"):
         import_tinker()
+
+
+@pytest.mark.parametrize(
+    ("loss", "reduction"),
+    [
+        ("importance_sampling", "sequence_mean"),
+        ("ppo", "token_mean"),
+        ("cispo", "token_mean"),
+        ("gspo", "constant"),
+        ("cross_entropy", "sequence_mean"),
+    ],
+)
+def test_every_tinker_loss_the_trainer_sends_is_its_local_loss(
+    loss: str, reduction: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The datums and `loss_fn_config` `TinkerLearner` sends for `algorithm.loss` make the
+    endpoint's summed loss the locally reduced one (clip bounds active: sampler logprobs are
+    shifted off the endpoint's)."""
+    tinker = pytest.importorskip("tinker")
+    from skyrl_sdk.trainer import losses
+    from skyrl_sdk.trainer.tinker.cli import TINY_NAME, default_models
+    from skyrl_sdk.trainer.tinker.server import ServerConfig, ServerThread
+    from skyrl_sdk.trainer.tinker_trainer import _reduce_locally, build_datums
+
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    algorithm = AlgorithmConfig(loss=loss, reduction=reduction, normalizer=4.0, clip_high=0.1)
+    config = ServerConfig(models=default_models(), state_dir=tmp_path, api_key="tml-t")
+    with ServerThread(config) as server:
+        service = tinker.ServiceClient(base_url=server.base_url, api_key="tml-t")
+        training = service.create_lora_training_client(TINY_NAME, rank=4, seed=0).result()
+        ids = [(5, 6, 7, 8, 9, 10), (11, 12, 13, 14)]
+        masks = [(0, 0, 1, 1, 1, 0), (0, 1, 1, 1)]
+        probe = [
+            TrainingSample(i, m, (0.0,) * len(i), (0,) * len(i))
+            for i, m in zip(ids, masks, strict=True)
+        ]
+        first = training.forward(build_datums(probe, [1.0, 1.0], AlgorithmConfig()), "ppo").result()
+        own = [o["logprobs"].tolist() for o in first.loss_fn_outputs]
+        # the sampler's logprobs: the endpoint's, shifted by -0.5 .. +0.5 per token
+        samples = [
+            TrainingSample(
+                i,
+                m,
+                (0.0, *[lp + 0.5 - k / 2 for k, lp in enumerate(row)]),
+                (0,) * len(i),
+            )
+            for i, m, row in zip(ids, masks, own, strict=True)
+        ]
+        advantages = [1.5, -0.75]
+        loss_config = losses.tinker_loss_config(losses.config_for(algorithm, dual_clip=False))
+        datums = build_datums(samples, advantages, algorithm)
+        out = training.forward(datums, loss, loss_config).result()
+    logprobs = [torch.tensor(o["logprobs"].tolist()) for o in out.loss_fn_outputs]
+    local = _reduce_locally(samples, advantages, logprobs, algorithm, out.metrics, False, None)
+    assert local.endpoint_loss == pytest.approx(local.loss, abs=1e-5)
+    assert local.loss != 0.0
+    if loss in ("ppo", "cispo", "gspo"):
+        assert local.clip > 0  # the clip bounds were active
