@@ -7,6 +7,7 @@ messages, reward, terminated, truncated, info = env.step("<calculator>2 + 2</cal
 """
 
 from skyrl_gym import envs as _builtin_envs  # registers the built-in ids
+from skyrl_gym import skyrl_compat as _skyrl_compat  # noqa: F401 (plugs SkyRL envs into make)
 from skyrl_gym.checker import EnvCheckError, check_env, run_checks
 from skyrl_gym.core import (
     Message,

@@ -4,8 +4,10 @@
 the turn limit (sets `truncated`), valid-`str` actions, and a summary in `info["episode"]`.
 
 Envs written for SkyRL's `skyrl-gym` register and make the SkyRL way too:
-`register(id=..., entry_point=..., kwargs={...})` and `make(id, env_config=..., extras=...)`;
-an entry point that is a SkyRL env class is wrapped in `skyrl_compat.SkyRLTextEnv`.
+`register(id=..., entry_point=..., kwargs={...})` and `make(id, env_config=..., extras=...)`.
+`make` knows no foreign contract itself: `skyrl_gym.skyrl_compat` plugs SkyRL's in with
+`add_env_adapter` (an `EnvAdapter` that wraps a SkyRL env class in `SkyRLTextEnv`), so this
+module imports nothing of it and the dependency points one way.
 """
 
 from __future__ import annotations
@@ -19,13 +21,11 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 
 from skyrl_gym.core import TextEnv
-from skyrl_gym.envs.base_text_env import Env as SkyRLEnv
-from skyrl_gym.skyrl_compat import SkyRLFactory, adapt_factory
 from skyrl_gym.wrappers import EpisodeGuard
 
 EnvFactory = Callable[..., TextEnv]
@@ -95,6 +95,39 @@ _factories: dict[str | EnvFactory, EnvFactory] = {}  # imported entry points, so
 _text_env_types: set[type] = set()  # classes make() has already seen to be TextEnvs
 registry: Mapping[str, EnvSpec] = MappingProxyType(_registry)
 """Read-only view of every registered env, by id."""
+
+
+class EnvAdapter(Protocol):
+    """A foreign env contract plugged into `make` (SkyRL's, by `skyrl_gym.skyrl_compat`)."""
+
+    def adapt(self, factory: Callable[..., Any]) -> EnvFactory | None:
+        """A factory of `TextEnv`s for an entry point of this contract, else None."""
+
+    def adapt_built(self, env: object, factory: Callable[..., Any]) -> EnvFactory | None:
+        """For an entry point that built `env`, not a `TextEnv`: if `env` is of this contract,
+        close it and return a factory of `TextEnv`s around `factory`; else None."""
+
+
+_adapters: list[EnvAdapter] = []
+# Entry points an adapter wrapped: the adapted factory also receives the spec's turn limit as
+# `max_turns` (a foreign contract reads it at construction, as SkyRL's generator injects it).
+_adapted: set[str | EnvFactory] = set()
+
+
+def add_env_adapter(adapter: EnvAdapter) -> None:
+    """Plug a foreign env contract into `make`; adding the same adapter again is a no-op."""
+    if adapter not in _adapters:
+        _adapters.append(adapter)
+        _factories.clear()  # entry points imported before it was known are adapted anew
+
+
+def _adapt(entry_point: str | EnvFactory, factory: Callable[..., Any]) -> EnvFactory:
+    for adapter in _adapters:
+        adapted = adapter.adapt(factory)
+        if adapted is not None:
+            _adapted.add(entry_point)
+            return adapted
+    return factory
 
 
 def register(
@@ -179,10 +212,11 @@ def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> g
     env_spec = id if isinstance(id, EnvSpec) else (_registry.get(id) or spec(id))
     factory = _factories.get(env_spec.entry_point)
     if factory is None:
-        factory = _factories[env_spec.entry_point] = adapt_factory(env_spec.load())
+        entry_point = env_spec.entry_point
+        factory = _factories[entry_point] = _adapt(entry_point, env_spec.load())
     turns = max_turns if max_turns is not None else env_spec.max_turns
-    if max_turns is None and turns is not None and type(factory) is SkyRLFactory:
-        max_turns = turns  # a SkyRL env reads its turn limit from extras["max_turns"]
+    if max_turns is None and turns is not None and env_spec.entry_point in _adapted:
+        max_turns = turns  # e.g. a SkyRL env reads its turn limit from extras["max_turns"]
     if kwargs or (max_turns is not None and _takes_max_turns(factory)):
         kwargs = {**env_spec.kwargs, **kwargs}
         if max_turns is not None and _takes_max_turns(factory):
@@ -191,11 +225,13 @@ def make(id: str | EnvSpec, *, max_turns: int | None = None, **kwargs: Any) -> g
         kwargs = env_spec.kwargs  # the common case: no copy
     env = factory(**kwargs)
     if type(env) not in _text_env_types and not isinstance(env, TextEnv):
-        if isinstance(env, SkyRLEnv):  # a function returning a SkyRL env: build one per episode
-            env.close()
-            kwargs = {k: v for k, v in kwargs.items() if k != "max_turns"}
-            skyrl_spec = EnvSpec(env_spec.id, SkyRLFactory(factory), guard=env_spec.guard)
-            return make(skyrl_spec, max_turns=turns, **kwargs)
+        for adapter in _adapters:  # e.g. a function returning a SkyRL env: one per episode
+            rebuilt = adapter.adapt_built(env, factory)
+            if rebuilt is not None:
+                _adapted.add(rebuilt)
+                kwargs = {k: v for k, v in kwargs.items() if k != "max_turns"}
+                adapted_spec = EnvSpec(env_spec.id, rebuilt, guard=env_spec.guard)
+                return make(adapted_spec, max_turns=turns, **kwargs)
         raise EntryPointError(
             f"env {env_spec.id!r}: entry point returned {type(env).__name__}, not a TextEnv"
         )

@@ -15,9 +15,12 @@ extras=row_extras)`, calls `init(prompt)` and then `step(text)` until the return
 - a row whose `env_class` is registered to another env is refused (SkyRL would play it
   there); an `env_class` nobody registered is ignored.
 
-`skyrl_gym.make` applies it by itself: `adapt_factory` turns an entry point that is a SkyRL
+`skyrl_gym.make` applies it by itself: this module plugs `SKYRL_ADAPTER` into the registry
+(`add_env_adapter`, when `skyrl_gym` is imported), which turns an entry point that is a SkyRL
 env class into a `SkyRLFactory`, so `register(id=..., entry_point="mod:MyEnv")` and
 `make(id, env_config=..., extras=...)` work as in SkyRL, while our own envs are untouched.
+The dependency points one way: this module imports the registry, the registry knows nothing
+of SkyRL.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv
 from skyrl_gym.envs.base_text_env import Env as SkyRLEnv
+from skyrl_gym.registry import EntryPointError, add_env_adapter, registry
 from skyrl_gym.tasks import (
     SKYRL_ENV_CLASS_KEY,
     TaskError,
@@ -40,7 +44,9 @@ from skyrl_gym.tasks import (
 )
 
 __all__ = [
+    "SKYRL_ADAPTER",
     "EnvConfig",
+    "SkyRLAdapter",
     "SkyRLFactory",
     "SkyRLStepError",
     "SkyRLTextEnv",
@@ -242,8 +248,6 @@ class SkyRLTextEnv(TaskEnv):
     def _check_env_class(self, task: TaskRow, env_class: str) -> None:
         """Refuse a row whose `env_class` is registered to a different env: SkyRL would play
         it there, so playing it here would score it by the wrong rules."""
-        from skyrl_gym.registry import EntryPointError, registry
-
         other = registry.get(env_class)
         if other is not None:
             try:
@@ -266,3 +270,24 @@ class SkyRLTextEnv(TaskEnv):
     def close(self) -> None:
         """Close the running SkyRL instance, if any; safe to call again."""
         self._close_episode()
+
+
+@dataclass(frozen=True)
+class SkyRLAdapter:
+    """SkyRL's env contract as a registry `EnvAdapter`: what `make` builds SkyRL envs with."""
+
+    def adapt(self, factory: Callable[..., Any]) -> SkyRLFactory | None:
+        """A `SkyRLFactory` for a SkyRL env class, else None (our own envs are untouched)."""
+        return SkyRLFactory(factory) if is_skyrl_env_class(factory) else None
+
+    def adapt_built(self, env: object, factory: Callable[..., Any]) -> SkyRLFactory | None:
+        """A function that returned a SkyRL env: close that one, build one per episode."""
+        if not isinstance(env, SkyRLEnv):
+            return None
+        env.close()
+        return SkyRLFactory(factory)
+
+
+SKYRL_ADAPTER = SkyRLAdapter()
+"""The adapter this module plugs into `skyrl_gym.make` on import."""
+add_env_adapter(SKYRL_ADAPTER)

@@ -1,5 +1,8 @@
 """register / make / spec, and the wrappers make() applies."""
 
+import dataclasses
+import importlib
+
 import pytest
 
 import skyrl_gym
@@ -145,3 +148,56 @@ def test_make_passes_max_turns_to_envs_that_take_it(temp_id):
     assert env.unwrapped.max_turns == 2 and env.max_turns == 2
     skyrl_gym.register(temp_id("plain"), CountdownEnv)
     assert skyrl_gym.make("plain", max_turns=2).max_turns == 2  # only the guard knows
+
+
+class _Foreign:
+    """An env of a contract `make` does not know (not a `TextEnv`)."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class _ForeignAdapter:
+    """Builds a `CountdownEnv` for `_Foreign`, recording the keyword arguments it got."""
+
+    seen: list = dataclasses.field(default_factory=list, compare=False)
+
+    def adapt(self, factory):
+        if factory is not _Foreign:
+            return None
+
+        def build(max_turns=None, **kwargs):
+            self.seen.append({"max_turns": max_turns, **kwargs})
+            return CountdownEnv(**kwargs)
+
+        return build
+
+    def adapt_built(self, env, factory):
+        return None
+
+
+def test_a_foreign_contract_plugs_into_make_through_an_adapter(temp_id, monkeypatch):
+    """`make` knows no foreign contract (skyrl_compat plugs SkyRL's in the same way): without
+    the adapter the entry point is refused, with it the adapted factory builds the env and
+    receives the spec's turn limit, and the guard still applies."""
+    reg = importlib.import_module("skyrl_gym.registry")  # the package's `registry` is the map
+
+    skyrl_gym.register(temp_id("foreign-env"), _Foreign, max_turns=2, length=5)
+    with pytest.raises(EntryPointError, match="returned _Foreign, not a TextEnv"):
+        skyrl_gym.make("foreign-env")
+    monkeypatch.setattr(reg, "_adapters", list(reg._adapters))
+    adapter = _ForeignAdapter()
+    reg.add_env_adapter(adapter)
+    reg.add_env_adapter(_ForeignAdapter())  # an equal adapter again: a no-op
+    assert reg._adapters.count(adapter) == 1
+    try:
+        env = skyrl_gym.make("foreign-env")
+        assert isinstance(env, EpisodeGuard) and isinstance(env.unwrapped, CountdownEnv)
+        assert adapter.seen == [{"max_turns": 2, "length": 5}]
+        env.reset(seed=0)
+        env.step("a")
+        *_, truncated, _ = env.step("b")
+        assert truncated  # the spec's limit of 2 turns, enforced by the guard
+    finally:
+        reg._factories.clear()  # the adapted factory must not outlive the adapter
