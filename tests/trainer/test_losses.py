@@ -36,7 +36,7 @@ def t(*rows):
     return torch.tensor(rows, dtype=torch.float64)
 
 
-def ppo_clip_loss(new, old, adv, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=3.0, **kw):
+def trainer_ppo(new, old, adv, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=3.0, **kw):
     """The trainer's PPO as `algorithm.loss: ppo` configures it (bounds 1 - low, 1 + high)."""
     config = PPOConfig(1.0 - clip_low, 1.0 + clip_high, dual_clip)
     return policy_loss(PolicyLoss.PPO, new, old, adv, mask, config, **kw)
@@ -65,7 +65,7 @@ def test_ppo_clip_matches_hand_computation():
     new = torch.log(t([1.5, 0.5, 1.1, 5.0]))  # ratios
     adv = t([1.0, 1.0, -1.0, -1.0])
     mask = t([1, 1, 1, 1])
-    loss, stats = ppo_clip_loss(new, old, adv, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0)
+    loss, stats = trainer_ppo(new, old, adv, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0)
     # token 0: A>0, r=1.5 -> clipped at 1.2 -> -1.2
     # token 1: A>0, r=0.5 -> min(0.5, 0.8)*A -> -0.5 (not clipped: pessimistic term is unclipped)
     # token 2: A<0, r=1.1 -> max(1.1, 1.1) -> 1.1
@@ -79,14 +79,14 @@ def test_ppo_clip_matches_hand_computation():
 def test_ppo_clip_higher_is_asymmetric():
     old = t([0.0])
     new = torch.log(t([1.25]))
-    loss, _ = ppo_clip_loss(new, old, t([1.0]), t([1]), clip_low=0.2, clip_high=0.28)
+    loss, _ = trainer_ppo(new, old, t([1.0]), t([1]), clip_low=0.2, clip_high=0.28)
     assert loss.item() == pytest.approx(-1.25)  # inside [0.8, 1.28]: not clipped
 
 
 def test_ppo_gradient_vanishes_on_clipped_tokens():
     old = t([0.0, 0.0])
     new = torch.log(t([1.5, 1.0])).requires_grad_()
-    loss, _ = ppo_clip_loss(new, old, t([1.0, 1.0]), t([1, 1]))
+    loss, _ = trainer_ppo(new, old, t([1.0, 1.0]), t([1, 1]))
     loss.backward()
     assert new.grad[0, 0].item() == 0.0
     assert new.grad[0, 1].item() == pytest.approx(-0.5)  # d(-r*A)/dlogp = -r*A/N
@@ -95,20 +95,20 @@ def test_ppo_gradient_vanishes_on_clipped_tokens():
 def test_ppo_masks_and_broadcasts_sequence_advantages():
     old = t([0.0, 0.0], [0.0, 0.0])
     new = t([0.0, 9.0], [0.0, 0.0])  # the masked token has a wild ratio
-    loss, _ = ppo_clip_loss(new, old, t(2.0, -1.0).squeeze(0), t([1, 0], [1, 1]))
+    loss, _ = trainer_ppo(new, old, t(2.0, -1.0).squeeze(0), t([1, 0], [1, 1]))
     assert loss.item() == pytest.approx((-2.0 + 1.0 + 1.0) / 3)
 
 
 def test_ppo_is_weights_scale_tokens():
     old = t([0.0, 0.0])
     new = t([0.0, 0.0])
-    loss, _ = ppo_clip_loss(new, old, t([1.0, 1.0]), t([1, 1]), is_weights=t([0.5, 2.0]))
+    loss, _ = trainer_ppo(new, old, t([1.0, 1.0]), t([1, 1]), is_weights=t([0.5, 2.0]))
     assert loss.item() == pytest.approx(-(0.5 + 2.0) / 2)
 
 
 def test_dual_clip_must_exceed_one():
     with pytest.raises(ValueError, match="dual_clip"):
-        ppo_clip_loss(t([0.0]), t([0.0]), t([-1.0]), t([1]), dual_clip=0.5)
+        trainer_ppo(t([0.0]), t([0.0]), t([-1.0]), t([1]), dual_clip=0.5)
     with pytest.raises(ValueError, match="dual_clip"):
         PPOConfig(dual_clip=1.0)
 
@@ -249,7 +249,7 @@ def test_tinker_server_ppo_is_the_trainers_clipped_surrogate():
     adv = t([1.0, 1.0, -1.0, -1.0])
     per_token = _server_objective("ppo", new, old, adv)
     assert per_token[0].tolist() == pytest.approx([-1.2, -0.5, 1.1, 5.0])
-    trainer, _ = ppo_clip_loss(
+    trainer, _ = trainer_ppo(
         new, old, adv, t([1, 1, 1, 1]), dual_clip=None, reduction=Reduction.CONSTANT, normalizer=1
     )
     assert per_token.sum().item() == pytest.approx(trainer.item()) == pytest.approx(4.4)
