@@ -1,0 +1,81 @@
+"""Issue 25: real Terminal-Bench 2 task folders, built on the bwrap backend as in their images.
+
+Each fixture under `tests/harbor/real_format/` reproduces one way a real task's Dockerfile
+behaved differently on our copy-on-write root than in the image it was written for, run end to
+end through the real CLI (`skyrl harbor run`), oracle 1 and nop 0:
+
+- `pip-install-build`: a plain `RUN pip install ...` (no `--break-system-packages`), fine in a
+  `python:3.x` image, whose pip has no EXTERNALLY-MANAGED marker, and refused by a Debian
+  host's pip (PEP 668). Build sandboxes set `PIP_BREAK_SYSTEM_PACKAGES=1` unless the
+  Dockerfile's ENV says otherwise: what pip installs lands in the task's built layer, never the
+  host's, so the marker protects nothing there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skyrl_sdk.sandboxes import cow_root
+from tests.conftest import needs_bwrap
+
+pytestmark = [
+    needs_bwrap,
+    pytest.mark.skipif(cow_root.supported() is not None, reason="no copy-on-write roots here"),
+]
+
+REPO = Path(__file__).parents[2]
+FIXTURES = Path(__file__).parent / "real_format"
+
+
+def _harbor_run(task: Path, out: Path, agent: str, cache: Path) -> dict:
+    """`skyrl harbor run -a AGENT -p TASK` with its own root cache: its only trial's result."""
+    cli = [sys.executable, "-m", "skyrl_gym", "harbor", "run", "-a", agent]
+    done = subprocess.run(
+        [*cli, "-p", str(task), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**_environ(), "SKYRL_CACHE": str(cache)},
+    )
+    assert (out / "job.json").is_file(), done.stdout + done.stderr
+    (trial,) = json.loads((out / "job.json").read_text())["trials"]
+    return json.loads((out / trial["trial_name"] / "result.json").read_text())
+
+
+def _environ() -> dict[str, str]:
+    # The host's own pip settings must not be what makes the build pass.
+    return {k: v for k, v in os.environ.items() if k != "PIP_BREAK_SYSTEM_PACKAGES"}
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25: a Debian host's pip refuses a plain pip install")
+@pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
+def test_plain_pip_install_at_build(agent: str, reward: float, tmp_path: Path) -> None:
+    result = _harbor_run(FIXTURES / "pip-install-build", tmp_path / "out", agent, tmp_path / "c")
+    notes = json.dumps(result, indent=1)
+    assert not any("failed at build" in n for n in result["environment_notes"]), notes
+    assert result["rewards"] == {"reward": reward}, notes
+
+
+def test_the_dockerfile_env_wins_over_the_default(tmp_path: Path) -> None:
+    """A Dockerfile that sets PIP_BREAK_SYSTEM_PACKAGES=0 gets pip's refusal, as it asked."""
+    task = tmp_path / "tasks" / "pip-env-wins"
+    task.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-r", str(FIXTURES / "pip-install-build"), str(task)], check=True)
+    dockerfile = task / "environment" / "Dockerfile"
+    text = dockerfile.read_text().replace(
+        "WORKDIR /app\n", "WORKDIR /app\nENV PIP_BREAK_SYSTEM_PACKAGES=0\n"
+    )
+    dockerfile.write_text(text)
+    result = _harbor_run(task, tmp_path / "out", "oracle", tmp_path / "c")
+    notes = json.dumps(result, indent=1)
+    assert any(
+        "pip install" in n and "failed at build" in n for n in result["environment_notes"]
+    ), notes
+    assert result["rewards"] == {"reward": 0.0}, notes
