@@ -54,7 +54,6 @@ def _environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PIP_BREAK_SYSTEM_PACKAGES"}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: a Debian host's pip refuses a plain pip install")
 @pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
 def test_plain_pip_install_at_build(agent: str, reward: float, tmp_path: Path) -> None:
     result = _harbor_run(FIXTURES / "pip-install-build", tmp_path / "out", agent, tmp_path / "c")

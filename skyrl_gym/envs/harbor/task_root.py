@@ -11,7 +11,8 @@ layer is what a container build adds:
   setting, its memory, pids and CPU caps, and a disk cap (the layer is built on a sized tmpfs,
   then copied into the cache).
 - **What.** Every COPY (from the build context, bound read-only) and every RUN, in order, with
-  the Dockerfile's ENV and each step's WORKDIR. A RUN that calls apt or dpkg on a base without
+  the Dockerfile's ENV (over `BUILD_ENV_DEFAULTS`: pip installs as in a `python:3.x` image)
+  and each step's WORKDIR. A RUN that calls apt or dpkg on a base without
   a dpkg database (the host's minimal system) is not run; a RUN that fails (offline, say) is
   not fatal: both become notes naming the step and its output, and the build goes on, as the
   trial does.
@@ -62,7 +63,12 @@ WRITABLE_FILE = "writable.json"
 BUILD_DISK_BYTES = 4 << 30
 """The most a build may write (its staging tmpfs; `$SKYRL_HARBOR_BUILD_MAX_BYTES`)."""
 BUILD_DISK_ENV = "SKYRL_HARBOR_BUILD_MAX_BYTES"
-LAYER_FORMAT = "2"
+BUILD_ENV_DEFAULTS: tuple[tuple[str, str], ...] = (("PIP_BREAK_SYSTEM_PACKAGES", "1"),)
+"""Set in every RUN step unless the Dockerfile's ENV sets them. A `python:3.x` image's pip has
+no EXTERNALLY-MANAGED marker, so a plain `RUN pip install x` works there; a Debian host's pip
+has one (PEP 668) and refuses. What a build's pip installs lands in the task's own layer, never
+on the host, so the marker protects nothing here."""
+LAYER_FORMAT = "3"
 """Part of every key: bumped when what a build makes changes, so no older layer is reused."""
 
 
@@ -172,6 +178,7 @@ async def _build(
             rootfs=rootfs,
         )
         first = next((s.workdir for s in plan.steps), writable[0])
+        env = {**dict(BUILD_ENV_DEFAULTS), **dict(plan.env)}  # the Dockerfile's ENV wins
         spec = spec_for(first, disk)
         sandbox = await open_sandbox(spec, cow, {CONTEXT_INSIDE: context.resolve()})  # type: ignore[misc]
         try:
@@ -195,7 +202,7 @@ async def _build(
                         continue
                 await sandbox.exec(["mkdir", "-p", step.workdir], timeout=30)  # type: ignore[attr-defined]
                 ran = await sandbox.exec(  # type: ignore[attr-defined]
-                    ["/bin/sh", "-c", command], timeout=left, cwd=step.workdir, env=dict(plan.env)
+                    ["/bin/sh", "-c", command], timeout=left, cwd=step.workdir, env=env
                 )
                 if ran.timed_out:
                     raise TimeoutError(f"{where} {command!r}")
