@@ -138,18 +138,25 @@ def test_cross_entropy_is_advantage_weighted_nll():
 
 
 def test_cispo_keeps_gradients_of_clipped_tokens():
-    old = t([0.0, 0.0, 0.0])
-    new = torch.log(t([1.5, 0.5, 1.0])).requires_grad_()
-    per_token, total = _sum("cispo", new, old, t([1.0, -1.0, 2.0]), ClipConfig(0.8, 1.2))
-    # clip(r) = 1.2, 0.8, 1.0 as constant weights on -logp * A
-    expected = [-1.2 * math.log(1.5) * 1.0, -0.8 * math.log(0.5) * -1.0, -1.0 * 0.0 * 2.0]
+    old = t([0.0, 0.0, 0.0, 0.0])
+    new = torch.log(t([1.5, 0.5, 1.0, 1.1])).requires_grad_()
+    adv = t([1.0, -1.0, 2.0, 1.0])
+    per_token, total = _sum("cispo", new, old, adv, ClipConfig(0.8, 1.2))
+    # clip(r) = 1.2, 0.8, 1.0, 1.1 as constant weights on -logp * A
+    expected = [
+        -1.2 * math.log(1.5) * 1.0,
+        -0.8 * math.log(0.5) * -1.0,
+        -1.0 * 0.0 * 2.0,
+        -1.1 * math.log(1.1) * 1.0,
+    ]
     assert per_token[0].tolist() == pytest.approx(expected)
     total.backward()
-    # d/dlogp = -clip(r) * A: the clipped tokens 0 and 1 still move (PPO's clip would stop them)
-    assert new.grad[0].tolist() == pytest.approx([-1.2, 0.8, -2.0])
-    _, stats = policy_loss("cispo", new, old, t([1.0, -1.0, 2.0]), t([1, 1, 1]), ClipConfig())
-    assert stats.clip_fraction == pytest.approx(2 / 3)
-    assert stats.ratio_mean == pytest.approx((1.5 + 0.5 + 1.0) / 3)
+    # d/dlogp = -clip(r) * A: the clipped tokens 0 and 1 still move (PPO's clip would stop
+    # them), and the weight is a constant (no r * logp term: token 3 gets -1.1, not -1.2049)
+    assert new.grad[0].tolist() == pytest.approx([-1.2, 0.8, -2.0, -1.1])
+    _, stats = policy_loss("cispo", new, old, adv, t([1, 1, 1, 1]), ClipConfig())
+    assert stats.clip_fraction == pytest.approx(2 / 4)
+    assert stats.ratio_mean == pytest.approx((1.5 + 0.5 + 1.0 + 1.1) / 4)
 
 
 def test_dro_is_reinforce_with_a_quadratic_pull_to_the_sampler():
