@@ -133,11 +133,11 @@ def eval_command(
         check_resume,
         eval_rows,
         failure_outside_policy,
-        load_policy,
         parse_env_kwargs,
         plan,
     )
     from skyrl_sdk.agents.policy import SamplingParams
+    from skyrl_sdk.agents.policy_spec import PolicySpecError, load_policy
     from skyrl_sdk.agents.rollout import RolloutLimits
 
     try:
@@ -205,8 +205,10 @@ def eval_command(
     if command_agent is not None and tokenizer is None and policy.startswith("scripted:"):
         tokenizer = "tiny"  # the server needs token ids, as `skyrl serve --policy scripted:`
     try:
-        the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model)
-    except (EvalError, OSError, ValueError) as e:
+        the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model).policy
+    except PolicySpecError as e:  # names the spec and what is accepted
+        _die(str(e))
+    except (OSError, ValueError) as e:
         _die(f"cannot load policy {policy!r}: {e}")
     runner = None
     if command_agent is not None:
@@ -350,9 +352,12 @@ def view_command(
         items = items[:limit]
     decode = None
     if tokenizer is not None:
-        from skyrl_sdk.agents.evaluate import load_renderer
+        from skyrl_sdk.agents.policy_spec import PolicySpecError, load_renderer
 
-        renderer = load_renderer(tokenizer)
+        try:
+            renderer = load_renderer(tokenizer)
+        except PolicySpecError as e:
+            _die(str(e))
         assert renderer is not None
         decode = renderer.decode
     output.write_text(render_html(items, decode=decode, title=trajectories.name), encoding="utf-8")
@@ -458,7 +463,7 @@ def serve_command(
         from skyrl_sdk.agents.serving import ServeConfig, ToolOutputFormat, create_app
     except ImportError as e:
         _die(str(e))
-    from skyrl_sdk.agents.serving.policies import PolicySpecError, load_policy
+    from skyrl_sdk.agents.policy_spec import PolicySpecError, PolicyUse, load_policy
 
     try:
         fmt = ToolOutputFormat(tool_format)
@@ -475,10 +480,13 @@ def serve_command(
             tokenizer=tokenizer,
             device=device,
             max_batch_size=max_batch_size,
-            upstream_model=upstream_model,
+            model=upstream_model,
             fairness=fairness,
+            use=PolicyUse.SERVE,
         )
-    except (PolicySpecError, OSError, ValueError) as e:
+    except PolicySpecError as e:  # names the spec and what is accepted
+        _die(str(e))
+    except (OSError, ValueError) as e:
         _die(f"cannot load policy {spec!r}: {e}")
     import uvicorn
 

@@ -1,4 +1,6 @@
-"""Evaluation runs: policy specs, resumable runs, summaries (the engine behind `skyrl eval`).
+"""Evaluation runs: resumable runs, summaries (the engine behind `skyrl eval`).
+
+Policy specs are read by `skyrl_sdk.agents.policy_spec` (the one parser `skyrl serve` uses too).
 
 An evaluation directory holds:
 - `trajectories.jsonl`: one line per finished episode, appended as each one finishes;
@@ -15,8 +17,8 @@ episodes start with `reset(seed=n)` and whose trajectories and result rows carry
 from __future__ import annotations
 
 import json
-import os
 import statistics
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -24,8 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_gym.tasks import TaskRow, seed_tasks
-from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents import policy_spec
 from skyrl_sdk.agents.policy import Policy, SamplingParams
+from skyrl_sdk.agents.policy_spec import (  # noqa: F401 (re-exported, importable from here)
+    POLICY_SPEC_HELP,
+    load_renderer,
+)
 from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
 from skyrl_sdk.agents.trajectory import (
     StopReason,
@@ -43,11 +49,6 @@ RESULTS = "results.json"
 DEFAULT_MAX_TURNS = 8
 """Turn limit of `skyrl eval` for an env registered without one."""
 
-POLICY_SPEC_HELP = (
-    "tiny (a tiny model built locally), a model directory (or local:DIR), an "
-    "OpenAI-compatible URL (http://host:port/v1), or scripted:FILE (JSON actions)."
-)
-
 
 class EvalError(ValueError):
     """The evaluation cannot start (bad spec, output dir in use, no tasks)."""
@@ -56,51 +57,25 @@ class EvalError(ValueError):
 # -- policies -----------------------------------------------------------------------------
 
 
-def load_renderer(tokenizer: str | None) -> ChatRenderer | None:
-    """A renderer from a tokenizer directory, `tiny`, or None."""
-    if tokenizer is None:
-        return None
-    from transformers import AutoTokenizer
-
-    path = _tiny_dir() if tokenizer == "tiny" else Path(tokenizer)
-    return ChatRenderer(AutoTokenizer.from_pretrained(path))
-
-
-def _tiny_dir() -> Path:
-    from skyrl_sdk.agents.tiny import tiny_model_dir
-
-    return tiny_model_dir()
+def __getattr__(name: str) -> Any:
+    """`load_policy` stays importable from here for one release (deprecated): it returns the
+    bare `Policy` and raises `EvalError`, as before the one parser in `policy_spec`."""
+    if name == "load_policy":
+        warnings.warn(
+            "skyrl_sdk.agents.evaluate.load_policy is deprecated: use "
+            "skyrl_sdk.agents.policy_spec.load_policy(spec, ...).policy",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _deprecated_load_policy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def load_policy(
-    spec: str,
-    *,
-    tokenizer: str | None = None,
-    api: str = "auto",
-    model: str | None = None,
-    device: str = "cpu",
-) -> Policy:
-    """Build the policy a spec names (see `POLICY_SPEC_HELP`)."""
-    if spec.startswith(("http://", "https://")):
-        from skyrl_sdk.agents.openai_client import ApiMode, OpenAIClient
-
-        # The key `skyrl serve --api-key` reads ($SKYRL_API_KEY), else the openai SDK's own.
-        key = os.environ.get("SKYRL_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        renderer = load_renderer(tokenizer)
-        return OpenAIClient(spec, model=model, renderer=renderer, api=ApiMode(api), api_key=key)
-    if spec.startswith("scripted:"):
-        from skyrl_sdk.agents.scripted import ScriptedPolicy
-
-        return ScriptedPolicy.from_file(spec.removeprefix("scripted:"), load_renderer(tokenizer))
-    from skyrl_sdk.agents.local_engine import LocalEngine
-
-    if spec == "tiny":
-        # One decoding thread: see `LocalEngine.num_threads` (a second one only loses time).
-        return LocalEngine.from_pretrained(_tiny_dir(), device=device, name="tiny", num_threads=1)
-    path = Path(spec.removeprefix("local:"))
-    if not path.is_dir():
-        raise EvalError(f"policy spec {spec!r}: not a URL, scripted:FILE, 'tiny' or a directory")
-    return LocalEngine.from_pretrained(path, device=device)
+def _deprecated_load_policy(spec: str, **kwargs: Any) -> Policy:
+    try:
+        return policy_spec.load_policy(spec, **kwargs).policy
+    except policy_spec.PolicySpecError as e:
+        raise EvalError(str(e)) from e
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:

@@ -256,10 +256,10 @@ def _fair_engine(step_rows: bool) -> tuple[Any, Any]:
     """The engine and renderer `skyrl serve --policy tiny` runs (its defaults); without
     `step_rows`, fairness at admission only (every row advances every step)."""
     from skyrl_sdk.agents.fairness import FairnessLimits
-    from skyrl_sdk.agents.serving.policies import load_policy
+    from skyrl_sdk.agents.policy_spec import PolicyUse, load_policy
 
     limits = None if step_rows else FairnessLimits(max_rows=8, step_rows=None)
-    loaded = load_policy("tiny", max_batch_size=16, fairness=limits)
+    loaded = load_policy("tiny", max_batch_size=16, fairness=limits, use=PolicyUse.SERVE)
     return loaded.policy, loaded.renderer
 
 

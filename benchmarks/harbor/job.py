@@ -880,13 +880,13 @@ async def run_job(
     out.mkdir(parents=True, exist_ok=True)
     task_dirs = find_task_dirs(config.path)
     if config.agent in (AgentKind.LLM, AgentKind.COMMAND) and policy is None:
-        from skyrl_sdk.agents.evaluate import load_policy
+        from skyrl_sdk.agents.policy_spec import load_policy
 
         spec = config.policy or ""
         tokenizer = (
             "tiny" if config.agent is AgentKind.COMMAND and spec.startswith("scripted:") else None
         )
-        policy = load_policy(spec, tokenizer=tokenizer)
+        policy = load_policy(spec, tokenizer=tokenizer).policy
     runner = None
     if config.agent is AgentKind.COMMAND:
         from skyrl_sdk.agents.command_agent import CommandAgentRunner

@@ -127,15 +127,18 @@ def run_command(
     ids: str | None = typer.Option(None, help="Comma-separated instance ids to run."),
 ) -> None:
     """Run an agent on each instance in the `swe` env, then write the evaluation report."""
-    from skyrl_sdk.agents.evaluate import EvalError, load_policy
+    from skyrl_sdk.agents.evaluate import EvalError
     from skyrl_sdk.agents.policy import SamplingParams
+    from skyrl_sdk.agents.policy_spec import PolicySpecError, load_policy
     from skyrl_sdk.agents.rollout import RolloutLimits
     from skyrl_sdk.benchmarks.swebench.agent_run import run_agent
 
     chosen, repos_dir = _instances(instances, ids, repos)
     try:
-        the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model)
-    except (EvalError, OSError, ValueError) as e:
+        the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model).policy
+    except PolicySpecError as e:  # names the spec and what is accepted
+        _die(str(e))
+    except (OSError, ValueError) as e:
         _die(f"cannot load policy {policy!r}: {e}")
 
     async def go():

@@ -5,7 +5,7 @@ in the episode's last `<solution>` is then scored with the chosen metric exactly
 predictions file. Trajectories go to `OUT/trajectories.jsonl` as they finish.
 
 Policy specs: `oracle` (answers every question with its gold SQL in one turn: checks the
-pipeline, scores 100%), and everything `agents.evaluate.load_policy` understands
+pipeline, scores 100%), and everything `agents.policy_spec.load_policy` understands
 (`http(s)://...` OpenAI-compatible servers, `scripted:FILE`, `tiny`, `local:DIR`).
 """
 
@@ -45,15 +45,15 @@ def make_policy(spec: str, rows: Sequence[TaskRow]) -> Any:
         }
         return ScriptedPolicy(script, name="oracle")
     try:
-        from skyrl_sdk.agents.evaluate import EvalError, load_policy
+        from skyrl_sdk.agents.policy_spec import load_policy
     except ImportError as e:
         raise PolicyUnavailable(
             f"policy spec {spec!r} is not available yet: only 'oracle' works without the agents "
             f"package's policy loader ({e})"
         ) from e
     try:
-        return load_policy(spec)
-    except (EvalError, OSError, ValueError) as e:
+        return load_policy(spec).policy
+    except (OSError, ValueError) as e:  # PolicySpecError is a ValueError
         raise PolicyUnavailable(f"cannot build policy {spec!r}: {e}") from e
 
 

@@ -8,13 +8,13 @@ import asyncio
 
 import torch
 
-from skyrl_sdk.agents.evaluate import load_policy
 from skyrl_sdk.agents.policy import SamplingParams
+from skyrl_sdk.agents.policy_spec import load_policy
 
 
 def test_tiny_decodes_on_one_thread_and_the_caller_keeps_its_own() -> None:
     before = torch.get_num_threads()
-    engine = load_policy("tiny")
+    engine = load_policy("tiny").policy
     seen: list[int] = []
     engine.model.register_forward_hook(lambda *_: seen.append(torch.get_num_threads()))
 

@@ -114,21 +114,24 @@ def test_serve_refuses_an_unknown_policy() -> None:
     )
     assert out.returncode == 2
     said = " ".join((out.stdout + out.stderr).split())  # rich wraps long lines
-    assert "cannot load policy 'no-such-thing': not 'tiny', a model directory" in said
+    assert "policy spec 'no-such-thing': not 'tiny', a model directory" in said
+    assert "accepted: tiny" in said
 
 
 def test_proxy_to_an_upstream_is_token_exact(tiny_dir) -> None:
     """`--policy URL --tokenizer DIR`: requests go upstream as token ids; the proxy's answer
     carries the upstream's sampled ids, equal to asking the upstream directly."""
     from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.policy_spec import PolicyUse, load_policy
     from skyrl_sdk.agents.serving import ServeConfig, start_server
-    from skyrl_sdk.agents.serving.policies import load_policy
     from skyrl_sdk.agents.tiny import tiny_renderer
 
     engine = LocalEngine.from_pretrained(tiny_dir, name="tiny")
     renderer = tiny_renderer(tiny_dir)
     with start_server(engine, ServeConfig(model_name="tiny"), renderer=renderer) as upstream:
-        loaded = load_policy(upstream.base_url, tokenizer=str(tiny_dir), upstream_model="tiny")
+        loaded = load_policy(
+            upstream.base_url, tokenizer=str(tiny_dir), model="tiny", use=PolicyUse.SERVE
+        )
         config = ServeConfig(model_name="proxied")
         with start_server(loaded.policy, config, renderer=loaded.renderer) as proxy:
             ask = {

@@ -42,9 +42,9 @@ BATCH = 16
 @pytest.fixture(scope="module")
 def tiny() -> Any:
     """The tiny local model as `skyrl serve --policy tiny` loads it."""
-    from skyrl_sdk.agents.serving.policies import load_policy
+    from skyrl_sdk.agents.policy_spec import PolicyUse, load_policy
 
-    return load_policy("tiny", max_batch_size=BATCH)
+    return load_policy("tiny", max_batch_size=BATCH, use=PolicyUse.SERVE)
 
 
 def _serve(tiny: Any, **config: Any) -> Any:
