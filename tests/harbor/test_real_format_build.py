@@ -9,6 +9,12 @@ end through the real CLI (`skyrl harbor run`), oracle 1 and nop 0:
   host's pip (PEP 668). Build sandboxes set `PIP_BREAK_SYSTEM_PACKAGES=1` unless the
   Dockerfile's ENV says otherwise: what pip installs lands in the task's built layer, never the
   host's, so the marker protects nothing there.
+- `verifier-pip-install`: test.sh pip-installs its own tools into the system's Python (as
+  Terminal-Bench 2's `pip install pytest ... --break-system-packages` does, root in the
+  container), then runs the installed command and imports the package. The verifier's uid 0
+  is not the host's root, so the interpreters' install directories (`/usr/local/bin`,
+  `/usr/local/lib/python3.X/{dist,site}-packages`) are the verifier's in the built layer: its
+  writes land in the trial's own upper layer; the agent (another uid) still cannot write there.
 """
 
 from __future__ import annotations
@@ -78,3 +84,13 @@ def test_the_dockerfile_env_wins_over_the_default(tmp_path: Path) -> None:
         "pip install" in n and "failed at build" in n for n in result["environment_notes"]
     ), notes
     assert result["rewards"] == {"reward": 0.0}, notes
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25: the verifier cannot pip-install into the system")
+@pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
+def test_verifier_pip_installs_into_the_system(agent: str, reward: float, tmp_path: Path) -> None:
+    result = _harbor_run(FIXTURES / "verifier-pip-install", tmp_path / "out", agent, tmp_path / "c")
+    trial = tmp_path / "out" / result["trial_name"]
+    log = (trial / "verifier" / "test-stdout.txt").read_text()
+    assert "Successfully installed answercheck" in log, log
+    assert result["rewards"] == {"reward": reward}, json.dumps(result, indent=1) + log

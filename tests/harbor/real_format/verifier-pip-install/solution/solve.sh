@@ -1,0 +1,2 @@
+#!/bin/bash
+echo forty-two > /app/answer.txt
