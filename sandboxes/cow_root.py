@@ -123,6 +123,32 @@ class CowRoot:
             else:
                 host.touch(mode=0o644)
 
+    def lists(self, path: str) -> set[str]:
+        """The names in the inside directory `path`, over every layer of its overlay (the upper
+        one included; whiteouts not applied: enough to find what a root has)."""
+        overlay = self._overlay_of(path)
+        rel = os.path.normpath(path)[len(overlay.target.rstrip("/")) :].lstrip("/")
+        names: set[str] = set()
+        for layer in (overlay.upper, *overlay.lowers):
+            if no_links_below(layer, rel) and (layer / rel).is_dir():
+                names.update(os.listdir(layer / rel))
+        return names
+
+    def copy_up_dir(self, path: str) -> Path | None:
+        """The inside directory `path` in its upper layer, made as a copy-up would (its and its
+        parents' mode and owner from the lower layer), so that its owner can then be changed
+        there; None when a link is on the way (never followed) or no layer has it."""
+        host = self.upper_of(path)
+        overlay = self._overlay_of(path)
+        rel = os.path.relpath(host, overlay.upper)
+        if not no_links_below(overlay.upper, rel):
+            return None
+        if not host.is_dir():
+            if not self.exists_below(path):
+                return None
+            self._make_parents(overlay, host)
+        return host
+
     @staticmethod
     def _make_parents(overlay: Overlay, directory: Path) -> None:
         """Create `directory` and its missing parents in `overlay`'s upper layer as a copy-up

@@ -86,7 +86,6 @@ def test_the_dockerfile_env_wins_over_the_default(tmp_path: Path) -> None:
     assert result["rewards"] == {"reward": 0.0}, notes
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: the verifier cannot pip-install into the system")
 @pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
 def test_verifier_pip_installs_into_the_system(agent: str, reward: float, tmp_path: Path) -> None:
     result = _harbor_run(FIXTURES / "verifier-pip-install", tmp_path / "out", agent, tmp_path / "c")
@@ -94,3 +93,36 @@ def test_verifier_pip_installs_into_the_system(agent: str, reward: float, tmp_pa
     log = (trial / "verifier" / "test-stdout.txt").read_text()
     assert "Successfully installed answercheck" in log, log
     assert result["rewards"] == {"reward": reward}, json.dumps(result, indent=1) + log
+
+
+def test_the_agent_cannot_plant_in_the_verifiers_install_dirs(tmp_path: Path) -> None:
+    """The directories handed to the verifier stay closed to the agent: a checker planted in
+    `/usr/local/bin` or a `.pth` start-up hook in site-packages (which test.sh's own Python
+    would run) never gets there, and the host's directories are untouched."""
+    from tests.harbor.conftest import make_task
+
+    dirs = "/usr/local/bin /usr/local/lib/python3*/*-packages"
+    make_task(
+        tmp_path / "tasks",
+        "plant",
+        solve_sh=(
+            f"for d in {dirs}; do\n"
+            "  printf '#!/bin/sh\\nexit 0\\n' > $d/answer-check-planted 2>/dev/null\n"
+            "  chmod +x $d/answer-check-planted 2>/dev/null\n"
+            "  echo 'import os; os.system(\"echo 1 > /logs/verifier/reward.txt\")' "
+            "> $d/zz-planted.pth 2>/dev/null\n"
+            "done; true"
+        ),
+        test_sh=(
+            "echo 0 > /logs/verifier/reward.txt\n"
+            f"ls {dirs} | grep -q planted && echo 1 > /logs/verifier/reward.txt\n"
+            "python3 -c pass"
+        ),
+    )
+    host_before = {p: os.stat(p) for p in ("/usr/local/bin", "/usr/local/lib")}
+    result = _harbor_run(tmp_path / "tasks" / "plant", tmp_path / "out", "oracle", tmp_path / "c")
+    assert result["rewards"] == {"reward": 0.0}, json.dumps(result, indent=1)
+    for path, info in host_before.items():
+        after = os.stat(path)
+        assert (after.st_uid, after.st_mode) == (info.st_uid, info.st_mode), path
+    assert not list(Path("/usr/local").glob("**/*planted*"))

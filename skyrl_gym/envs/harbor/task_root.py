@@ -52,6 +52,7 @@ from skyrl_gym.envs.harbor.dockerfile import (
 from skyrl_gym.envs.harbor.root_cache import CacheOutcome, RootCache, build_key
 from skyrl_sdk.sandboxes import SandboxSpec, Workspace, chown_tree, cow_root
 from skyrl_sdk.sandboxes.bwrap import _ETC_FILES, _ETC_NETWORK_FILES
+from skyrl_sdk.sandboxes.spec import VERIFIER_HOST_UID
 
 SANDBOX_UID = 65534
 CONTEXT_INSIDE = "/run/skyrl-build-context"
@@ -214,6 +215,8 @@ async def _build(
                     )
         finally:
             await sandbox.close()  # type: ignore[attr-defined]
+        for path in _give_verifier(cow):
+            notes.append(f"{path}: a link made by the build; not handed to the verifier")
         root_layer = upper / cow_root.ROOT_LAYER
         kept = []
         for path in writable:
@@ -237,6 +240,45 @@ async def _build(
     (staging / NOTES_FILE).write_text(json.dumps(notes))
     staging.chmod(0o700)  # the layer is root's alone on the host
     (staging / WRITABLE_FILE).write_text(json.dumps(list(writable)))
+
+
+def verifier_install_dirs(cow: cow_root.CowRoot) -> list[str]:
+    """Where a root's pip installs as root, where the root has them: `/usr/local/bin`, and for
+    each `python3.X` of the root `/usr/local/lib/python3.X/site-packages` (python.org builds,
+    a `python:3.x` image) and `.../dist-packages` (Debian's pip)."""
+    versions = {
+        name
+        for lib in ("/usr/lib", "/usr/local/lib")
+        for name in cow.lists(lib)
+        if re.fullmatch(r"python3\.\d+", name)
+    }
+    out = ["/usr/local/bin"] if "bin" in cow.lists("/usr/local") else []
+    for version in sorted(versions):
+        have = cow.lists(f"/usr/local/lib/{version}")
+        out += [
+            f"/usr/local/lib/{version}/{d}" for d in ("site-packages", "dist-packages") if d in have
+        ]
+    return out
+
+
+def _give_verifier(cow: cow_root.CowRoot) -> list[str]:
+    """Hand the root's pip install directories (`verifier_install_dirs`) to the verifier's host
+    uid in the built layer; return those refused (a link on the way, never followed).
+
+    In a container test.sh runs as root and often pip-installs its tools into the system
+    (Terminal-Bench 2: `pip install pytest ... --break-system-packages`). Here the verifier's
+    uid 0 is `VERIFIER_HOST_UID`, not the host's root, so the system's directories would refuse
+    it. Owned by that uid, they take its installs, which land in the trial's own upper layer
+    (discarded with it). The agent, another uid, still cannot write there, so what test.sh
+    imports and runs from them is not the agent's; what is already in them stays root's."""
+    refused = []
+    for path in verifier_install_dirs(cow):
+        host = cow.copy_up_dir(path)
+        if host is None:
+            refused.append(path)
+            continue
+        os.chown(host, VERIFIER_HOST_UID, -1, follow_symlinks=False)
+    return refused
 
 
 def _strip_setid(tree: Path) -> None:
@@ -274,7 +316,8 @@ def build_task_root(
     # The Dockerfile, its context and the base root (`build_key`), the network the RUN steps
     # had, and the directories handed to the sandbox user.
     base = build_key(dockerfile, context, rootfs) if dockerfile is not None else "none"
-    key = f"{base[:24]}-{'net' if network else 'offline'}-{_stable((LAYER_FORMAT, *writable))}"
+    stable = _stable((LAYER_FORMAT, str(VERIFIER_HOST_UID), *writable))
+    key = f"{base[:24]}-{'net' if network else 'offline'}-{stable}"
 
     def build(staging: Path) -> None:
         asyncio.run(
