@@ -137,7 +137,7 @@ def eval_command(
         plan,
     )
     from skyrl_sdk.agents.policy import SamplingParams
-    from skyrl_sdk.agents.policy_spec import PolicySpecError, load_policy
+    from skyrl_sdk.agents.policy_spec import load_error, load_policy
     from skyrl_sdk.agents.rollout import RolloutLimits
 
     try:
@@ -206,10 +206,8 @@ def eval_command(
         tokenizer = "tiny"  # the server needs token ids, as `skyrl serve --policy scripted:`
     try:
         the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model).policy
-    except PolicySpecError as e:  # names the spec and what is accepted
-        _die(str(e))
-    except (OSError, ValueError) as e:
-        _die(f"cannot load policy {policy!r}: {e}")
+    except (OSError, ValueError) as e:  # PolicySpecError is a ValueError
+        _die(load_error(policy, e))
     runner = None
     if command_agent is not None:
         if the_policy.renderer is None:
@@ -463,7 +461,7 @@ def serve_command(
         from skyrl_sdk.agents.serving import ServeConfig, ToolOutputFormat, create_app
     except ImportError as e:
         _die(str(e))
-    from skyrl_sdk.agents.policy_spec import PolicySpecError, PolicyUse, load_policy
+    from skyrl_sdk.agents.policy_spec import PolicyUse, load_error, load_policy
 
     try:
         fmt = ToolOutputFormat(tool_format)
@@ -484,10 +482,8 @@ def serve_command(
             fairness=fairness,
             use=PolicyUse.SERVE,
         )
-    except PolicySpecError as e:  # names the spec and what is accepted
-        _die(str(e))
-    except (OSError, ValueError) as e:
-        _die(f"cannot load policy {spec!r}: {e}")
+    except (OSError, ValueError) as e:  # PolicySpecError is a ValueError
+        _die(load_error(spec, e))
     import uvicorn
 
     config = ServeConfig(

@@ -46,6 +46,7 @@ __all__ = [
     "PolicySpec",
     "PolicySpecError",
     "PolicyUse",
+    "load_error",
     "load_policy",
     "load_renderer",
     "parse_policy_spec",
@@ -149,6 +150,14 @@ def parse_policy_spec(spec: str) -> PolicySpec:
         what = f"no such model directory: {path!r}" if spec.startswith(LOCAL_PREFIX) else None
         raise _spec_error(spec, what or "not 'tiny', a model directory, scripted:FILE or a URL")
     return PolicySpec(spec, PolicyKind.LOCAL, path)
+
+
+def load_error(spec: str, error: Exception) -> str:
+    """The one-line message for a spec that failed to load: a `PolicySpecError` already names
+    the spec and what is accepted; anything else (a broken checkpoint) is prefixed with it."""
+    if isinstance(error, PolicySpecError):
+        return str(error)
+    return f"cannot load policy {spec!r}: {error}"
 
 
 def url_api_key(use: PolicyUse) -> str | None:

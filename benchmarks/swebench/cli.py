@@ -129,17 +129,15 @@ def run_command(
     """Run an agent on each instance in the `swe` env, then write the evaluation report."""
     from skyrl_sdk.agents.evaluate import EvalError
     from skyrl_sdk.agents.policy import SamplingParams
-    from skyrl_sdk.agents.policy_spec import PolicySpecError, load_policy
+    from skyrl_sdk.agents.policy_spec import load_error, load_policy
     from skyrl_sdk.agents.rollout import RolloutLimits
     from skyrl_sdk.benchmarks.swebench.agent_run import run_agent
 
     chosen, repos_dir = _instances(instances, ids, repos)
     try:
         the_policy = load_policy(policy, tokenizer=tokenizer, api=api, model=model).policy
-    except PolicySpecError as e:  # names the spec and what is accepted
-        _die(str(e))
-    except (OSError, ValueError) as e:
-        _die(f"cannot load policy {policy!r}: {e}")
+    except (OSError, ValueError) as e:  # PolicySpecError is a ValueError
+        _die(load_error(policy, e))
 
     async def go():
         try:

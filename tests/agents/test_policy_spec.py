@@ -21,6 +21,7 @@ from skyrl_sdk.agents.policy_spec import (
     PolicySpec,
     PolicySpecError,
     PolicyUse,
+    load_error,
     load_policy,
     load_renderer,
     parse_policy_spec,
@@ -132,6 +133,14 @@ def test_scripted_renders_with_tiny_only_when_served(files: Path) -> None:
     assert isinstance(played, LoadedPolicy) and played.renderer is None
     assert played.model_name == served.model_name == "scripted"
     assert served.renderer is not None and served.policy.renderer is served.renderer
+
+
+def test_load_error_prefixes_only_what_does_not_name_the_spec() -> None:
+    refused = PolicySpecError(f"policy spec 'x': empty{ACCEPTED}")
+    assert load_error("x", refused) == str(refused)
+    assert (
+        load_error("ckpt", OSError("no config.json")) == "cannot load policy 'ckpt': no config.json"
+    )
 
 
 def _skyrl(*args: str, cwd: Path) -> str:
