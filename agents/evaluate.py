@@ -127,7 +127,8 @@ class EvalSummary:
     trainable: int
     """Episodes with exact token ids and logprobs."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, int | float | dict[str, int]]:
+        """The summary as a JSON object (`results.json`'s `summary`)."""
         return asdict(self)
 
 
@@ -190,7 +191,7 @@ class EvalPlan:
 
     out_dir: Path
     """Where `trajectories.jsonl` and `results.json` go."""
-    episodes: list[tuple[str, dict[str, Any]]]
+    episodes: list[tuple[str, TaskRow]]
     """(episode_id, task) pairs still to run."""
     kept: list[Trajectory] = field(default_factory=list)
     """Finished episodes carried over from an earlier run (`--resume`)."""
@@ -200,7 +201,7 @@ class EvalPlan:
     """Every episode id of the evaluation in task order (`results.json` lists them so)."""
 
 
-def plan(tasks: Sequence[dict[str, Any]], out_dir: str | Path, *, resume: bool = False) -> EvalPlan:
+def plan(tasks: Sequence[TaskRow], out_dir: str | Path, *, resume: bool = False) -> EvalPlan:
     """Decide which episodes to run; refuses to mix runs unless `resume`."""
     out = Path(out_dir)
     path = out / TRAJECTORIES
