@@ -77,10 +77,10 @@ test-vllm:
 # The trainer's GPU path on a machine with one GPU, offline (torch already in .venv; no pip, so
 # no `install` prerequisite): LocalEngine and the FSDP2 learner (world size 1) on the GPU,
 # weight sync, 5 async steps, sampler/learner logprob agreement; a table, then one JSON line.
-# Exits 2 when CUDA is absent. `--device cpu` runs the same path here (tests/trainer/test_gpu_check.py).
+# Exits 2 when CUDA is absent. `--device cpu` runs the same path here (tests/trainer/selfcheck/test_gpu.py).
 test-gpu:
 	@py=$(BIN)/python; test -x $$py || py=$(PYTHON); \
-	$$py -m skyrl_sdk.trainer.gpu_check --device cuda
+	$$py -m skyrl_sdk.trainer.selfcheck.gpu --device cuda
 
 demo: install
 	$(BIN)/skyrl demo

@@ -87,7 +87,6 @@ def train_command(
         typer.echo(cfg.to_yaml(), nl=False)
         return
 
-    import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the bundled `lookup` env)
     from skyrl_gym.registry import EntryPointError, UnknownEnvError, resolve
     from skyrl_sdk.trainer.checkpoint import ResumeConfigError
     from skyrl_sdk.trainer.loop import require_env_id, resolve_env_kwargs

@@ -1,48 +1,16 @@
-"""`skyrl demo`: RL-train a small model on CPU and write a report.
-
-Only typer is imported at module level; the trainer loads when the command runs.
-"""
+"""Deprecated alias of `skyrl_sdk.trainer.demos.cli`; removed in the next release."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
-import typer
+from skyrl_sdk.trainer._moved import warn_moved
+from skyrl_sdk.trainer.demos import cli as _moved
+from skyrl_sdk.trainer.demos.cli import *  # noqa: F403
 
-TASKS = ("lookup", "terminal")
-"""`--task` values: the lookup demo (`trainer.demo`) and the terminal demo
-(`trainer.terminal_demo`)."""
+warn_moved("skyrl_sdk.trainer.demo_cli", as_main=__name__ == "__main__")
 
 
-def demo_command(
-    task: str = typer.Option(
-        "lookup",
-        help="'lookup' (look a price up with a tool; `--model` picks the set-up) or "
-        "'terminal' (SmolLM2 + LoRA on generated shell tasks, judged on held-out tasks, "
-        "~12 min on 2 busy cores).",
-    ),
-    model: str = typer.Option(
-        "smollm2",
-        help="--task lookup: 'smollm2' (SmolLM2-135M-Instruct + LoRA on `lookup-chat`, "
-        "~5 min) or 'tiny' (a 100k-parameter model on `lookup`, ~1 min).",
-    ),
-    steps: int | None = typer.Option(None, help="Optimizer steps (default: the task's)."),
-    seed: int = typer.Option(0, help="Seeds data order, sampling and initialisation."),
-    out: Path | None = typer.Option(
-        None, "--out", help="Report directory (default: runs/demo, or runs/demo-terminal)."
-    ),
-) -> None:
-    """RL-train a small model on CPU and write OUT/report.md (curves, metrics, held-out
-    success, trajectory viewer) and OUT/results.json."""
-    if task not in TASKS:
-        raise typer.BadParameter(f"choose from {', '.join(TASKS)}", param_hint="--task")
-    if task == "terminal":
-        from skyrl_sdk.trainer.terminal_demo import DEFAULT_OUT, run_terminal_demo
-
-        run_terminal_demo(steps=steps, out_dir=out or DEFAULT_OUT, seed=seed)
-        return
-    from skyrl_sdk.trainer.demo import PRESETS, run_demo
-
-    if model not in PRESETS:
-        raise typer.BadParameter(f"choose from {', '.join(PRESETS)}", param_hint="--model")
-    run_demo(steps=steps, model=model, seed=seed, out_dir=out or "runs/demo")
+def __getattr__(name: str) -> Any:
+    """Every other name of `skyrl_sdk.trainer.demos.cli`, private ones included."""
+    return getattr(_moved, name)

@@ -57,7 +57,6 @@ from rich.console import Console
 from rich.markup import escape
 
 import skyrl_gym
-import skyrl_sdk.trainer.lookup_env  # noqa: F401  (registers the `lookup` env)
 from skyrl_gym.registry import EntryPointError, UnknownEnvError
 from skyrl_gym.tasks import TaskError, TaskRow, load_tasks, seed_task, to_task_rows, validate_task
 from skyrl_sdk.agents.chat import ChatRenderer

@@ -35,7 +35,6 @@ def load_model(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
     dtype = getattr(torch, cfg.dtype)
     if cfg.source is ModelSource.LOOKUP_TINY:
         from skyrl_sdk.agents.tiny import build_model
-        from skyrl_sdk.trainer.lookup_env import lookup_tokenizer
 
         tokenizer = lookup_tokenizer()
 
@@ -75,11 +74,27 @@ def load_model(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def lookup_tokenizer() -> Any:
+    """A `PreTrainedTokenizerFast` over exactly the `lookup` env's words (19 ids) with a ChatML
+    template: every word of the env is one token (`ModelSource.LOOKUP_TINY`'s tokenizer)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from skyrl_gym.envs.lookup import SPECIAL, WORD_CHAT_TEMPLATE, WORDS
+    from skyrl_sdk.agents.tiny import wrap_tokenizer
+
+    vocab = {token: i for i, token in enumerate((*SPECIAL, *WORDS))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return wrap_tokenizer(
+        core, chat_template=WORD_CHAT_TEMPLATE, special_tokens=("<|im_start|>", "<unk>")
+    )
+
+
 def echo_corpus(n: int, seed: int = 0) -> list[list[dict[str, str]]]:
     """Short chat transcripts over the `lookup` words that end with a `value D` message and
     an assistant reply `D`. The opening exchange is random words (`lookup` among them):
     nothing here says when to call the tool."""
-    from skyrl_sdk.trainer.lookup_env import DIGITS, KEYS, TOOL_WORD
+    from skyrl_gym.envs.lookup import DIGITS, KEYS, TOOL_WORD
 
     rng = random.Random(seed)
     words = ["find", TOOL_WORD, "value", "error", *KEYS, *DIGITS]
@@ -157,7 +172,7 @@ def echo_probability(model: Any, tokenizer: Any) -> float:
     (`value D`), over every key and digit: 0.25 is chance, 1.0 a perfect read-back."""
     import torch
 
-    from skyrl_sdk.trainer.lookup_env import DIGITS, KEYS, TOOL_WORD
+    from skyrl_gym.envs.lookup import DIGITS, KEYS, TOOL_WORD
 
     prompts, answers = [], []
     for key in KEYS:

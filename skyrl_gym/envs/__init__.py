@@ -3,8 +3,8 @@
 Packages installed next to skyrl_gym add env ids through the entry-point group `skyrl_gym.envs`
 (`PLUGIN_GROUP`): each entry point names a zero-argument function that calls `register` with a
 `"module:Class"` string, so registering stays cheap. `import skyrl_gym` runs them
-(`load_plugins`); this is how `skyrl_sdk.trainer` contributes `lookup` without skyrl_gym
-importing the trainer.
+(`load_plugins`). No built-in env uses that group: every one, `lookup` included, is registered
+below.
 """
 
 import importlib.metadata
@@ -25,6 +25,12 @@ register(
     "math-answer",
     "skyrl_gym.envs.math.single:MathAnswerEnv",
     description="The math problems as single-turn episodes: reply ending in '#### <number>'.",
+)
+register(
+    "lookup",
+    "skyrl_gym.envs.lookup:LookupEnv",
+    description="Look up a key with a tool, then answer the value (tiny-model RL demo).",
+    max_turns=3,
 )
 register(
     "lookup-chat",

@@ -216,7 +216,7 @@ def test_lookup_is_registered_without_importing_the_trainer(tmp_path):
     out = _run(["-c", code], cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     entry_point, modules = out.stdout.strip().splitlines()
-    assert entry_point == "skyrl_sdk.trainer.lookup_env:LookupEnv"
-    assert modules == "['skyrl_sdk.trainer', 'skyrl_sdk.trainer.lookup_env']"
+    assert entry_point == "skyrl_gym.envs.lookup:LookupEnv"  # a built-in env, not a plugin
+    assert modules == "[]"
     listed = _run(["-m", "skyrl_gym.cli", "env", "list"], cwd=tmp_path)
     assert "lookup " in listed.stdout and "Look up a key with a tool" in listed.stdout

@@ -1,6 +1,6 @@
 """FSDP2 and DeepSpeed learners: a short training of a tiny model at world size 2 (gloo, CPU).
 
-Each test runs `torchrun --standalone --nproc_per_node 2 -m trainer.distributed_smoke
+Each test runs `torchrun --standalone --nproc_per_node 2 -m skyrl_sdk.trainer.selfcheck.distributed
 --check-state` and checks rank 0's report: the rewarded reply became likelier, the penalised
 one less likely, both ranks hold the same full weights afterwards, and checkpoints round-trip
 (a fresh learner loads `state_dict()` unchanged and its next step matches; a single-process
@@ -29,7 +29,7 @@ def _train(tmp_path: Path, backend: str, *extra: str) -> dict:
         [
             *TORCHRUN,
             "-m",
-            "skyrl_sdk.trainer.distributed_smoke",
+            "skyrl_sdk.trainer.selfcheck.distributed",
             "--backend",
             backend,
             "--out",
@@ -73,7 +73,7 @@ def test_deepspeed_zero1_learner_trains_at_world_size_2(tmp_path):
 
 def test_shard_batch_pads_short_ranks_with_zero_advantage():
     from skyrl_sdk.trainer.distributed_learner import shard_batch
-    from skyrl_sdk.trainer.distributed_smoke import _sample
+    from skyrl_sdk.trainer.selfcheck.distributed import _sample
 
     samples = [_sample(t) for t in (9, 10, 11)]
     local0, adv0 = shard_batch(samples, [1.0, 2.0, 3.0], 0, 2)

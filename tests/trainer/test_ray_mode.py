@@ -45,7 +45,7 @@ def probe_env():
     """`lookup`, plus: every reset logs the process it runs in (`pid_file`); replies with an
     odd number of words earn 0.5 (a learning signal from the first step); with `fail`, the
     first step always continues and the second raises, naming the process."""
-    from skyrl_sdk.trainer.lookup_env import LookupEnv
+    from skyrl_gym.envs.lookup import LookupEnv
 
     # Defined here, not at module level, so Ray pickles the class by value into the actors.
     class ProbeEnv(LookupEnv):
@@ -266,7 +266,7 @@ def test_deepspeed_ranks_train_while_env_errors_in_an_actor_end_episodes(
 
 
 def test_an_env_that_cannot_be_built_in_its_actor_fails_the_pool_start(local_ray):
-    from skyrl_sdk.trainer.lookup_env import LookupEnv
+    from skyrl_gym.envs.lookup import LookupEnv
     from skyrl_sdk.trainer.ray_envs import EnvPool
 
     driver = os.getpid()

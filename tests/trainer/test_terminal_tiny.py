@@ -11,7 +11,7 @@ from skyrl_gym.envs.terminal_gen.generate import SPLITS
 
 def test_tokenizer_round_trips_every_oracle_and_wrong_reply_without_unknown_tokens():
     pytest.importorskip("tokenizers")
-    from skyrl_sdk.trainer.terminal_tiny import (
+    from .terminal_tiny import (
         oracle_transcript,
         terminal_tokenizer,
         wrong_replies,
@@ -32,7 +32,7 @@ def test_tokenizer_round_trips_every_oracle_and_wrong_reply_without_unknown_toke
 
 
 def test_warmup_corpus_is_train_split_tasks_with_a_mixed_demonstrator():
-    from skyrl_sdk.trainer.terminal_tiny import (
+    from .terminal_tiny import (
         oracle_transcript,
         warmup_corpus,
         wrong_replies,
@@ -61,7 +61,8 @@ def test_warmup_corpus_is_train_split_tasks_with_a_mixed_demonstrator():
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
 def test_wrong_replies_fail_the_verifier_and_the_oracle_passes():
     import skyrl_gym
-    from skyrl_sdk.trainer.terminal_tiny import oracle_transcript, wrong_replies
+
+    from .terminal_tiny import oracle_transcript, wrong_replies
 
     seed = SPLITS["train"].seeds(1)[0]
     env = skyrl_gym.make(

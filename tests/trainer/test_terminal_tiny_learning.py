@@ -1,6 +1,6 @@
 """A learning test on generated terminal tasks: GRPO raises held-out success (issue 18 item 5).
 
-The tiny `echo-word` model (`trainer.terminal_tiny`: warmed up on train-split tasks only, by a
+The tiny `echo-word` model (`tests/trainer/terminal_tiny.py`: warmed up on train-split tasks only, by a
 demonstrator that writes the oracle's command in 30% of replies and a plausible wrong one
 otherwise) is trained by the project's trainer on the train split, and the loop's held-out
 evaluation plays 128 tasks with held-out seeds before and after, at temperature 1. What GRPO
@@ -69,7 +69,8 @@ def _config(out, model_dir):
 def test_grpo_raises_heldout_success_on_generated_echo_word_tasks(tmp_path):
     from skyrl_sdk.trainer.async_trainer import AsyncTrainer
     from skyrl_sdk.trainer.heldout import TRAJECTORIES_FILE, read_results
-    from skyrl_sdk.trainer.terminal_tiny import terminal_tiny_dir
+
+    from .terminal_tiny import terminal_tiny_dir
 
     result = AsyncTrainer(_config(tmp_path, terminal_tiny_dir())).run()
     assert result.steps == STEPS

@@ -358,7 +358,7 @@ def test_most_prompt_tokens_unknown_to_the_tokenizer_is_a_warning(tmp_path: Path
 
 
 def test_unknown_tokens_counts_only_what_the_tokenizer_cannot_read() -> None:
-    from skyrl_sdk.trainer.lookup_env import lookup_tokenizer
+    from skyrl_sdk.trainer.models import lookup_tokenizer
 
     words = lookup_tokenizer()
     assert unknown_tokens(words, [{"role": "user", "content": "find c"}]) == (0, 2)

@@ -1,4 +1,4 @@
-"""`python -m skyrl_sdk.trainer.gpu_check` (what `make test-gpu` runs), on the CPU.
+"""`python -m skyrl_sdk.trainer.selfcheck.gpu` (what `make test-gpu` runs), on the CPU.
 
 Each test runs the script as a real subprocess and reads its report: the table on stdout and
 the JSON line that ends it. On a machine with CUDA, `make test-gpu` runs the same path there.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-CHECK = [sys.executable, "-m", "skyrl_sdk.trainer.gpu_check"]
+CHECK = [sys.executable, "-m", "skyrl_sdk.trainer.selfcheck.gpu"]
 RAN = (
     "device",
     "process group",

@@ -14,7 +14,7 @@ import pytest
 
 import skyrl_gym
 from skyrl_gym.envs.terminal_gen.families import make_spec
-from skyrl_sdk.trainer.terminal_demo import ENV_ID, WORKED_EXAMPLES, run_terminal_demo
+from skyrl_sdk.trainer.demos.terminal import ENV_ID, WORKED_EXAMPLES, run_terminal_demo
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skyrl_sdk.trainer import demo
+from skyrl_sdk.trainer.demos import lookup as demo
 
 BEFORE = json.loads((Path(__file__).parent / "fixtures" / "demo_configs.json").read_text())
 NEW_FIELDS = {("env", "tasks"): None, ("heldout", "seed_offset"): 1_000_000}

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from skyrl_sdk.trainer import demo, demo_report
 from skyrl_sdk.trainer.config import ModelSource, build_config
+from skyrl_sdk.trainer.demos import lookup as demo
+from skyrl_sdk.trainer.demos import report as demo_report
 
 
 @pytest.mark.parametrize("name", sorted(demo.PRESETS))
