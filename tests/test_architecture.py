@@ -123,13 +123,12 @@ ALLOWED: frozenset[tuple[Rule, str, int]] = frozenset(
         (Rule.LONG_FUNCTION, "skyrl_sdk.trainer.demos.terminal:run_terminal_demo", 91),
         (Rule.LONG_FUNCTION, "skyrl_sdk.trainer.learner:Learner._accumulate", 85),
         (Rule.LONG_FUNCTION, "skyrl_sdk.trainer.loop:TrainingLoop.train", 96),
-        # class over 300 lines: 6
+        # class over 300 lines: 5
         (Rule.LONG_CLASS, "skyrl_gym.envs.harbor.runtime:HarborRuntime", 1044),
         (Rule.LONG_CLASS, "skyrl_sdk.agents.local_engine:LocalEngine", 784),
         (Rule.LONG_CLASS, "skyrl_sdk.sandboxes._process:ServerSandbox", 478),
         (Rule.LONG_CLASS, "skyrl_sdk.sandboxes.docker_backend:DockerSandbox", 353),
         (Rule.LONG_CLASS, "skyrl_sdk.trainer.loop:TrainingLoop", 427),
-        (Rule.LONG_CLASS, "skyrl_sdk.trainer.tinker.service:TinkerService", 817),
         # upward import: 1
         (Rule.UPWARD_IMPORT, "skyrl_sdk.sandboxes.cow_root -> skyrl_gym.cache", 1),
         # import circle: 3
@@ -148,8 +147,10 @@ ALLOWED: frozenset[tuple[Rule, str, int]] = frozenset(
     }
 )
 
-DICT_ANY_CEILING = 220
-"""Public signatures that mention a bare `dict[str, Any]` (issue 26 counted 150)."""
+DICT_ANY_CEILING = 204
+"""Public functions and methods (of public classes, in public modules) whose parameters or
+return mention a bare `dict[str, Any]` anywhere in the annotation (`dict[str, Any] | None`,
+`list[dict[str, Any]]`): what `scan` counts. Issue 26 counted 150 another way."""
 
 
 # -- the scanner ------------------------------------------------------------------------------
@@ -561,6 +562,7 @@ from typing import Any
 
 from skyrl_sdk.trainer import losses
 import skyrl_gym.envs.bad_partner
+import skyrl_gym.envs.bad_typing
 
 
 def load_policy(spec: str) -> Any:
@@ -576,7 +578,16 @@ async def play(env: Any) -> None:
     await env.astep("hi")
 
 
+class Wrapper:  # an env class delegating to the env it wraps: allowed
+    async def astep(self, action: str) -> Any:
+        return await self.env.astep(action)
+
+
 def leaky(config: dict[str, Any]) -> None:
+    pass
+
+
+def _private(config: dict[str, Any]) -> None:  # not public: not counted
     pass
 
 
@@ -594,16 +605,24 @@ class Big:
 def test_the_ratchet_fails_on_a_bad_module_and_on_stale_entries(
     today: Scan, tmp_path: Path
 ) -> None:
-    """A copy of the packages plus a module breaking every rule: each break is named; and an
-    allow-list whose entries no longer match the code fails too."""
+    """A copy of the packages plus a module breaking every rule: each break is named (against
+    an allow-list of what the real packages measure, so only the bad module's breaks count);
+    an import back under `if TYPE_CHECKING:` makes no circle; and an allow-list whose entries
+    no longer match the code fails too."""
     root = _copy(ROOT, tmp_path / "repo")
     body = "\n".join(f"    x += {i}" for i in range(MAX_FUNCTION_LINES))
     methods = "\n".join(f"    def m{i}(self) -> int:\n        return {i}\n" for i in range(110))
     envs = root / "skyrl_gym" / "envs"
     (envs / "bad.py").write_text(textwrap.dedent(BAD_MODULE).format(body=body, methods=methods))
     (envs / "bad_partner.py").write_text("def f():\n    from skyrl_gym.envs import bad\n")
+    (envs / "bad_typing.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from skyrl_gym.envs import bad\n"
+    )
     measured = scan(root)
-    found = problems(measured, ALLOWED, DICT_ANY_CEILING)
+    baseline = frozenset(
+        (rule, key, size) for rule, found in today.violations.items() for key, size in found.items()
+    )
+    found = problems(measured, baseline, len(today.dict_any))
     expected = [
         "upward import: new violation skyrl_gym.envs.bad -> skyrl_sdk.trainer.losses (1)",
         "import circle: new violation skyrl_gym.envs.bad <-> skyrl_gym.envs.bad_partner (2)",
@@ -612,7 +631,7 @@ def test_the_ratchet_fails_on_a_bad_module_and_on_stale_entries(
         "areset/astep called outside the agents: new violation skyrl_gym.envs.bad:play (2)",
         f"function over 80 lines: new violation skyrl_gym.envs.bad:long_one ({MAX_FUNCTION_LINES + 3})",
         "class over 300 lines: new violation skyrl_gym.envs.bad:Big (",
-        f"public signatures with a bare dict[str, Any]: {DICT_ANY_CEILING + 1}, over the ceiling",
+        f"public signatures with a bare dict[str, Any]: {len(today.dict_any) + 1}, over the ceiling",
     ]
     for line in expected:
         assert any(p.startswith(line) for p in found), (line, found)
