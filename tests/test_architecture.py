@@ -172,7 +172,8 @@ class Module:
 
 @dataclass
 class Scan:
-    """What `scan` measured: every violation by rule, and the `dict[str, Any]` signatures."""
+    """What `scan` measured (filled in as it walks): every violation by rule, and the
+    `dict[str, Any]` signatures."""
 
     violations: dict[Rule, Counter[str]] = field(
         default_factory=lambda: {rule: Counter() for rule in Rule}
@@ -265,11 +266,23 @@ def _concept(name: str) -> str | None:
     return None
 
 
-@dataclass
+class ScopeKind(enum.Enum):
+    """What encloses a definition or a call."""
+
+    CLASS = "class"
+    FUNCTION = "function"
+
+
+@dataclass(frozen=True)
 class _Scope:
+    """One enclosing class or function, innermost last."""
+
     name: str
-    kind: str  # "class" or "function"
+    """Its name."""
+    kind: ScopeKind
+    """A class or a function."""
     defines_env_methods: bool = False
+    """A class that defines `areset` or `astep` (an env or wrapper: it may call them)."""
 
 
 class _Visitor(ast.NodeVisitor):
@@ -300,7 +313,7 @@ class _Visitor(ast.NodeVisitor):
             isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef) and b.name in ENV_METHODS
             for b in node.body
         )
-        self.scopes.append(_Scope(node.name, "class", defines))
+        self.scopes.append(_Scope(node.name, ScopeKind.CLASS, defines))
         self.generic_visit(node)
         self.scopes.pop()
 
@@ -312,7 +325,7 @@ class _Visitor(ast.NodeVisitor):
         concept = _concept(node.name)
         if concept is not None and HOMES[concept] != key:
             self.scan.violations[Rule.SECOND_DEFINITION][key] += 1
-        public = all(s.kind == "class" and _is_public(s.name) for s in self.scopes)
+        public = all(s.kind is ScopeKind.CLASS and _is_public(s.name) for s in self.scopes)
         module_public = all(_is_public(p) for p in self.module.name.split("."))
         if (
             public
@@ -321,7 +334,7 @@ class _Visitor(ast.NodeVisitor):
             and any(_mentions_dict_any(a) for a in _signature_annotations(node))
         ):
             self.scan.dict_any.append(key)
-        self.scopes.append(_Scope(node.name, "function"))
+        self.scopes.append(_Scope(node.name, ScopeKind.FUNCTION))
         self.generic_visit(node)
         self.scopes.pop()
 
@@ -384,7 +397,7 @@ class _Visitor(ast.NodeVisitor):
             self._imported([node.args[0].value])
         if isinstance(func, ast.Attribute) and func.attr in ENV_METHODS:
             in_agents = self.module.name == AGENTS or self.module.name.startswith(AGENTS + ".")
-            classes = [s for s in self.scopes if s.kind == "class"]
+            classes = [s for s in self.scopes if s.kind is ScopeKind.CLASS]
             in_env_class = bool(classes) and classes[-1].defines_env_methods
             if not in_agents and not in_env_class:
                 where = ".".join(s.name for s in self.scopes) or "<module>"
