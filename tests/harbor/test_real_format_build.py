@@ -15,6 +15,9 @@ end through the real CLI (`skyrl harbor run`), oracle 1 and nop 0:
   is not the host's root, so the interpreters' install directories (`/usr/local/bin`,
   `/usr/local/lib/python3.X/{dist,site}-packages`) are the verifier's in the built layer: its
   writes land in the trial's own upper layer; the agent (another uid) still cannot write there.
+- `var-log-build`: a RUN that writes `/var/log/setup.log` and `/var/lib/...` with a shell
+  redirect: every Debian or Ubuntu image has those directories; the host's minimal system's
+  skeleton has them too (root's 0755, as in the image).
 """
 
 from __future__ import annotations
@@ -126,3 +129,12 @@ def test_the_agent_cannot_plant_in_the_verifiers_install_dirs(tmp_path: Path) ->
         after = os.stat(path)
         assert (after.st_uid, after.st_mode) == (info.st_uid, info.st_mode), path
     assert not list(Path("/usr/local").glob("**/*planted*"))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25: the host skeleton has no /var/log or /var/lib")
+@pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
+def test_build_writes_var_log(agent: str, reward: float, tmp_path: Path) -> None:
+    result = _harbor_run(FIXTURES / "var-log-build", tmp_path / "out", agent, tmp_path / "c")
+    notes = json.dumps(result, indent=1)
+    assert not any("failed at build" in n for n in result["environment_notes"]), notes
+    assert result["rewards"] == {"reward": reward}, notes
