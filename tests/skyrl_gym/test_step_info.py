@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import skyrl_gym
@@ -33,6 +35,53 @@ def test_write_then_read_round_trips_and_info_stays_a_plain_dict():
     assert back == step and back.episode == {"answer": "7", "correct": False}
     assert StepInfo.read({}) == StepInfo()  # every key is optional
     assert InfoKey.TOOL_CALLS == "tool_calls"  # a str enum: usable as a dict key
+
+
+def test_step_info_stays_a_frozen_dataclass_with_its_fields_and_defaults():
+    # StepInfo's __init__ is written by hand (cheaper than the generated frozen one): it must
+    # keep the dataclass's signature, defaults, equality, immutability and `replace`.
+    call = ToolCall("sql", {"query": "SELECT 1"}, "c1")
+    error = ParseError(ParseErrorKind.NO_ACTION, "none")
+    positional = StepInfo((call,), error, TruncatedBy.MAX_TURNS, True, {"answer": "7"})
+    keywords = StepInfo(
+        tool_calls=(call,),
+        parse_error=error,
+        truncated_by=TruncatedBy.MAX_TURNS,
+        correct=True,
+        episode={"answer": "8"},  # compare=False: not part of equality
+    )
+    assert positional == keywords and positional != StepInfo((call,), error, correct=False)
+    assert [f.name for f in dataclasses.fields(StepInfo)] == [
+        "tool_calls",
+        "parse_error",
+        "truncated_by",
+        "correct",
+        "episode",
+    ]
+    empty = StepInfo()
+    assert (empty.tool_calls, empty.parse_error, empty.truncated_by) == ((), None, None)
+    assert (empty.correct, empty.episode) == (None, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        empty.correct = True  # type: ignore[misc]
+    assert dataclasses.replace(positional, correct=False).correct is False
+    assert repr(empty) == (
+        "StepInfo(tool_calls=(), parse_error=None, truncated_by=None, correct=None, episode=None)"
+    )
+    with pytest.raises(TypeError):
+        StepInfo(colour="red")  # type: ignore[call-arg]
+
+
+def test_write_merges_into_an_existing_episode_and_keeps_the_caller_s_metrics():
+    metrics = {"answer": "7"}
+    info = {"episode": {"turns": 2}}
+    StepInfo(correct=True, episode=metrics).write(info)
+    assert info == {
+        "tool_calls": [],
+        "parse_error": None,
+        "episode": {"turns": 2, "answer": "7", "correct": True},
+    }
+    assert metrics == {"answer": "7"}  # the env's own dict is not written into
+    assert StepInfo().write() == {"tool_calls": [], "parse_error": None}
 
 
 @pytest.mark.parametrize(
