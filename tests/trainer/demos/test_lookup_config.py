@@ -15,8 +15,12 @@ import pytest
 from skyrl_sdk.trainer.demos import lookup as demo
 
 BEFORE = json.loads((Path(__file__).parent / "fixtures" / "demo_configs.json").read_text())
-NEW_FIELDS = {("env", "tasks"): None, ("heldout", "seed_offset"): 1_000_000}
-"""Fields added with the change, at the values that leave a run as it was."""
+NEW_FIELDS = {
+    ("env", "tasks"): None,
+    ("heldout", "seed_offset"): 1_000_000,
+    ("algorithm", "dro_beta"): None,  # the loss catalogue's (issue 26): only `loss: dro` uses it
+}
+"""Fields added since the fixture was recorded, at the values that leave a run as it was."""
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE))
