@@ -49,6 +49,15 @@ _SKELETON_DIRS = {
     "tmp": 0o1777,
     "var": 0o755,
     "var/tmp": 0o1777,
+    # What every Debian or Ubuntu image has under /var: a build's `RUN echo x > /var/log/y`
+    # creates no directory (root's, as in the image; the agent is not root there either).
+    "var/log": 0o755,
+    "var/lib": 0o755,
+    "var/cache": 0o755,
+    "var/spool": 0o755,
+    "var/local": 0o755,
+    "var/opt": 0o755,
+    "var/mail": 0o755,
     "opt": 0o755,
     "srv": 0o755,
     "mnt": 0o755,
@@ -277,7 +286,7 @@ def host_base(directory: Path, etc_files: tuple[str, ...]) -> HostBase:
     system directories and of `etc_files`; a changed host makes a new one)."""
     from skyrl_gym.cache import build_once
 
-    key = hashlib.sha256(b"skyrl-cow-base-v1\0" + _etc_state(etc_files)).hexdigest()[:20]
+    key = hashlib.sha256(b"skyrl-cow-base-v2\0" + _etc_state(etc_files)).hexdigest()[:20]
     system = tuple(
         n for n in HOST_SYSTEM_DIRS if os.path.isdir(f"/{n}") and not os.path.islink(f"/{n}")
     )

@@ -131,7 +131,6 @@ def test_the_agent_cannot_plant_in_the_verifiers_install_dirs(tmp_path: Path) ->
     assert not list(Path("/usr/local").glob("**/*planted*"))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: the host skeleton has no /var/log or /var/lib")
 @pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
 def test_build_writes_var_log(agent: str, reward: float, tmp_path: Path) -> None:
     result = _harbor_run(FIXTURES / "var-log-build", tmp_path / "out", agent, tmp_path / "c")
