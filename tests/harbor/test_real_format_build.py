@@ -18,6 +18,10 @@ end through the real CLI (`skyrl harbor run`), oracle 1 and nop 0:
 - `var-log-build`: a RUN that writes `/var/log/setup.log` and `/var/lib/...` with a shell
   redirect: every Debian or Ubuntu image has those directories; the host's minimal system's
   skeleton has them too (root's 0755, as in the image).
+- `python-alias`: `FROM python:3.x`, and test.sh runs `python` (Terminal-Bench 2's
+  `python -m pytest`): the image has `python` beside `python3`; the host's Debian python3 has
+  not. On the host's minimal system, a `python:*` base gets `/usr/local/bin/python` (and
+  `pip`, where missing) pointing at the root's python3, with a note naming its version.
 """
 
 from __future__ import annotations
@@ -136,4 +140,13 @@ def test_build_writes_var_log(agent: str, reward: float, tmp_path: Path) -> None
     result = _harbor_run(FIXTURES / "var-log-build", tmp_path / "out", agent, tmp_path / "c")
     notes = json.dumps(result, indent=1)
     assert not any("failed at build" in n for n in result["environment_notes"]), notes
+    assert result["rewards"] == {"reward": reward}, notes
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25: the host's python3 has no `python` command")
+@pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
+def test_python_image_has_python(agent: str, reward: float, tmp_path: Path) -> None:
+    result = _harbor_run(FIXTURES / "python-alias", tmp_path / "out", agent, tmp_path / "c")
+    notes = json.dumps(result, indent=1)
+    assert result["error"] is None, notes
     assert result["rewards"] == {"reward": reward}, notes

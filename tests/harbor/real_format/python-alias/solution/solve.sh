@@ -1,0 +1,2 @@
+#!/bin/bash
+python -c 'print(2 + 40)' > /app/answer.txt
