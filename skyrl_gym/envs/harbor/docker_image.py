@@ -34,7 +34,7 @@ from skyrl_gym.envs.harbor.dockerfile import (
     writable_roots,
     write_dirs,
 )
-from skyrl_gym.envs.harbor.runtime import TaskEnvironmentError
+from skyrl_gym.envs.harbor.errors import TaskEnvironmentError
 from skyrl_gym.envs.harbor.task import HarborTask
 
 __all__ = [

@@ -129,6 +129,7 @@ from skyrl_gym.envs.harbor.dockerfile import (
     writable_roots,
     write_dirs,
 )
+from skyrl_gym.envs.harbor.errors import TaskEnvironmentError
 from skyrl_gym.envs.harbor.host import (
     CopyError,
     CopyJob,
@@ -208,10 +209,6 @@ SINGLE_UID_NOTE = (
     "cannot be told from test.sh's own (only reward.json and reward.txt disagreeing is caught)"
 )
 """The note a trial gets when its verifier sandbox had `GradingIsolation.SINGLE_UID`."""
-
-
-class TaskEnvironmentError(RuntimeError):
-    """The task's environment could not be built or started."""
 
 
 class VerifierError(enum.StrEnum):
