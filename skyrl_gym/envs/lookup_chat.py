@@ -17,7 +17,7 @@ Per reply, the first of these found wins:
 SmolLM2-135M-Instruct (temperature 1, 12 tokens a turn, 3 turns) succeeds in 44% of 32
 episodes from the start. It fails by chatting instead of calling the tool, by answering in
 another form, or by answering another number (the example's 17, say), so RL has a signal
-from the first step and room to climb; see `trainer/demo.py`.
+from the first step and room to climb; see `trainer/demos/lookup.py`.
 """
 
 from __future__ import annotations
