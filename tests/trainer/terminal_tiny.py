@@ -1,5 +1,6 @@
 """A tiny model for the `terminal-gen` env's `echo-word` family, for the learning test
-(`tests/trainer/test_terminal_tiny_learning.py`, issue 18 item 5).
+(`tests/trainer/test_terminal_tiny_learning.py`, issue 18 item 5). Test-only: nothing outside
+`tests/` uses it (it was `skyrl_sdk.trainer.terminal_tiny` until issue 26).
 
 `echo-word` asks "Write the word pebble87 into the file notes.txt."; the command that solves
 it copies words from the instruction (`<bash>echo pebble87 > notes.txt</bash>`, then
