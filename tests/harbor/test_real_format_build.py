@@ -143,7 +143,6 @@ def test_build_writes_var_log(agent: str, reward: float, tmp_path: Path) -> None
     assert result["rewards"] == {"reward": reward}, notes
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: the host's python3 has no `python` command")
 @pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
 def test_python_image_has_python(agent: str, reward: float, tmp_path: Path) -> None:
     result = _harbor_run(FIXTURES / "python-alias", tmp_path / "out", agent, tmp_path / "c")

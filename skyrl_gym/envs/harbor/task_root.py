@@ -215,6 +215,7 @@ async def _build(
                     )
         finally:
             await sandbox.close()  # type: ignore[attr-defined]
+        notes += _python_image_commands(cow, plan.base_image, rootfs)
         for path in _give_verifier(cow):
             notes.append(f"{path}: a link made by the build; not handed to the verifier")
         root_layer = upper / cow_root.ROOT_LAYER
@@ -240,6 +241,36 @@ async def _build(
     (staging / NOTES_FILE).write_text(json.dumps(notes))
     staging.chmod(0o700)  # the layer is root's alone on the host
     (staging / WRITABLE_FILE).write_text(json.dumps(list(writable)))
+
+
+_PYTHON_IMAGE = re.compile(r"^(docker\.io/)?(library/)?python:")
+
+
+def _python_image_commands(
+    cow: cow_root.CowRoot, base_image: str | None, rootfs: str | None
+) -> list[str]:
+    """On the host's minimal system, a `FROM python:*` task gets the commands that image has
+    beside `python3` (`python`, `pip`) as links to the root's own, where the root has neither
+    (Debian's python3 has no `python`); returns the note saying so. Terminal-Bench 2's test.sh
+    files often run `python -m pytest`."""
+    if rootfs is not None or base_image is None or not _PYTHON_IMAGE.match(base_image):
+        return []
+    usr_bin, local_bin = cow.lists("/usr/bin"), cow.lists("/usr/local/bin")
+    wanted = [
+        (name, f"/usr/bin/{target}")
+        for name, target in (("python", "python3"), ("pip", "pip3"))
+        if name not in usr_bin and name not in local_bin and target in usr_bin
+    ]
+    host = cow.copy_up_dir("/usr/local/bin") if wanted else None
+    if host is None:
+        return []
+    for name, target in wanted:
+        os.symlink(target, host / name)  # a link inside the root, never followed on the host
+    made = ", ".join(f"{name} -> {target}" for name, target in wanted)
+    return [
+        f"Dockerfile FROM {base_image}: the image's commands given as the root's own "
+        f"(/usr/local/bin/{made}; the host's python3, not the image's version)"
+    ]
 
 
 def verifier_install_dirs(cow: cow_root.CowRoot) -> list[str]:
