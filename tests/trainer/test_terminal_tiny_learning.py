@@ -1,11 +1,11 @@
 """A learning test on generated terminal tasks: GRPO raises held-out success (issue 18 item 5).
 
-The tiny `echo-word` model (`terminal_tiny.py` beside this file, test-only: warmed up on train-
-split tasks only, by a demonstrator that writes the oracle's command in 30% of replies and a
-plausible wrong one otherwise) is trained by the project's trainer on the train split, and the
-loop's held-out evaluation plays 128 tasks with held-out seeds before and after, at temperature
-1. What GRPO has to learn is the behaviour that solves the task (write the word into the named
-file), and it must carry over to tasks the run never saw.
+The tiny `echo-word` model (`terminal_tiny.py` beside this file, test-only: warmed up on
+train-split tasks only, by a demonstrator that writes the oracle's command in 30% of replies
+and a plausible wrong one otherwise) is trained by the project's trainer on the train split,
+and the loop's held-out evaluation plays 128 tasks with held-out seeds before and after, at
+temperature 1. What GRPO has to learn is the behaviour that solves the task (write the word
+into the named file), and it must carry over to tasks the run never saw.
 """
 
 from __future__ import annotations
