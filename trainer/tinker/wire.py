@@ -9,10 +9,19 @@ backend uses. The protobuf classes come from the installed `tinker` package (the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from skyrl_sdk.sampling_limits import sampled_tokens_problem, stop_problem
 from skyrl_sdk.trainer.tinker.errors import ServiceError, Status
@@ -435,3 +444,235 @@ def sample_to_json(result: dict[str, Any]) -> dict[str, Any]:
         "prompt_cache_hit_tokens": 0,
         "type": "sample",
     }
+
+
+# -- JSON replies -----------------------------------------------------------------------------
+#
+# What the service returns and the routes send. Field order is the order of the keys on the
+# wire; a field named in `_omit_when_none` is left out of the body when None (as the SDK's
+# optional fields are absent, not null), every other field is always sent. `body()` is the
+# one way a reply becomes JSON, so the bytes stay what they were when these were dicts.
+
+
+class FailureCategory(StrEnum):
+    """Whose fault a failed request is (the SDK's `RequestFailedError.category`)."""
+
+    USER = "user"
+    """A bad request: unknown model, bad checkpoint, a loss the server refuses."""
+    SERVER = "server"
+    """The server failed while executing it."""
+
+
+class Reply(BaseModel):
+    """A JSON reply of the Tinker API (frozen: built once, then only sent)."""
+
+    model_config = ConfigDict(frozen=True)
+    _omit_when_none: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in self._omit_when_none:
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
+
+    def body(self) -> dict[str, Any]:
+        """The reply as the JSON object sent (and stored as a future's result)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class RequestFailed(Reply):
+    """A future's failure: the SDK raises it as `RequestFailedError`."""
+
+    error: str
+    """One line saying what went wrong."""
+    category: FailureCategory
+    """Whose fault it is."""
+
+
+class FutureReply(Reply):
+    """The SDK's `UntypedAPIFuture`: what every queued request answers at once."""
+
+    _omit_when_none = frozenset({"model_id", "sample_sequence_ids"})
+    request_id: str
+    """The id to poll with `retrieve_future`."""
+    model_id: str | None = None
+    """The training run the request belongs to (absent for sampling)."""
+    sample_sequence_ids: list[str] | None = None
+    """One id per requested sample (asample only; SDK 0.26+ asserts on it)."""
+
+
+class TryAgain(Reply):
+    """`retrieve_future` of a request still pending after the long-poll."""
+
+    type: Literal["try_again"] = "try_again"
+    """The reply kind the SDK switches on."""
+    request_id: str
+    """The request polled."""
+    queue_state: Literal["active"] = "active"
+    """The queue is running (never paused locally)."""
+
+
+class CancelReply(Reply):
+    """`POST /cancel_future`."""
+
+    request_id: str
+    """The request asked about."""
+    cancelled: bool
+    """Whether this call cancelled it (False: it had settled already)."""
+    state: str
+    """Its state after the call (a `store.FutureState` value)."""
+
+
+class CreateSessionReply(Reply):
+    """`POST /create_session`."""
+
+    session_id: str
+    """The new session's id."""
+    type: Literal["create_session"] = "create_session"
+    """The reply kind."""
+
+
+class CreateModelReply(Reply):
+    """The result of a `create_model` future."""
+
+    model_id: str
+    """The new training run's id."""
+    type: Literal["create_model"] = "create_model"
+    """The result kind."""
+
+
+class UnloadModelReply(Reply):
+    """The result of an `unload_model` future."""
+
+    model_id: str
+    """The training run dropped."""
+    type: Literal["unload_model"] = "unload_model"
+    """The result kind."""
+
+
+class OptimizerConfig(Reply):
+    """The optimizer a model trains with (always AdamW here)."""
+
+    type: Literal["adamw"] = "adamw"
+    """The optimizer's name."""
+
+
+class ModelData(Reply):
+    """The SDK's `ModelData` of a training run."""
+
+    _omit_when_none = frozenset({"tokenizer_id"})
+    arch: str = "causal_lm"
+    """Model family."""
+    model_name: str
+    """The base model."""
+    tokenizer_id: str | None = None
+    """Where its tokenizer is (absent when the base model is no longer served)."""
+
+
+class GetInfoReply(Reply):
+    """`POST /get_info`: the SDK's `GetInfoResponse`."""
+
+    model_id: str
+    """The training run."""
+    model_data: ModelData
+    """Its base model."""
+    is_lora: bool
+    """Whether it trains LoRA adapters."""
+    lora_rank: int | None
+    """The adapters' rank (null when full fine-tuning)."""
+    model_name: str
+    """The base model."""
+    optimizer_config: OptimizerConfig = OptimizerConfig()
+    """Its optimizer."""
+    type: Literal["get_info"] = "get_info"
+    """The reply kind."""
+
+
+class SaveWeightsReply(Reply):
+    """The result of a `save_weights` (save_state) future."""
+
+    path: str
+    """The tinker:// path of the checkpoint."""
+    type: Literal["save_weights"] = "save_weights"
+    """The result kind."""
+
+
+class SaveForSamplerReply(Reply):
+    """The result of a `save_weights_for_sampler` future."""
+
+    _omit_when_none = frozenset({"sampling_session_id"})
+    path: str | None
+    """The tinker:// path of the checkpoint (null for an in-memory snapshot)."""
+    sampling_session_id: str | None = None
+    """The snapshot's sampling session (absent for a named checkpoint)."""
+    type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
+    """The result kind."""
+
+
+class LoadWeightsReply(Reply):
+    """The result of a `load_weights` future."""
+
+    _omit_when_none = frozenset({"model_id"})
+    path: str
+    """The checkpoint loaded."""
+    model_id: str | None = None
+    """The training run created from it (absent when loaded into an existing one)."""
+    type: Literal["load_weights"] = "load_weights"
+    """The result kind."""
+
+
+class CreateSamplingSessionReply(Reply):
+    """`POST /create_sampling_session`."""
+
+    sampling_session_id: str
+    """The new sampler's id."""
+    type: Literal["create_sampling_session"] = "create_sampling_session"
+    """The reply kind."""
+
+
+class Checkpoint(Reply):
+    """The SDK's `Checkpoint`."""
+
+    checkpoint_id: str
+    """`{kind}/{name}`."""
+    checkpoint_type: str
+    """`training` or `sampler`."""
+    time: str | None
+    """When it was saved (ISO-8601 UTC)."""
+    tinker_path: str
+    """Its tinker:// path."""
+    size_bytes: int
+    """Disk use of its files."""
+    public: bool
+    """Whether it is published."""
+    user_metadata: dict[str, str]
+    """The client's metadata."""
+    expires_at: str | None
+    """When its TTL runs out (null: never)."""
+
+
+class TrainingRun(Reply):
+    """The SDK's `TrainingRun`."""
+
+    training_run_id: str
+    """The model id."""
+    base_model: str
+    """Its base model."""
+    model_owner: str
+    """Always `local`."""
+    is_lora: bool
+    """Whether it trains LoRA adapters."""
+    corrupted: bool
+    """A restart lost its state."""
+    lora_rank: int | None
+    """The adapters' rank (null when full fine-tuning)."""
+    last_request_time: str | None
+    """Its last request (ISO-8601 UTC)."""
+    last_checkpoint: Checkpoint | None
+    """Its latest save_state."""
+    last_sampler_checkpoint: Checkpoint | None
+    """Its latest save_weights_for_sampler."""
+    user_metadata: dict[str, str]
+    """The client's metadata."""

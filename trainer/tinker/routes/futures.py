@@ -19,9 +19,7 @@ router = APIRouter(prefix=API)
 async def retrieve_future(req: wire.FutureRequest, request: Request, svc: Service) -> Response:
     record = await svc.retrieve(req.request_id)
     if record.state is FutureState.PENDING:
-        return JSONResponse(
-            {"type": "try_again", "request_id": req.request_id, "queue_state": "active"}
-        )
+        return JSONResponse(wire.TryAgain(request_id=req.request_id).body())
     if record.state is not FutureState.DONE:
         return JSONResponse(record.result)
     proto = PROTO in request.headers.get("accept", "")
@@ -38,4 +36,4 @@ async def retrieve_future(req: wire.FutureRequest, request: Request, svc: Servic
 
 @router.post("/cancel_future")
 async def cancel_future(req: wire.CancelRequest, svc: Service) -> dict[str, Any]:
-    return svc.cancel(req.request_id)
+    return svc.cancel(req.request_id).body()

@@ -43,7 +43,7 @@ async def list_training_runs(
     runs = svc.registry.runs
     rows = runs.select(where, params, order="created DESC", limit=limit, offset=offset)
     return {
-        "training_runs": [svc.run_json(r) for r in rows],
+        "training_runs": [svc.training_run(r).body() for r in rows],
         "cursor": _cursor(offset, limit, runs.count(where, params)),
     }
 
@@ -51,7 +51,7 @@ async def list_training_runs(
 @router.get("/training_runs/{model_id}")
 async def get_training_run(model_id: str, svc: Service) -> dict[str, Any]:
     svc.purge_expired()
-    return svc.run_json(_run_or_404(svc, model_id))
+    return svc.training_run(_run_or_404(svc, model_id)).body()
 
 
 @router.get("/training_runs/{model_id}/checkpoints")

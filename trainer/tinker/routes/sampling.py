@@ -16,7 +16,7 @@ router = APIRouter(prefix=API)
 async def create_sampling_session(
     req: wire.CreateSamplingSessionRequest, svc: Service
 ) -> dict[str, Any]:
-    return await svc.create_sampling_session(req)
+    return (await svc.create_sampling_session(req)).body()
 
 
 @router.get("/samplers/{sampler_id}")
@@ -29,4 +29,4 @@ async def get_sampler(sampler_id: str, svc: Service) -> dict[str, Any]:
 
 @router.post("/asample")
 async def asample(req: wire.SampleRequest, svc: Service) -> dict[str, Any]:
-    return svc.asample(req)
+    return svc.asample(req).body()

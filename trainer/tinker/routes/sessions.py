@@ -19,7 +19,7 @@ router = APIRouter(prefix=API)
 
 @router.post("/create_session")
 async def create_session(req: wire.CreateSessionRequest, svc: Service) -> dict[str, Any]:
-    return {"session_id": svc.create_session(req), "type": "create_session"}
+    return svc.create_session(req).body()
 
 
 @router.post("/session_heartbeat")

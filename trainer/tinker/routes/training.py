@@ -47,15 +47,15 @@ async def decode(request: Request, forward_only: bool, limit: int) -> wire.Forwa
 @router.post("/forward_backward")
 async def forward_backward(request: Request, svc: Service) -> dict[str, Any]:
     call = await decode(request, False, svc.config.max_request_bytes)
-    return svc.forward_backward(call)
+    return svc.forward_backward(call).body()
 
 
 @router.post("/forward")
 async def forward(request: Request, svc: Service) -> dict[str, Any]:
     call = await decode(request, True, svc.config.max_request_bytes)
-    return svc.forward_backward(call)
+    return svc.forward_backward(call).body()
 
 
 @router.post("/optim_step")
 async def optim_step(req: wire.OptimStepRequest, svc: Service) -> dict[str, Any]:
-    return svc.optim_step(req)
+    return svc.optim_step(req).body()

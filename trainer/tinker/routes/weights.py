@@ -16,17 +16,17 @@ router = APIRouter(prefix=API)
 
 @router.post("/save_weights")
 async def save_weights(req: wire.SaveWeightsRequest, svc: Service) -> dict[str, Any]:
-    return svc.save_weights(req)
+    return svc.save_weights(req).body()
 
 
 @router.post("/save_weights_for_sampler")
 async def save_for_sampler(req: wire.SaveWeightsRequest, svc: Service) -> dict[str, Any]:
-    return svc.save_weights_for_sampler(req)
+    return svc.save_weights_for_sampler(req).body()
 
 
 @router.post("/load_weights")
 async def load_weights(req: wire.LoadWeightsRequest, svc: Service) -> dict[str, Any]:
-    return svc.load_weights(req)
+    return svc.load_weights(req).body()
 
 
 @router.post("/save_weights_external")
