@@ -7,9 +7,12 @@ import pytest
 
 import skyrl_gym
 from skyrl_gym.envs.math.env import bundled_tasks
+from skyrl_gym.envs.math.single import MathAnswerEnv
 from skyrl_gym.envs.sql_basic.env import bundled_database
 from skyrl_gym.envs.sql_basic.env import bundled_tasks as sql_tasks
+from skyrl_gym.step_info import StepInfo
 from skyrl_sdk.tools.calculator import evaluate
+from skyrl_sdk.tools.calls import ParseError, ParseErrorKind
 
 
 def test_bundled_math_answers_follow_from_their_expressions():
@@ -94,6 +97,35 @@ def test_math_answer_is_single_turn(reply, reward):
     _, r, terminated, truncated, info = env.step(reply)
     assert (r, terminated, truncated) == (reward, True, False)
     assert (info["parse_error"] is None) == ("####" in reply)
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer", "correct"),
+    [
+        ("22*11=242, minus 27.\n#### 215", "215", True),
+        ("#### 2,14", "2,14", False),
+        ("215", None, False),
+    ],
+)
+def test_math_answer_info_is_the_step_protocol_s(reply, answer, correct):
+    # math-answer writes its info dict directly (its hot path): it must be exactly what
+    # StepInfo would write, and read back as the same StepInfo.
+    env = skyrl_gym.make("math-answer")
+    env.reset(options={"task": {"task_id": "t", "question": "?", "answer": "215"}})
+    *_, info = env.step(reply)
+    error = None if answer else ParseError(ParseErrorKind.NO_ACTION, "no '#### <number>' line")
+    expected = StepInfo(parse_error=error, correct=correct, episode={"answer": answer}).write()
+    episode = info["episode"]
+    assert {k: v for k, v in info.items() if k != "episode"} == {
+        k: v for k, v in expected.items() if k != "episode"
+    }
+    assert {k: episode[k] for k in expected["episode"]} == expected["episode"]
+    assert episode["turns"] == 1 and episode["terminated"] is True  # EpisodeGuard's summary
+    read = StepInfo.read(info)
+    assert read == StepInfo(parse_error=error, correct=correct)
+    bare = MathAnswerEnv()  # without the guard: the env's own dict only
+    bare.reset(options={"task": {"task_id": "t", "question": "?", "answer": "215"}})
+    assert bare.step(reply)[4] == expected
 
 
 def test_sql_basic_gold_sql_answers_every_question():
