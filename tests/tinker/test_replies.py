@@ -1,0 +1,170 @@
+"""The service's typed replies (`wire.Reply`) serialise to the very JSON the hand-built dicts
+did: same keys, same order, absent (not null) where the SDK's field is optional."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from skyrl_sdk.trainer.tinker import wire
+from skyrl_sdk.trainer.tinker.errors import ServiceError
+from skyrl_sdk.trainer.tinker.service_futures import failure
+from tests.tinker.conftest import AUTH, TinkerServer
+
+_AS_SENT = {"ensure_ascii": False, "allow_nan": False, "separators": (",", ":")}
+"""How Starlette's JSONResponse encodes a body."""
+
+
+def _bytes(body: dict[str, Any]) -> str:
+    return json.dumps(body, **_AS_SENT)  # type: ignore[arg-type]
+
+
+CASES: list[tuple[wire.Reply, dict[str, Any]]] = [
+    (wire.FutureReply(request_id="r", model_id="m"), {"request_id": "r", "model_id": "m"}),
+    (
+        wire.FutureReply(request_id="r", sample_sequence_ids=["r:0", "r:1"]),
+        {"request_id": "r", "sample_sequence_ids": ["r:0", "r:1"]},
+    ),
+    (
+        wire.TryAgain(request_id="r"),
+        {"type": "try_again", "request_id": "r", "queue_state": "active"},
+    ),
+    (
+        wire.CancelReply(request_id="r", cancelled=False, state="done"),
+        {"request_id": "r", "cancelled": False, "state": "done"},
+    ),
+    (wire.CreateSessionReply(session_id="s"), {"session_id": "s", "type": "create_session"}),
+    (wire.CreateModelReply(model_id="m"), {"model_id": "m", "type": "create_model"}),
+    (wire.UnloadModelReply(model_id="m"), {"model_id": "m", "type": "unload_model"}),
+    (
+        wire.GetInfoReply(
+            model_id="m",
+            model_data=wire.ModelData(model_name="b", tokenizer_id="/t"),
+            is_lora=True,
+            lora_rank=4,
+            model_name="b",
+        ),
+        {
+            "model_id": "m",
+            "model_data": {"arch": "causal_lm", "model_name": "b", "tokenizer_id": "/t"},
+            "is_lora": True,
+            "lora_rank": 4,
+            "model_name": "b",
+            "optimizer_config": {"type": "adamw"},
+            "type": "get_info",
+        },
+    ),
+    (
+        wire.GetInfoReply(
+            model_id="m",
+            model_data=wire.ModelData(model_name="b"),
+            is_lora=False,
+            lora_rank=None,
+            model_name="b",
+        ),
+        {
+            "model_id": "m",
+            "model_data": {"arch": "causal_lm", "model_name": "b"},
+            "is_lora": False,
+            "lora_rank": None,
+            "model_name": "b",
+            "optimizer_config": {"type": "adamw"},
+            "type": "get_info",
+        },
+    ),
+    (
+        wire.SaveWeightsReply(path="tinker://m/weights/a"),
+        {"path": "tinker://m/weights/a", "type": "save_weights"},
+    ),
+    (wire.SaveForSamplerReply(path="p"), {"path": "p", "type": "save_weights_for_sampler"}),
+    (
+        wire.SaveForSamplerReply(path=None, sampling_session_id="s:sample:0"),
+        {"path": None, "sampling_session_id": "s:sample:0", "type": "save_weights_for_sampler"},
+    ),
+    (wire.LoadWeightsReply(path="p"), {"path": "p", "type": "load_weights"}),
+    (
+        wire.LoadWeightsReply(path="p", model_id="m"),
+        {"path": "p", "model_id": "m", "type": "load_weights"},
+    ),
+    (
+        wire.CreateSamplingSessionReply(sampling_session_id="s:sample:0"),
+        {"sampling_session_id": "s:sample:0", "type": "create_sampling_session"},
+    ),
+    (
+        wire.RequestFailed(error="no", category=wire.FailureCategory.USER),
+        {"error": "no", "category": "user"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("reply", "expected"), CASES, ids=lambda c: type(c).__name__)
+def test_a_reply_serialises_to_the_old_dict_byte_for_byte(
+    reply: wire.Reply, expected: dict[str, Any]
+) -> None:
+    assert _bytes(reply.body()) == _bytes(expected)
+
+
+def test_replies_are_frozen() -> None:
+    reply = wire.CreateModelReply(model_id="m")
+    with pytest.raises(Exception, match="frozen"):
+        reply.model_id = "other"  # type: ignore[misc]
+
+
+def test_a_jobs_exception_fails_its_future_as_the_user_or_the_server() -> None:
+    assert failure(ValueError("bad loss")).body() == {"error": "bad loss", "category": "user"}
+    assert failure(KeyError("unknown model_id 'm'")).body() == {
+        "error": "unknown model_id 'm'",
+        "category": "user",
+    }
+    assert failure(ServiceError(410, "gone")).body() == {"error": "gone", "category": "user"}
+    assert failure(RuntimeError("boom")).body() == {
+        "error": "RuntimeError: boom",
+        "category": "server",
+    }
+
+
+def _poll(client: httpx.Client, request_id: str) -> httpx.Response:
+    for _ in range(100):
+        response = client.post("/api/v1/retrieve_future", json={"request_id": request_id})
+        if response.json().get("type") != "try_again":
+            return response
+        time.sleep(0.05)
+    raise AssertionError("future never resolved")
+
+
+def test_the_server_sends_the_service_replies_unchanged(tinker_server: TinkerServer) -> None:
+    svc = tinker_server.service
+    with httpx.Client(base_url=tinker_server.base_url, timeout=60, headers=AUTH) as c:
+        created = c.post("/api/v1/create_session", json={"tags": []})
+        session = created.json()["session_id"]
+        assert created.text == _bytes({"session_id": session, "type": "create_session"})
+        body = {"session_id": session, "model_seq_id": 7, "base_model": tinker_server.base_model}
+        submitted = c.post("/api/v1/create_model", json=body)
+        model_id = f"{session}:train:7"
+        request_id = submitted.json()["request_id"]
+        assert submitted.text == _bytes({"request_id": request_id, "model_id": model_id})
+        done = _poll(c, request_id)
+        assert done.text == _bytes({"model_id": model_id, "type": "create_model"})
+        info = c.post("/api/v1/get_info", json={"model_id": model_id})
+        typed = svc.get_info(model_id)
+        assert isinstance(typed, wire.GetInfoReply) and typed.model_data.tokenizer_id
+        assert info.text == _bytes(typed.body())
+        assert list(info.json()) == [
+            "model_id",
+            "model_data",
+            "is_lora",
+            "lora_rank",
+            "model_name",
+            "optimizer_config",
+            "type",
+        ]
+        run = svc.registry.runs.get(model_id)
+        assert isinstance(svc.training_run(run), wire.TrainingRun)
+        listed = c.get(f"/api/v1/training_runs/{model_id}")
+        assert listed.text == _bytes(svc.training_run(run).body())
+        cancel = c.post("/api/v1/cancel_future", json={"request_id": request_id})
+        assert cancel.status_code == 400 and "only sampling requests" in cancel.text
