@@ -83,3 +83,32 @@ def test_no_function_over_80_lines() -> None:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = node.end_lineno - node.lineno + 1  # type: ignore[operator]
                 assert length <= 80, f"{name}.{node.name} has {length} lines"
+
+
+def test_the_service_parts_import_no_http_and_no_class_is_over_300_lines() -> None:
+    modules = _modules()
+    parts = [n for n in modules if n.split(".")[-1].startswith("service")]
+    assert len(parts) >= 8, parts  # the facade and its parts (issue 26)
+    for name in parts:
+        imported = _imports(modules[name])
+        assert not {i for i in imported if i.split(".")[0] in HTTP}, name
+        assert not {i for i in imported if i.startswith(f"{PREFIX}.routes")}, name
+    for name, tree in modules.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and name.split(".")[-1].startswith("service"):
+                length = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                assert length <= 300, f"{name}.{node.name} has {length} lines"
+
+
+def test_the_service_facade_returns_wire_models() -> None:
+    import inspect
+    import typing
+
+    from skyrl_sdk.trainer.tinker import service
+
+    for name, fn in inspect.getmembers(service.TinkerService, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        returned = typing.get_type_hints(fn).get("return")
+        assert returned is not None, f"TinkerService.{name} has no return type"
+        assert "dict" not in str(returned), f"TinkerService.{name} returns {returned}"
