@@ -98,6 +98,81 @@ CASES: list[tuple[wire.Reply, dict[str, Any]]] = [
         wire.RequestFailed(error="no", category=wire.FailureCategory.USER),
         {"error": "no", "category": "user"},
     ),
+    (wire.HeartbeatReply(), {"type": "session_heartbeat"}),
+    (wire.StatusOk(), {"status": "ok"}),
+    (wire.SessionIds(sessions=["a", "b"]), {"sessions": ["a", "b"]}),
+    (
+        wire.SessionInfo(
+            training_run_ids=["s:train:0"], sampler_ids=[], user_metadata={}, display_name=None
+        ),
+        {
+            "training_run_ids": ["s:train:0"],
+            "sampler_ids": [],
+            "user_metadata": {},
+            "display_name": None,
+        },
+    ),
+    (
+        wire.SessionSearchReply(
+            sessions=[
+                wire.SessionSummary(
+                    session_id="s",
+                    created_at="2026-01-01T00:00:00+00:00",
+                    owner="local",
+                    project_id="local",
+                    status=wire.FinishedStatus(reason={"type": "errored"}, detail=None),
+                    checkpoints_count=1,
+                    display_name="n",
+                    user_metadata={"k": "v"},
+                    checkpoint_storage_bytes=10,
+                ),
+                wire.SessionSummary(
+                    session_id="t",
+                    created_at=None,
+                    owner="local",
+                    project_id="p",
+                    status=wire.ActiveStatus(),
+                    checkpoints_count=0,
+                    display_name=None,
+                    user_metadata={},
+                    checkpoint_storage_bytes=0,
+                ),
+            ],
+            next_cursor=wire.SessionCursor(last_created_at=None, last_session_id="t"),
+        ),
+        {
+            "sessions": [
+                {
+                    "session_id": "s",
+                    "created_at": "2026-01-01T00:00:00+00:00",
+                    "owner": "local",
+                    "project_id": "local",
+                    "status": {
+                        "type": "client_finished",
+                        "reason": {"type": "errored"},
+                        "detail": None,
+                    },
+                    "checkpoints_count": 1,
+                    "display_name": "n",
+                    "user_metadata": {"k": "v"},
+                    "checkpoint_storage_bytes": 10,
+                },
+                {
+                    "session_id": "t",
+                    "created_at": None,
+                    "owner": "local",
+                    "project_id": "p",
+                    "status": {"type": "active"},
+                    "checkpoints_count": 0,
+                    "display_name": None,
+                    "user_metadata": {},
+                    "checkpoint_storage_bytes": 0,
+                },
+            ],
+            "next_cursor": {"last_created_at": None, "last_session_id": "t"},
+        },
+    ),
+    (wire.SessionSearchReply(sessions=[], next_cursor=None), {"sessions": [], "next_cursor": None}),
 ]
 
 
@@ -168,3 +243,20 @@ def test_the_server_sends_the_service_replies_unchanged(tinker_server: TinkerSer
         assert listed.text == _bytes(svc.training_run(run).body())
         cancel = c.post("/api/v1/cancel_future", json={"request_id": request_id})
         assert cancel.status_code == 400 and "only sampling requests" in cancel.text
+
+
+def test_session_refusals_keep_their_status_and_body(tinker_server: TinkerServer) -> None:
+    with httpx.Client(base_url=tinker_server.base_url, timeout=60, headers=AUTH) as c:
+        session = c.post("/api/v1/create_session", json={"tags": []}).json()["session_id"]
+        beat = c.post("/api/v1/session_heartbeat", json={"session_id": session})
+        assert beat.text == _bytes({"type": "session_heartbeat"})
+        done = c.post(f"/api/v1/sessions/{session}/finish", json={"reason": {"type": "success"}})
+        assert done.text == _bytes({"status": "ok"})
+        gone = c.post("/api/v1/session_heartbeat", json={"session_id": session})
+        message = f"session {session} has finished"
+        assert gone.status_code == 410
+        assert gone.text == _bytes({"detail": message, "error": message})
+        bad = c.post("/api/v1/sessions/search", json={"cursor": {"last_session_id": "x"}})
+        assert bad.status_code == 400 and bad.json()["error"].startswith("bad cursor: ")
+        unknown = c.get("/api/v1/sessions/nope")
+        assert unknown.status_code == 404 and "unknown session 'nope'" in unknown.text

@@ -134,6 +134,26 @@ class TinkerService:
         """Record a new client session."""
         return self.sessions.create_session(req)
 
+    def heartbeat(self, req: wire.SessionRequest) -> wire.HeartbeatReply:
+        """A live session's heartbeat (410 once its client finished it)."""
+        return self.sessions.heartbeat(req)
+
+    def finish_session(self, session_id: str, req: wire.FinishSessionRequest) -> wire.StatusOk:
+        """Record that the client finished the session, and why."""
+        return self.sessions.finish(session_id, req)
+
+    def list_sessions(self, limit: int, offset: int) -> wire.SessionIds:
+        """A page of session ids, newest first."""
+        return self.sessions.list_sessions(limit, offset)
+
+    def session_info(self, session_id: str) -> wire.SessionInfo:
+        """The SDK's `GetSessionResponse` (404 if unknown)."""
+        return self.sessions.session_info(session_id)
+
+    def search_sessions(self, req: wire.SessionSearchRequest) -> wire.SessionSearchReply:
+        """The sessions passing a search's filters, a page at a time."""
+        return self.sessions.search(req)
+
     # -- futures ----------------------------------------------------------------------------
 
     def cancel(self, request_id: str) -> wire.CancelReply:

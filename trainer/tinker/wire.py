@@ -676,3 +676,96 @@ class TrainingRun(Reply):
     """Its latest save_weights_for_sampler."""
     user_metadata: dict[str, str]
     """The client's metadata."""
+
+
+class HeartbeatReply(Reply):
+    """`POST /session_heartbeat` of a live session."""
+
+    type: Literal["session_heartbeat"] = "session_heartbeat"
+    """The reply kind."""
+
+
+class StatusOk(Reply):
+    """A request done with nothing to report (`POST /sessions/{id}/finish`)."""
+
+    status: Literal["ok"] = "ok"
+    """Always `ok`."""
+
+
+class SessionIds(Reply):
+    """`GET /sessions`: the ids of a page of sessions, newest first."""
+
+    sessions: list[str]
+    """Their ids."""
+
+
+class SessionInfo(Reply):
+    """`GET /sessions/{id}`: the SDK's `GetSessionResponse`."""
+
+    training_run_ids: list[str]
+    """Its training runs."""
+    sampler_ids: list[str]
+    """Its sampling sessions."""
+    user_metadata: dict[str, str]
+    """The client's metadata."""
+    display_name: str | None
+    """Its name, if the client gave one."""
+
+
+class ActiveStatus(Reply):
+    """A session its client has not finished."""
+
+    type: Literal["active"] = "active"
+    """The status kind."""
+
+
+class FinishedStatus(Reply):
+    """A session its client finished (`ServiceClient.close`)."""
+
+    type: Literal["client_finished"] = "client_finished"
+    """The status kind."""
+    reason: dict[str, Any]
+    """Why (`{"type": "success" | "errored" | "interrupted"}`)."""
+    detail: str | None
+    """The client's words, if any."""
+
+
+class SessionSummary(Reply):
+    """A session as the SDK's `SessionSummary`."""
+
+    session_id: str
+    """Its id."""
+    created_at: str | None
+    """When it was created (ISO-8601 UTC)."""
+    owner: str
+    """Always `local`."""
+    project_id: str
+    """Its project (`local` when none)."""
+    status: ActiveStatus | FinishedStatus
+    """Active, or finished by its client."""
+    checkpoints_count: int
+    """Checkpoints of its training runs."""
+    display_name: str | None
+    """Its name, if the client gave one."""
+    user_metadata: dict[str, str]
+    """The client's metadata."""
+    checkpoint_storage_bytes: int
+    """Disk use of those checkpoints."""
+
+
+class SessionCursor(Reply):
+    """Where the next page of a session search starts."""
+
+    last_created_at: str | None
+    """The creation time of the page's last session (ISO-8601 UTC)."""
+    last_session_id: str
+    """The page's last session."""
+
+
+class SessionSearchReply(Reply):
+    """`POST /sessions/search`."""
+
+    sessions: list[SessionSummary]
+    """The page of matching sessions, newest first."""
+    next_cursor: SessionCursor | None
+    """Where the next page starts (null: this was the last)."""
