@@ -69,7 +69,7 @@ BUILD_ENV_DEFAULTS: tuple[tuple[str, str], ...] = (("PIP_BREAK_SYSTEM_PACKAGES",
 no EXTERNALLY-MANAGED marker, so a plain `RUN pip install x` works there; a Debian host's pip
 has one (PEP 668) and refuses. What a build's pip installs lands in the task's own layer, never
 on the host, so the marker protects nothing here."""
-LAYER_FORMAT = "3"
+LAYER_FORMAT = "4"
 """Part of every key: bumped when what a build makes changes, so no older layer is reused."""
 
 
