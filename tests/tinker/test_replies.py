@@ -173,6 +173,60 @@ CASES: list[tuple[wire.Reply, dict[str, Any]]] = [
         },
     ),
     (wire.SessionSearchReply(sessions=[], next_cursor=None), {"sessions": [], "next_cursor": None}),
+    (
+        wire.WeightsInfoReply(base_model="b", is_lora=False),
+        {"base_model": "b", "optimizer_config": {"type": "adamw"}, "is_lora": False},
+    ),
+    (
+        wire.WeightsInfoReply(
+            base_model="b",
+            is_lora=True,
+            lora_rank=4,
+            train_attn=True,
+            train_mlp=False,
+            train_unembed=False,
+        ),
+        {
+            "base_model": "b",
+            "optimizer_config": {"type": "adamw"},
+            "is_lora": True,
+            "lora_rank": 4,
+            "train_attn": True,
+            "train_mlp": False,
+            "train_unembed": False,
+        },
+    ),
+    (
+        wire.StorageReply(
+            data=[
+                wire.StorageUsage(
+                    project_id=None, checkpoint_count=2, size_bytes=10, size_gigabytes=1e-8
+                )
+            ]
+        ),
+        {
+            "effective_rate_usd_per_gigabyte_month": None,
+            "data": [
+                {
+                    "project_id": None,
+                    "checkpoint_count": 2,
+                    "size_bytes": 10,
+                    "size_gigabytes": 1e-8,
+                }
+            ],
+        },
+    ),
+    (wire.TtlReply(tinker_path="p", expires_at=None), {"tinker_path": "p", "expires_at": None}),
+    (wire.TtlReply(tinker_path="p", expires_at=1.5), {"tinker_path": "p", "expires_at": 1.5}),
+    (wire.PublishedReply(tinker_path="p", public=True), {"tinker_path": "p", "public": True}),
+    (wire.DeletedReply(deleted="p"), {"deleted": "p"}),
+    (
+        wire.CheckpointsReply(
+            checkpoints=[], cursor=wire.PageCursor(offset=0, limit=5, total_count=9)
+        ),
+        {"checkpoints": [], "cursor": {"offset": 0, "limit": 5, "total_count": 9}},
+    ),
+    (wire.CheckpointsReply(checkpoints=[], cursor=None), {"checkpoints": [], "cursor": None}),
 ]
 
 

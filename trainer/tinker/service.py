@@ -36,6 +36,7 @@ from skyrl_sdk.trainer.tinker import wire
 from skyrl_sdk.trainer.tinker.backend import BaseModels, Sampler, TrainedModel
 from skyrl_sdk.trainer.tinker.checkpoints import Checkpoints
 from skyrl_sdk.trainer.tinker.errors import ServiceError, Status
+from skyrl_sdk.trainer.tinker.service_catalog import Catalog
 from skyrl_sdk.trainer.tinker.service_config import ServerConfig
 from skyrl_sdk.trainer.tinker.service_futures import Futures
 from skyrl_sdk.trainer.tinker.service_runs import Runs
@@ -95,6 +96,8 @@ class TinkerService:
             self.registry,
         )
         """Checkpoints: save, load."""
+        self.catalog = Catalog(self.runs, self.registry, self.files)
+        """The REST views of runs and checkpoints."""
         self.files.purge_expired()
 
     # -- state the server's checks look at ------------------------------------------------
@@ -218,6 +221,48 @@ class TinkerService:
     def load_weights(self, req: wire.LoadWeightsRequest) -> wire.FutureReply:
         """Load a checkpoint into a new model (session addressing) or, legacy, an existing one."""
         return self.weights.load_weights(req)
+
+    def list_training_runs(
+        self, limit: int, offset: int, project_id: str | None = None
+    ) -> wire.TrainingRunsReply:
+        """A page of training runs, newest first (of one project if named)."""
+        return self.catalog.training_runs(limit, offset, project_id)
+
+    def get_training_run(self, model_id: str) -> wire.TrainingRun:
+        """One training run (404 if unknown)."""
+        return self.catalog.training_run(model_id)
+
+    def list_run_checkpoints(self, model_id: str) -> wire.CheckpointsReply:
+        """Every checkpoint of a training run, oldest first (404 if unknown)."""
+        return self.catalog.run_checkpoints(model_id)
+
+    def list_checkpoints(self, limit: int, offset: int) -> wire.CheckpointsReply:
+        """A page of every run's checkpoints, newest first."""
+        return self.catalog.checkpoints(limit, offset)
+
+    def delete_run_checkpoint(self, model_id: str, kind: str, name: str) -> wire.DeletedReply:
+        """Delete the checkpoint `tinker://{model_id}/{kind}/{name}` (400 / 404)."""
+        return self.catalog.delete(model_id, kind, name)
+
+    def publish_checkpoint(
+        self, model_id: str, kind: str, name: str, *, public: bool
+    ) -> wire.PublishedReply:
+        """Publish (or unpublish) a checkpoint (400 / 404)."""
+        return self.catalog.publish(model_id, kind, name, public)
+
+    def set_checkpoint_ttl(
+        self, model_id: str, kind: str, name: str, req: wire.TtlRequest
+    ) -> wire.TtlReply:
+        """Set when a checkpoint expires (400 / 404)."""
+        return self.catalog.set_ttl(model_id, kind, name, req)
+
+    def weights_info(self, req: wire.WeightsInfoRequest) -> wire.WeightsInfoReply:
+        """What weights a tinker:// path holds."""
+        return self.catalog.weights_info(req)
+
+    def checkpoint_storage(self, project_id: str | None = None) -> wire.StorageReply:
+        """The checkpoints' disk use."""
+        return self.catalog.storage(project_id)
 
     def delete_checkpoint(self, path: str) -> None:
         """Remove a checkpoint's files and row (KeyError if unknown)."""

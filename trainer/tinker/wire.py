@@ -769,3 +769,99 @@ class SessionSearchReply(Reply):
     """The page of matching sessions, newest first."""
     next_cursor: SessionCursor | None
     """Where the next page starts (null: this was the last)."""
+
+
+class PageCursor(Reply):
+    """Where a page of a listing sits."""
+
+    offset: int
+    """Rows skipped."""
+    limit: int
+    """Most rows in the page."""
+    total_count: int
+    """Rows in all."""
+
+
+class TrainingRunsReply(Reply):
+    """`GET /training_runs`."""
+
+    training_runs: list[TrainingRun]
+    """A page of runs, newest first."""
+    cursor: PageCursor
+    """Where the page sits."""
+
+
+class CheckpointsReply(Reply):
+    """`GET /training_runs/{id}/checkpoints` and `GET /checkpoints`."""
+
+    checkpoints: list[Checkpoint]
+    """The checkpoints."""
+    cursor: PageCursor | None
+    """Where the page sits (null: one run's checkpoints, all of them)."""
+
+
+class DeletedReply(Reply):
+    """`DELETE` of a checkpoint."""
+
+    deleted: str
+    """Its tinker:// path."""
+
+
+class PublishedReply(Reply):
+    """Publishing or unpublishing a checkpoint."""
+
+    tinker_path: str
+    """The checkpoint."""
+    public: bool
+    """Whether it is published now."""
+
+
+class TtlReply(Reply):
+    """`PUT .../checkpoints/{id}/ttl`."""
+
+    tinker_path: str
+    """The checkpoint."""
+    expires_at: float | None
+    """When it expires now (Unix time; null: never)."""
+
+
+class WeightsInfoReply(Reply):
+    """`POST /weights_info`: the SDK's `WeightsInfoResponse`."""
+
+    _omit_when_none = frozenset({"lora_rank", "train_attn", "train_mlp", "train_unembed"})
+    base_model: str
+    """The base model the weights were trained from."""
+    optimizer_config: OptimizerConfig = OptimizerConfig()
+    """The optimizer."""
+    is_lora: bool
+    """Whether they are LoRA adapters."""
+    lora_rank: int | None = None
+    """The adapters' rank (absent when full weights)."""
+    train_attn: bool | None = None
+    """Whether the adapters cover attention (absent when full weights)."""
+    train_mlp: bool | None = None
+    """Whether they cover the MLPs (absent when full weights)."""
+    train_unembed: bool | None = None
+    """Whether they cover the unembedding (absent when full weights)."""
+
+
+class StorageUsage(Reply):
+    """The checkpoints' disk use, as one billing item."""
+
+    project_id: str | None
+    """The project asked about (a local server has none)."""
+    checkpoint_count: int
+    """Checkpoints kept."""
+    size_bytes: int
+    """Their disk use."""
+    size_gigabytes: float
+    """The same in GB (1e9 bytes)."""
+
+
+class StorageReply(Reply):
+    """`GET /billing/usage/checkpoints/current`."""
+
+    effective_rate_usd_per_gigabyte_month: float | None = None
+    """Always null: a local server does no billing."""
+    data: list[StorageUsage]
+    """One item: every checkpoint."""
