@@ -29,6 +29,8 @@ import hashlib
 import os
 import shlex
 import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -281,11 +283,28 @@ def _etc_state(names: tuple[str, ...]) -> bytes:
     return "\n".join(out).encode()
 
 
+def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
+    """`target`, first built by `build(staging)` in a private directory next to it and renamed
+    into place (a reader never sees half of it; of two racing builders, one copy stays)."""
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    try:
+        build(staging / target.name)
+        try:
+            os.replace(staging / target.name, target)
+        except OSError:  # a non-empty directory is there already: another builder won
+            if not target.exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def host_base(directory: Path, etc_files: tuple[str, ...]) -> HostBase:
     """The `HostBase` for this host, under `directory` (made once per state of the host's
     system directories and of `etc_files`; a changed host makes a new one)."""
-    from skyrl_gym.cache import build_once
-
     key = hashlib.sha256(b"skyrl-cow-base-v2\0" + _etc_state(etc_files)).hexdigest()[:20]
     system = tuple(
         n for n in HOST_SYSTEM_DIRS if os.path.isdir(f"/{n}") and not os.path.islink(f"/{n}")
@@ -315,7 +334,7 @@ def host_base(directory: Path, etc_files: tuple[str, ...]) -> HostBase:
         for name in ("resolv.conf", "hosts", "passwd", "group"):  # mount points for binds
             (etc / name).touch(mode=0o644, exist_ok=True)
 
-    target = build_once(directory / f"base-{key}", build)
+    target = _build_once(directory / f"base-{key}", build)
     return HostBase(target / "skeleton", target / "etc", system)
 
 

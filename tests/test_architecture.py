@@ -129,8 +129,6 @@ ALLOWED: frozenset[tuple[Rule, str, int]] = frozenset(
         (Rule.LONG_CLASS, "skyrl_sdk.sandboxes._process:ServerSandbox", 478),
         (Rule.LONG_CLASS, "skyrl_sdk.sandboxes.docker_backend:DockerSandbox", 353),
         (Rule.LONG_CLASS, "skyrl_sdk.trainer.loop:TrainingLoop", 427),
-        # upward import: 1
-        (Rule.UPWARD_IMPORT, "skyrl_sdk.sandboxes.cow_root -> skyrl_gym.cache", 1),
         # import circle: 2
         (Rule.IMPORT_CIRCLE, "skyrl_gym.envs.harbor.task <-> skyrl_gym.envs.harbor.tb1", 2),
         (Rule.IMPORT_CIRCLE, "skyrl_sdk.trainer.heldout <-> skyrl_sdk.trainer.loop", 2),
