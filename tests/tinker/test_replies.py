@@ -314,3 +314,31 @@ def test_session_refusals_keep_their_status_and_body(tinker_server: TinkerServer
         assert bad.status_code == 400 and bad.json()["error"].startswith("bad cursor: ")
         unknown = c.get("/api/v1/sessions/nope")
         assert unknown.status_code == 404 and "unknown session 'nope'" in unknown.text
+
+
+def test_sampler_and_capability_views_keep_their_bytes(tinker_server: TinkerServer) -> None:
+    base = tinker_server.base_model
+    with httpx.Client(base_url=tinker_server.base_url, timeout=60, headers=AUTH) as c:
+        session = c.post("/api/v1/create_session", json={"tags": []}).json()["session_id"]
+        body = {"session_id": session, "sampling_session_seq_id": 3, "base_model": base}
+        made = c.post("/api/v1/create_sampling_session", json=body)
+        sampler_id = f"{session}:sample:3"
+        assert made.text == _bytes(
+            {"sampling_session_id": sampler_id, "type": "create_sampling_session"}
+        )
+        got = c.get(f"/api/v1/samplers/{sampler_id}")
+        assert got.text == _bytes(
+            {"sampler_id": sampler_id, "base_model": base, "model_path": None}
+        )
+        missing = c.get("/api/v1/samplers/nope")
+        message = "unknown sampler 'nope'"
+        assert missing.status_code == 404
+        assert missing.text == _bytes({"detail": message, "error": message})
+        caps = c.get("/api/v1/get_server_capabilities").json()["supported_models"]
+        assert caps[0] == {
+            "model_name": base,
+            "max_context_length": tinker_server.service.config.models[0].max_context_length,
+            "trainable": True,
+            "sampleable": True,
+        }
+        assert list(caps[0]) == ["model_name", "max_context_length", "trainable", "sampleable"]

@@ -280,6 +280,19 @@ class TinkerService:
         """A sampler of a base model or of saved weights (loaded on the worker)."""
         return await self.sampler_sessions.create_sampling_session(req)
 
+    def sampler_info(self, sampler_id: str) -> wire.SamplerInfo:
+        """What a sampling session samples (404 if unknown)."""
+        return self.sampler_sessions.sampler_info(sampler_id)
+
+    def capabilities(self) -> wire.ServerCapabilities:
+        """The base models served."""
+        return wire.ServerCapabilities(
+            supported_models=[
+                wire.SupportedModel(model_name=s.name, max_context_length=s.max_context_length)
+                for s in self.config.models
+            ]
+        )
+
     def asample(self, req: wire.SampleRequest) -> wire.FutureReply:
         """Queue a sampling request; it joins the queued ones on the same weights."""
         return self.sampling.asample(req)

@@ -121,6 +121,15 @@ class Samplers:
 
         return ("sampler", sampler_id), rebuild
 
+    def sampler_info(self, sampler_id: str) -> wire.SamplerInfo:
+        """What a sampling session samples (404 if unknown)."""
+        row = self.registry.samplers.get(sampler_id)
+        if row is None:
+            raise ServiceError(Status.NOT_FOUND, f"unknown sampler {sampler_id!r}")
+        return wire.SamplerInfo(
+            sampler_id=sampler_id, base_model=row.base_model, model_path=row.model_path
+        )
+
     def new_sampler_id(self, session_id: str, seq: int | None) -> str:
         """A sampling session id: `{session}:sample:{seq}`."""
         return f"{session_id}:sample:{seq if seq is not None else next(self.sample_ids)}"

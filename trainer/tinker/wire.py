@@ -865,3 +865,34 @@ class StorageReply(Reply):
     """Always null: a local server does no billing."""
     data: list[StorageUsage]
     """One item: every checkpoint."""
+
+
+class SamplerInfo(Reply):
+    """`GET /samplers/{id}`."""
+
+    sampler_id: str
+    """The sampling session."""
+    base_model: str
+    """The base model it samples."""
+    model_path: str | None
+    """The tinker:// path of its weights (null: the base model, or a snapshot)."""
+
+
+class SupportedModel(Reply):
+    """A base model the server serves."""
+
+    model_name: str
+    """Its name."""
+    max_context_length: int
+    """Most tokens of prompt plus sample."""
+    trainable: bool = True
+    """It can be trained."""
+    sampleable: bool = True
+    """It can be sampled."""
+
+
+class ServerCapabilities(Reply):
+    """`GET /get_server_capabilities`."""
+
+    supported_models: list[SupportedModel]
+    """The base models served."""

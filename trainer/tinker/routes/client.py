@@ -28,17 +28,7 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/get_server_capabilities")
 async def capabilities(svc: Service) -> dict[str, Any]:
-    return {
-        "supported_models": [
-            {
-                "model_name": s.name,
-                "max_context_length": s.max_context_length,
-                "trainable": True,
-                "sampleable": True,
-            }
-            for s in svc.config.models
-        ]
-    }
+    return svc.capabilities().body()
 
 
 @router.post("/telemetry")

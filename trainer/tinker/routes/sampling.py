@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 
 from skyrl_sdk.trainer.tinker import wire
 from skyrl_sdk.trainer.tinker.routes.deps import API, Service
@@ -21,10 +21,7 @@ async def create_sampling_session(
 
 @router.get("/samplers/{sampler_id}")
 async def get_sampler(sampler_id: str, svc: Service) -> dict[str, Any]:
-    row = svc.registry.samplers.get(sampler_id)
-    if row is None:
-        raise HTTPException(404, f"unknown sampler {sampler_id!r}")
-    return {"sampler_id": sampler_id, "base_model": row.base_model, "model_path": row.model_path}
+    return svc.sampler_info(sampler_id).body()
 
 
 @router.post("/asample")
