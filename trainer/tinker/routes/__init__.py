@@ -1,7 +1,9 @@
 """The HTTP side of the Tinker server: thin FastAPI handlers grouped by concern.
 
-Each module has one `router`; the handlers parse the request, call the `TinkerService` (which
-raises `ServiceError` for refusals) and shape the reply. `install_routes` adds them all.
+Each module has one `router`; the handlers parse the request into a `wire` model, call the
+`TinkerService` (which raises `ServiceError` for refusals) and send the `wire.Reply` it returns
+as `reply.body()`, so the JSON keys, their order and the fields left out when None are the
+reply model's. `install_routes` adds them all.
 """
 
 from __future__ import annotations
