@@ -48,17 +48,23 @@ def validate_task(row: object, required: Sequence[str] = (), where: str = "") ->
 
     `where` (an env name, a file and line) prefixes the error message.
     """
-    prefix = f"{where}: " if where else ""
     if not isinstance(row, dict):
-        raise TaskError(f"{prefix}a task row must be a JSON object, got {type(row).__name__}")
+        raise TaskError(
+            f"{_prefix(where)}a task row must be a JSON object, got {type(row).__name__}"
+        )
     task_id = row.get("task_id")
     if task_id.__class__ not in (str, int) or task_id == "":  # exact types: bool is not an id
-        raise TaskError(f"{prefix}task row has no usable 'task_id' (got {task_id!r})")
+        raise TaskError(f"{_prefix(where)}task row has no usable 'task_id' (got {task_id!r})")
     for name in required:  # a plain loop: this runs on every reset
         if name not in row:
             fields = ", ".join(repr(f) for f in required if f not in row)
-            raise TaskError(f"{prefix}task {task_id!r} is missing field(s) {fields}")
+            raise TaskError(f"{_prefix(where)}task {task_id!r} is missing field(s) {fields}")
     return row
+
+
+def _prefix(where: str) -> str:
+    # Built only for an error message: validate_task runs on every reset.
+    return f"{where}: " if where else ""
 
 
 def is_skyrl_row(row: object) -> bool:

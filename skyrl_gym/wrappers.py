@@ -9,7 +9,7 @@ episode, and each wrapper layer costs a few Python calls per step.
 
 from __future__ import annotations
 
-import time
+from time import perf_counter
 from typing import Any
 
 import gymnasium as gym
@@ -73,7 +73,7 @@ class EpisodeGuard(TextWrapper):
     def _begin(self) -> None:
         self._active = self._has_reset = True
         self._turns, self._return, self._parse_errors, self._tool_calls = 0, 0.0, 0, 0
-        self._started = time.perf_counter()
+        self._started = perf_counter()
 
     def _check(self, action: object) -> str:
         if not self._active:
@@ -106,7 +106,7 @@ class EpisodeGuard(TextWrapper):
             "tool_calls": self._tool_calls,
             "terminated": bool(terminated),
             "truncated": bool(truncated),
-            "duration_s": time.perf_counter() - self._started,
+            "duration_s": perf_counter() - self._started,
         }
         env_metrics = info.get(EPISODE_KEY)
         if env_metrics is None or isinstance(env_metrics, dict):
