@@ -92,13 +92,12 @@ class Rule(enum.Enum):
 
 ALLOWED: frozenset[tuple[Rule, str, int]] = frozenset(
     {
-        # function over 80 lines: 30
+        # function over 80 lines: 29
         (Rule.LONG_FUNCTION, "skyrl_gym.envs.harbor.dockerfile:plan_dockerfile", 91),
         (Rule.LONG_FUNCTION, "skyrl_gym.envs.harbor.host:copy_untrusted_tree", 84),
         (Rule.LONG_FUNCTION, "skyrl_gym.envs.harbor.lint:_Scanner.scan", 97),
         (Rule.LONG_FUNCTION, "skyrl_gym.envs.harbor.runtime:HarborRuntime._verify", 144),
         (Rule.LONG_FUNCTION, "skyrl_gym.envs.harbor.task:load_task", 113),
-        (Rule.LONG_FUNCTION, "skyrl_gym.envs.harbor.task_root:_build", 85),
         (Rule.LONG_FUNCTION, "skyrl_gym.envs.swe.harness:_evaluate_in_sandbox", 114),
         (Rule.LONG_FUNCTION, "skyrl_sdk.agents.cli:eval_command", 225),
         (Rule.LONG_FUNCTION, "skyrl_sdk.agents.cli:serve_command", 146),

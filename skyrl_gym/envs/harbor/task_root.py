@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from skyrl_gym.envs.harbor.dockerfile import (
     NEVER_MOUNTED,
@@ -155,6 +156,66 @@ def writable_dirs(plan: DockerfilePlan, workdir: str, mount_dir: str) -> tuple[s
     return tuple(out)
 
 
+async def _run_steps(
+    sandbox: Any,
+    plan: DockerfilePlan,
+    context: Path,
+    rootfs: str | None,
+    deadline: float,
+    notes: list[str],
+) -> None:
+    """Run the plan's COPY and RUN steps in order in the build sandbox; what could not be
+    applied becomes a note. Raises `TimeoutError` past the deadline."""
+    env = {**dict(BUILD_ENV_DEFAULTS), **dict(plan.env)}  # the Dockerfile's ENV wins
+    for step in plan.steps:
+        where = f"Dockerfile:{step.line} {step.kind.value.upper()}"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(where)
+        if step.kind is StepKind.COPY:
+            command, problem = _copy_command(context, step)
+            if problem or command is None:
+                notes.append(f"{where}: {problem}")
+                continue
+        else:
+            command = step.command
+            if _APT.search(command) and not _has_dpkg(rootfs):
+                notes.append(
+                    f"{where} {command}: not run: the root has no dpkg database (the "
+                    "host's minimal system); give a Debian root with --rootfs"
+                )
+                continue
+        await sandbox.exec(["mkdir", "-p", step.workdir], timeout=30)
+        ran = await sandbox.exec(
+            ["/bin/sh", "-c", command], timeout=left, cwd=step.workdir, env=env
+        )
+        if ran.timed_out:
+            raise TimeoutError(f"{where} {command!r}")
+        if not ran.ok:
+            text = f"{where} {command}" if step.kind is StepKind.RUN else where
+            notes.append(
+                f"{text}: failed at build (exit {ran.exit_code}): {ran.output.strip()[-300:]}"
+            )
+
+
+def _hand_over(upper: Path, writable: Sequence[str], notes: list[str]) -> list[str]:
+    """Give the sandbox user the directories it owns in a container (those of `writable`
+    whose path has no link the build made: a RUN that made /opt a link to a host path must not
+    get that host path created or handed over), clear set-id bits; the directories kept."""
+    root_layer = upper / cow_root.ROOT_LAYER
+    kept = []
+    for path in writable:
+        if not cow_root.no_links_below(root_layer, path):
+            notes.append(f"{path}: a link or file made by the build; not handed to the agent")
+            continue
+        host = root_layer / path.lstrip("/")
+        host.mkdir(parents=True, exist_ok=True)
+        chown_tree(host, SANDBOX_UID)
+        kept.append(path)
+    _strip_setid(upper)
+    return kept
+
+
 async def _build(
     staging: Path,
     *,
@@ -166,6 +227,7 @@ async def _build(
     open_sandbox: Callable[[SandboxSpec, cow_root.CowRoot, Mapping[str, Path]], object],
     deadline: float,
 ) -> None:
+    """Build the task's layer into `staging` (see the module docstring)."""
     notes: list[str] = []
     disk = build_disk_bytes()
     with Workspace.create("skyrl-harbor-build-", disk_bytes=disk) as scratch:
@@ -179,59 +241,16 @@ async def _build(
             rootfs=rootfs,
         )
         first = next((s.workdir for s in plan.steps), writable[0])
-        env = {**dict(BUILD_ENV_DEFAULTS), **dict(plan.env)}  # the Dockerfile's ENV wins
         spec = spec_for(first, disk)
         sandbox = await open_sandbox(spec, cow, {CONTEXT_INSIDE: context.resolve()})  # type: ignore[misc]
         try:
-            for step in plan.steps:
-                where = f"Dockerfile:{step.line} {step.kind.value.upper()}"
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(where)
-                if step.kind is StepKind.COPY:
-                    command, problem = _copy_command(context, step)
-                    if problem or command is None:
-                        notes.append(f"{where}: {problem}")
-                        continue
-                else:
-                    command = step.command
-                    if _APT.search(command) and not _has_dpkg(rootfs):
-                        notes.append(
-                            f"{where} {command}: not run: the root has no dpkg database (the "
-                            "host's minimal system); give a Debian root with --rootfs"
-                        )
-                        continue
-                await sandbox.exec(["mkdir", "-p", step.workdir], timeout=30)  # type: ignore[attr-defined]
-                ran = await sandbox.exec(  # type: ignore[attr-defined]
-                    ["/bin/sh", "-c", command], timeout=left, cwd=step.workdir, env=env
-                )
-                if ran.timed_out:
-                    raise TimeoutError(f"{where} {command!r}")
-                if not ran.ok:
-                    text = f"{where} {command}" if step.kind is StepKind.RUN else where
-                    notes.append(
-                        f"{text}: failed at build (exit {ran.exit_code}): "
-                        f"{ran.output.strip()[-300:]}"
-                    )
+            await _run_steps(sandbox, plan, context, rootfs, deadline, notes)
         finally:
             await sandbox.close()  # type: ignore[attr-defined]
         notes += _python_image_commands(cow, plan.base_image, rootfs)
         for path in _give_verifier(cow):
             notes.append(f"{path}: a link made by the build; not handed to the verifier")
-        root_layer = upper / cow_root.ROOT_LAYER
-        kept = []
-        for path in writable:
-            # The build's own links are never followed: a RUN that made /opt a link to a host
-            # path must not get that host path created or handed over.
-            if not cow_root.no_links_below(root_layer, path):
-                notes.append(f"{path}: a link or file made by the build; not handed to the agent")
-                continue
-            host = root_layer / path.lstrip("/")
-            host.mkdir(parents=True, exist_ok=True)
-            chown_tree(host, SANDBOX_UID)
-            kept.append(path)
-        writable = kept
-        _strip_setid(upper)
+        writable = _hand_over(upper, writable, notes)
         # Off the capped tmpfs into the cache; -a keeps overlayfs's whiteouts and opaque marks.
         done = subprocess.run(
             ["cp", "-a", f"{upper}/.", str(staging)], capture_output=True, text=True, check=False
