@@ -26,6 +26,20 @@ from skyrl_gym.step_info import (
 _MAX_TURNS = TruncatedBy.MAX_TURNS.value  # looked up once: Enum's `.value` is a descriptor call
 
 
+class _ProbeEnv(gym.Env[Messages, str]):
+    """The smallest env, to see what `gym.Wrapper.__init__` sets."""
+
+
+def _wrapper_defaults() -> dict[str, None] | None:
+    """The attributes `gym.Wrapper.__init__` sets besides `env`, when every one is None (so a
+    class-level default reads the same); None when the installed Gymnasium sets others."""
+    state = {k: v for k, v in vars(gym.Wrapper(_ProbeEnv())).items() if k != "env"}
+    return state if all(v is None for v in state.values()) else None
+
+
+_WRAPPER_DEFAULTS = _wrapper_defaults()
+
+
 class TextWrapper(gym.Wrapper[Messages, str, Messages, str]):
     """Base wrapper for text envs: forwards the async methods too, so an env's native async
     implementation is kept. Subclasses override `reset`/`step` and `areset`/`astep` alike."""
@@ -62,7 +76,14 @@ class EpisodeGuard(TextWrapper):
     def __init__(self, env: gym.Env[Messages, str], max_turns: int | None = None):
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        super().__init__(env)
+        if _WRAPPER_DEFAULTS is None:
+            super().__init__(env)
+        elif isinstance(env, gym.Env):
+            # gym.Wrapper.__init__'s own state, without its call: its other fields are
+            # class-level defaults here (see _wrapper_defaults), set once, not per episode.
+            self.env = env
+        else:
+            raise TypeError(f"Expected env to be a `gymnasium.Env` but got {type(env)}")
         self.max_turns = max_turns
 
     @property
@@ -136,3 +157,9 @@ class EpisodeGuard(TextWrapper):
 
     async def astep(self, action: str) -> StepReturn:
         return self._after_step(await self.env.astep(self._check(action)))  # type: ignore[attr-defined]
+
+
+# EpisodeGuard is built once per episode: gym.Wrapper.__init__'s None fields become class
+# attributes, so its constructor only stores `env` (see `EpisodeGuard.__init__`).
+for _name in _WRAPPER_DEFAULTS or ():
+    setattr(EpisodeGuard, _name, None)
