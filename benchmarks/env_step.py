@@ -7,11 +7,14 @@ the peer is `skyrl_gym.make("gsm8k")` + `init` + `step`, run in its own virtuale
 alternate between the two to spread machine noise, and each side's best round counts (as
 `timeit` advises: slower rounds measure interference, not the code). Rates are per second of
 the process's own CPU time, so other jobs on the machine skew the ratio less (wall-clock
-rates are printed too).
+rates are printed too). Each side warms up with 2000 episodes and times only its own loop:
+the peer's interpreter start and imports fall outside it. The peer reports its Python
+version, and a note says so when it is not ours (the ratio would compare interpreters).
 """
 
 from __future__ import annotations
 
+import platform
 import time
 
 from skyrl_sdk.benchmarks.peer_venv import PeerUnavailable, run_in_peer
@@ -42,7 +45,8 @@ while time.perf_counter() - start < seconds:
         once()
     n += 500
 wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-print(json.dumps({"cpu_steps_per_s": n / cpu, "wall_steps_per_s": n / wall}))
+print(json.dumps({"cpu_steps_per_s": n / cpu, "wall_steps_per_s": n / wall,
+                  "python": sys.version.split()[0]}))
 """
 
 
@@ -75,16 +79,27 @@ def _ours(seconds: float) -> tuple[float, float]:
     return n / (time.process_time() - cpu), n / (time.perf_counter() - start)
 
 
+def interpreter_note(peer_python: str | None) -> str | None:
+    """A note when the peer's interpreter is not ours: the ratio then compares Pythons too
+    (the peer venv is built from whichever interpreter first ran the bench)."""
+    ours = platform.python_version()
+    if peer_python is None or peer_python == ours:
+        return None
+    return f"warning: the peer runs Python {peer_python}, ours {ours}: rebuild .venvs/skyrl-gym"
+
+
 def run() -> BenchReport:
     ours_rounds: list[tuple[float, float]] = []
     peer_rounds: list[tuple[float, float]] = []
     peer_error = None
+    peer_version: str | None = None
     for _ in range(ROUNDS):
         ours_rounds.append(_ours(ROUND_SECONDS))
         if peer_error is None:
             try:
                 got = run_in_peer("skyrl-gym", PEER_SCRIPT, str(ROUND_SECONDS))
                 peer_rounds.append((got["cpu_steps_per_s"], got["wall_steps_per_s"]))
+                peer_version = got.get("python")
             except PeerUnavailable as e:
                 peer_error = str(e).splitlines()[0]
     ours = max(r[0] for r in ours_rounds)
@@ -108,6 +123,8 @@ def run() -> BenchReport:
         f"ours per CPU s: {', '.join(fmt(r[0]) for r in ours_rounds)}",
         f"peer per CPU s: {', '.join(fmt(r[0]) for r in peer_rounds) or peer_error}",
     ]
+    if (note := interpreter_note(peer_version)) is not None:
+        notes.append(note)
     return BenchReport(
         name="env",
         rows=rows,
