@@ -112,3 +112,13 @@ def test_the_service_facade_returns_wire_models() -> None:
         returned = typing.get_type_hints(fn).get("return")
         assert returned is not None, f"TinkerService.{name} has no return type"
         assert "dict" not in str(returned), f"TinkerService.{name} returns {returned}"
+
+
+def test_route_handlers_send_reply_models_not_dicts() -> None:
+    for name, tree in _modules().items():
+        if not name.startswith(f"{PREFIX}.routes"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.AsyncFunctionDef) and node.returns is not None:
+                returned = ast.unparse(node.returns)
+                assert "Any" not in returned, f"{name}.{node.name} returns {returned}"

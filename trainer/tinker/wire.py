@@ -896,3 +896,19 @@ class ServerCapabilities(Reply):
 
     supported_models: list[SupportedModel]
     """The base models served."""
+
+
+class ClientConfig(Reply):
+    """`POST /client/config`: every optional SDK code path stays off."""
+
+    pjwt_auth_enabled: bool = False
+    """No JWT exchange: the API key is sent as is."""
+
+
+class DynamicConfig(Reply):
+    """`POST /client/dynamic_config`."""
+
+    refresh_interval_sec: int = 300
+    """How often the SDK asks again."""
+    sample_cancel_enabled: bool = True
+    """The SDK cancels the sampling requests it abandons (`/cancel_future`)."""

@@ -2,8 +2,8 @@
 
 Each module has one `router`; the handlers parse the request into a `wire` model, call the
 `TinkerService` (which raises `ServiceError` for refusals) and send the `wire.Reply` it returns
-as `reply.body()`, so the JSON keys, their order and the fields left out when None are the
-reply model's. `install_routes` adds them all.
+with `deps.send` (its `body()`), so the JSON keys, their order and the fields left out when
+None are the reply model's. `install_routes` adds them all.
 """
 
 from __future__ import annotations

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
-from skyrl_sdk.trainer.tinker.routes.deps import API, Service
+from skyrl_sdk.trainer.tinker import wire
+from skyrl_sdk.trainer.tinker.routes.deps import API, Service, send
 
 router = APIRouter(prefix=API)
 
 
 @router.post("/client/config")
-async def client_config() -> dict[str, Any]:
-    return {"pjwt_auth_enabled": False}
+async def client_config() -> JSONResponse:
+    return send(wire.ClientConfig())
 
 
 @router.post("/client/dynamic_config")
-async def dynamic_config() -> dict[str, Any]:
-    return {"refresh_interval_sec": 300, "sample_cancel_enabled": True}
+async def dynamic_config() -> JSONResponse:
+    return send(wire.DynamicConfig())
 
 
 @router.get("/healthz")
@@ -27,8 +27,8 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/get_server_capabilities")
-async def capabilities(svc: Service) -> dict[str, Any]:
-    return svc.capabilities().body()
+async def capabilities(svc: Service) -> JSONResponse:
+    return send(svc.capabilities())
 
 
 @router.post("/telemetry")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from skyrl_sdk.trainer.tinker import wire
-from skyrl_sdk.trainer.tinker.routes.deps import API, Service
+from skyrl_sdk.trainer.tinker.routes.deps import API, Service, send
 from skyrl_sdk.trainer.tinker.routes.training import PROTO
 from skyrl_sdk.trainer.tinker.store import FutureState
 
@@ -19,7 +17,7 @@ router = APIRouter(prefix=API)
 async def retrieve_future(req: wire.FutureRequest, request: Request, svc: Service) -> Response:
     record = await svc.retrieve(req.request_id)
     if record.state is FutureState.PENDING:
-        return JSONResponse(wire.TryAgain(request_id=req.request_id).body())
+        return send(wire.TryAgain(request_id=req.request_id))
     if record.state is not FutureState.DONE:
         return JSONResponse(record.result)
     proto = PROTO in request.headers.get("accept", "")
@@ -35,5 +33,5 @@ async def retrieve_future(req: wire.FutureRequest, request: Request, svc: Servic
 
 
 @router.post("/cancel_future")
-async def cancel_future(req: wire.CancelRequest, svc: Service) -> dict[str, Any]:
-    return svc.cancel(req.request_id).body()
+async def cancel_future(req: wire.CancelRequest, svc: Service) -> JSONResponse:
+    return send(svc.cancel(req.request_id))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException
+from fastapi.responses import JSONResponse
 
 from skyrl_sdk.trainer.tinker import wire
-from skyrl_sdk.trainer.tinker.routes.deps import API, Service
+from skyrl_sdk.trainer.tinker.routes.deps import API, Service, send
 from skyrl_sdk.trainer.tinker.routes.unsupported import EXTERNAL_WHY, not_here
 
 router = APIRouter(prefix=API)
@@ -16,23 +15,23 @@ router = APIRouter(prefix=API)
 @router.get("/training_runs")
 async def list_training_runs(
     svc: Service, limit: int = 20, offset: int = 0, project_id: str | None = None
-) -> dict[str, Any]:
-    return svc.list_training_runs(limit, offset, project_id).body()
+) -> JSONResponse:
+    return send(svc.list_training_runs(limit, offset, project_id))
 
 
 @router.get("/training_runs/{model_id}")
-async def get_training_run(model_id: str, svc: Service) -> dict[str, Any]:
-    return svc.get_training_run(model_id).body()
+async def get_training_run(model_id: str, svc: Service) -> JSONResponse:
+    return send(svc.get_training_run(model_id))
 
 
 @router.get("/training_runs/{model_id}/checkpoints")
-async def list_checkpoints(model_id: str, svc: Service) -> dict[str, Any]:
-    return svc.list_run_checkpoints(model_id).body()
+async def list_checkpoints(model_id: str, svc: Service) -> JSONResponse:
+    return send(svc.list_run_checkpoints(model_id))
 
 
 @router.get("/checkpoints")
-async def list_user_checkpoints(svc: Service, limit: int = 100, offset: int = 0) -> dict[str, Any]:
-    return svc.list_checkpoints(limit, offset).body()
+async def list_user_checkpoints(svc: Service, limit: int = 100, offset: int = 0) -> JSONResponse:
+    return send(svc.list_checkpoints(limit, offset))
 
 
 # -- one checkpoint: tinker://{model_id}/{kind}/{name} ---------------------------------------
@@ -45,13 +44,13 @@ def _hosted_only(kind: str) -> None:
 
 
 @router.delete("/training_runs/{model_id}/checkpoints/{kind}/{name}")
-async def delete_checkpoint(model_id: str, kind: str, name: str, svc: Service) -> dict[str, Any]:
+async def delete_checkpoint(model_id: str, kind: str, name: str, svc: Service) -> JSONResponse:
     _hosted_only(kind)
-    return svc.delete_run_checkpoint(model_id, kind, name).body()
+    return send(svc.delete_run_checkpoint(model_id, kind, name))
 
 
 @router.delete("/training_runs/{model_id}/checkpoints/{checkpoint_id}")
-async def delete_bare_checkpoint(model_id: str, checkpoint_id: str) -> dict[str, Any]:
+async def delete_bare_checkpoint(model_id: str, checkpoint_id: str) -> JSONResponse:
     raise HTTPException(
         400,
         f"checkpoint ids look like weights/<name> or sampler_weights/<name>, got {checkpoint_id!r}",
@@ -59,30 +58,30 @@ async def delete_bare_checkpoint(model_id: str, checkpoint_id: str) -> dict[str,
 
 
 @router.post("/training_runs/{model_id}/checkpoints/{kind}/{name}/publish")
-async def publish(model_id: str, kind: str, name: str, svc: Service) -> dict[str, Any]:
+async def publish(model_id: str, kind: str, name: str, svc: Service) -> JSONResponse:
     _hosted_only(kind)
-    return svc.publish_checkpoint(model_id, kind, name, public=True).body()
+    return send(svc.publish_checkpoint(model_id, kind, name, public=True))
 
 
 @router.delete("/training_runs/{model_id}/checkpoints/{kind}/{name}/publish")
-async def unpublish(model_id: str, kind: str, name: str, svc: Service) -> dict[str, Any]:
+async def unpublish(model_id: str, kind: str, name: str, svc: Service) -> JSONResponse:
     _hosted_only(kind)
-    return svc.publish_checkpoint(model_id, kind, name, public=False).body()
+    return send(svc.publish_checkpoint(model_id, kind, name, public=False))
 
 
 @router.put("/training_runs/{model_id}/checkpoints/{kind}/{name}/ttl")
 async def set_ttl(
     model_id: str, kind: str, name: str, req: wire.TtlRequest, svc: Service
-) -> dict[str, Any]:
+) -> JSONResponse:
     _hosted_only(kind)
-    return svc.set_checkpoint_ttl(model_id, kind, name, req).body()
+    return send(svc.set_checkpoint_ttl(model_id, kind, name, req))
 
 
 @router.post("/weights_info")
-async def weights_info(req: wire.WeightsInfoRequest, svc: Service) -> dict[str, Any]:
-    return svc.weights_info(req).body()
+async def weights_info(req: wire.WeightsInfoRequest, svc: Service) -> JSONResponse:
+    return send(svc.weights_info(req))
 
 
 @router.get("/billing/usage/checkpoints/current")
-async def checkpoint_storage(svc: Service, project_id: str | None = None) -> dict[str, Any]:
-    return svc.checkpoint_storage(project_id).body()
+async def checkpoint_storage(svc: Service, project_id: str | None = None) -> JSONResponse:
+    return send(svc.checkpoint_storage(project_id))

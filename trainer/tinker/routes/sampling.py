@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
 from skyrl_sdk.trainer.tinker import wire
-from skyrl_sdk.trainer.tinker.routes.deps import API, Service
+from skyrl_sdk.trainer.tinker.routes.deps import API, Service, send
 
 router = APIRouter(prefix=API)
 
@@ -15,15 +14,15 @@ router = APIRouter(prefix=API)
 @router.post("/create_sampling_session")
 async def create_sampling_session(
     req: wire.CreateSamplingSessionRequest, svc: Service
-) -> dict[str, Any]:
-    return (await svc.create_sampling_session(req)).body()
+) -> JSONResponse:
+    return send(await svc.create_sampling_session(req))
 
 
 @router.get("/samplers/{sampler_id}")
-async def get_sampler(sampler_id: str, svc: Service) -> dict[str, Any]:
-    return svc.sampler_info(sampler_id).body()
+async def get_sampler(sampler_id: str, svc: Service) -> JSONResponse:
+    return send(svc.sampler_info(sampler_id))
 
 
 @router.post("/asample")
-async def asample(req: wire.SampleRequest, svc: Service) -> dict[str, Any]:
-    return svc.asample(req).body()
+async def asample(req: wire.SampleRequest, svc: Service) -> JSONResponse:
+    return send(svc.asample(req))

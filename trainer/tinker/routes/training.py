@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import JSONResponse
 
 from skyrl_sdk.trainer.tinker import wire
 from skyrl_sdk.trainer.tinker.errors import ServiceError, Status
-from skyrl_sdk.trainer.tinker.routes.deps import API, Service
+from skyrl_sdk.trainer.tinker.routes.deps import API, Service, send
 
 router = APIRouter(prefix=API)
 
@@ -45,17 +44,17 @@ async def decode(request: Request, forward_only: bool, limit: int) -> wire.Forwa
 
 
 @router.post("/forward_backward")
-async def forward_backward(request: Request, svc: Service) -> dict[str, Any]:
+async def forward_backward(request: Request, svc: Service) -> JSONResponse:
     call = await decode(request, False, svc.config.max_request_bytes)
-    return svc.forward_backward(call).body()
+    return send(svc.forward_backward(call))
 
 
 @router.post("/forward")
-async def forward(request: Request, svc: Service) -> dict[str, Any]:
+async def forward(request: Request, svc: Service) -> JSONResponse:
     call = await decode(request, True, svc.config.max_request_bytes)
-    return svc.forward_backward(call).body()
+    return send(svc.forward_backward(call))
 
 
 @router.post("/optim_step")
-async def optim_step(req: wire.OptimStepRequest, svc: Service) -> dict[str, Any]:
-    return svc.optim_step(req).body()
+async def optim_step(req: wire.OptimStepRequest, svc: Service) -> JSONResponse:
+    return send(svc.optim_step(req))
