@@ -447,6 +447,7 @@ class BwrapSandbox(ServerSandbox):
             *network.bwrap_binds(spec),
             "--proc",
             "/proc",
+            *(_build_proc_guards() if self.build_as_root else ()),
             # Grading: no process may open a /proc file for writing (e.g. /proc/PID/mem of
             # the verifier's shell, to rewrite its code).
             "--perms",
@@ -576,6 +577,27 @@ def mount_targets(args: list[str]) -> dict[str, bool]:
 def inside_path(path: str, root: str) -> bool:
     """True when absolute `path` is `root` or below it."""
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+# A build sandbox's uid 0 is the host's root (`build_as_root`): to the kernel it is global
+# root for every file-permission check, and the sysctls under /proc/sys, /proc/sysrq-trigger
+# and the like check nothing more (bwrap covers them only where it can write the directory).
+# So they are the host's, read-only, as Docker makes them, and the files that show kernel
+# memory or keys are masked.
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "scsi")
+_PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "kallsyms", "kmsg")
+
+
+@cache
+def _build_proc_guards() -> tuple[str, ...]:
+    args: list[str] = []
+    for name in _PROC_READ_ONLY:
+        if os.path.exists(f"/proc/{name}"):
+            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in _PROC_MASKED:
+        if os.path.exists(f"/proc/{name}"):
+            args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    return tuple(args)
 
 
 def _warn_single_uid(reason: str) -> None:

@@ -108,3 +108,50 @@ def test_setuid_programs_lose_the_bit_and_the_cache_is_private(
     mode = program.lstat().st_mode
     assert not mode & (stat.S_ISUID | stat.S_ISGID), oct(mode)
     assert stat.S_IMODE(cache.directory.stat().st_mode) == 0o700
+
+
+def test_a_networked_build_cannot_reach_the_host_or_its_kernel_settings(
+    tmp_path: Path, cache: RootCache, host_listener: int
+) -> None:
+    """The build sandbox is uid 0 of a user namespace that maps the host's root, with the
+    task's network: its RUN steps still cannot reach a service on the host's loopback (the
+    same firewall as the agent's sandbox) nor write the host kernel's settings (/proc/sys is
+    read-only, as is /proc/sysrq-trigger), and what they could try lands in the notes, not on
+    the host."""
+    probe = (
+        "import socket, sys\n"
+        "for host in ('127.0.0.1', '::1'):\n"
+        "    try:\n"
+        f"        socket.create_connection((host, {host_listener}), 2).close()\n"
+        "        print('REACHED', host); sys.exit(0)\n"
+        "    except OSError as e:\n"
+        "        print(host, 'unreachable', e)\n"
+        "sys.exit(1)\n"
+    )
+    make_task(
+        tmp_path / "tasks",
+        "build-escape",
+        toml=(
+            'schema_version = "1.4"\n[agent]\ntimeout_sec = 60.0\n[verifier]\n'
+            'timeout_sec = 30.0\n[environment]\nnetwork_mode = "public"\n'
+        ),
+        dockerfile=(
+            "FROM debian:bookworm-slim\nCOPY probe.py /probe.py\nRUN python3 /probe.py\n"
+            # Harmless if it got through (the value it writes is the one there), so a failing
+            # defence is caught without changing the host.
+            "RUN cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern\n"
+            "RUN if [ -w /proc/sysrq-trigger ]; then echo SYSRQ-WRITABLE; exit 1; fi\n"
+            "RUN head -c 16 /proc/kcore | wc -c\nWORKDIR /app\n"
+        ),
+        files={"environment/probe.py": probe},
+        test_sh="echo 0 > /logs/verifier/reward.txt",
+        solve_sh="true",
+    )
+    before = Path("/proc/sys/kernel/core_pattern").read_text()
+    result = _run(tmp_path / "tasks", tmp_path / "out")
+    notes = "\n".join(result["environment_notes"])
+    assert "REACHED" not in notes, notes
+    assert "RUN python3 /probe.py: failed at build" in notes, notes
+    assert "core_pattern > /proc/sys/kernel/core_pattern: failed at build" in notes, notes
+    assert "SYSRQ-WRITABLE" not in notes, notes
+    assert Path("/proc/sys/kernel/core_pattern").read_text() == before
