@@ -175,7 +175,9 @@ class CowRoot:
                 (
                     low / current.relative_to(overlay.upper)
                     for low in overlay.lowers
-                    if (low / current.relative_to(overlay.upper)).is_dir()
+                    # A lower layer may be a build's: its links are never followed here.
+                    if no_links_below(low, str(current.relative_to(overlay.upper)))
+                    and (low / current.relative_to(overlay.upper)).is_dir()
                 ),
                 None,
             )

@@ -107,7 +107,7 @@ ALLOWED: frozenset[tuple[Rule, str, int]] = frozenset(
         (Rule.LONG_FUNCTION, "skyrl_sdk.agents.serving.app:create_app", 119),
         (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.harbor.cli:run_command", 132),
         (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.harbor.job:_run_steps", 102),
-        (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.harbor.job:run_trial", 281),
+        (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.harbor.job:run_trial", 269),
         (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.sandbox_bench:run", 93),
         (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.serve_bench:run", 112),
         (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.text2sql.cli:eval_command", 144),

@@ -397,6 +397,16 @@ _AGENT_ERRORS = {
 }
 
 
+def _runtime_options(config: JobConfig) -> dict[str, Any]:
+    """The `HarborRuntime` settings a job gives every trial's environment."""
+    return {
+        "backend": config.backend,
+        "rootfs": config.rootfs,
+        "network": config.network,
+        "pull": config.pull,
+    }
+
+
 async def run_trial(
     task_dir: Path,
     config: JobConfig,
@@ -522,19 +532,13 @@ async def run_trial(
                     policy,
                     task,
                     multi_step=True,
-                    backend=config.backend,
-                    rootfs=config.rootfs,
-                    network=config.network,
-                    pull=config.pull,
+                    **_runtime_options(config),
                 )
                 play = step_player(policy)
             else:
                 runtime = HarborRuntime(
                     task,
-                    backend=config.backend,
-                    rootfs=config.rootfs,
-                    network=config.network,
-                    pull=config.pull,
+                    **_runtime_options(config),
                 )
                 if config.agent is AgentKind.ORACLE:
                     play = _play_oracle
@@ -566,10 +570,7 @@ async def run_trial(
             runtime = command_runtime(
                 policy,
                 task,
-                backend=config.backend,
-                rootfs=config.rootfs,
-                network=config.network,
-                pull=config.pull,
+                **_runtime_options(config),
             )
             t1 = time.perf_counter()
             await runtime.start()
@@ -591,10 +592,7 @@ async def run_trial(
         else:
             runtime = HarborRuntime(
                 task,
-                backend=config.backend,
-                rootfs=config.rootfs,
-                network=config.network,
-                pull=config.pull,
+                **_runtime_options(config),
             )
             t1 = time.perf_counter()
             await runtime.start(with_solution=config.agent is AgentKind.ORACLE)
