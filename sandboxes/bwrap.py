@@ -361,13 +361,11 @@ class BwrapSandbox(ServerSandbox):
             raise BackendUnavailable("a copy-on-write root needs root (it mounts overlays)")
         if self.build_as_root and (cow is None or tools is not None):
             raise SandboxError("a build sandbox needs a copy-on-write root and no grading")
-        if self.build_as_root:
-            pass  # bwrap itself maps uid 0 to root (see `build_as_root`)
-        elif tools is not None:
+        if tools is not None:
             # Two uids: the helper makes a user namespace (uid 0 = VERIFIER_HOST_UID, AGENT_UID
             # = itself) and execs bwrap as its uid 0, so bwrap runs privileged in there only.
             prefix = [str(tools.helper), "launch", str(VERIFIER_HOST_UID), str(AGENT_UID), "--"]
-        elif os.geteuid() == 0:
+        elif os.geteuid() == 0 and not self.build_as_root:  # a build's bwrap maps uid 0 itself
             setpriv = shutil.which("setpriv")
             if setpriv is None:
                 raise BackendUnavailable(

@@ -113,7 +113,7 @@ ALLOWED: frozenset[tuple[Rule, str, int]] = frozenset(
         (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.text2sql.cli:eval_command", 144),
         (Rule.LONG_FUNCTION, "skyrl_sdk.benchmarks.tinker_bench:run", 101),
         (Rule.LONG_FUNCTION, "skyrl_sdk.sandboxes._server:_exec", 157),
-        (Rule.LONG_FUNCTION, "skyrl_sdk.sandboxes.bwrap:BwrapSandbox._server_argv", 172),
+        (Rule.LONG_FUNCTION, "skyrl_sdk.sandboxes.bwrap:BwrapSandbox._server_argv", 171),
         (Rule.LONG_FUNCTION, "skyrl_sdk.sandboxes.cli:exec_command", 125),
         (Rule.LONG_FUNCTION, "skyrl_sdk.sandboxes.docker_backend:DockerSandbox._launch", 102),
         (Rule.LONG_FUNCTION, "skyrl_sdk.trainer.cli:train_command", 129),

@@ -70,7 +70,7 @@ BUILD_ENV_DEFAULTS: tuple[tuple[str, str], ...] = (("PIP_BREAK_SYSTEM_PACKAGES",
 no EXTERNALLY-MANAGED marker, so a plain `RUN pip install x` works there; a Debian host's pip
 has one (PEP 668) and refuses. What a build's pip installs lands in the task's own layer, never
 on the host, so the marker protects nothing here."""
-LAYER_FORMAT = "4"
+LAYER_FORMAT = "5"
 """Part of every key: bumped when what a build makes changes, so no older layer is reused."""
 
 
@@ -240,6 +240,8 @@ async def _build(
             host=base_for(rootfs),
             rootfs=rootfs,
         )
+        # Before the steps: a RUN of a `FROM python:*` Dockerfile calls `python` too.
+        notes += _python_image_commands(cow, plan.base_image, rootfs)
         first = next((s.workdir for s in plan.steps), writable[0])
         spec = spec_for(first, disk)
         sandbox = await open_sandbox(spec, cow, {CONTEXT_INSIDE: context.resolve()})  # type: ignore[misc]
@@ -247,7 +249,6 @@ async def _build(
             await _run_steps(sandbox, plan, context, rootfs, deadline, notes)
         finally:
             await sandbox.close()  # type: ignore[attr-defined]
-        notes += _python_image_commands(cow, plan.base_image, rootfs)
         for path in _give_verifier(cow):
             notes.append(f"{path}: a link made by the build; not handed to the verifier")
         writable = _hand_over(upper, writable, notes)
