@@ -48,8 +48,16 @@ def test_concurrent_clients_on_one_base_model_share_one_forward_pass(
         for c, p, sp in zip(clients, prompts, params, strict=True)
     ]
     pending_before = len(svc.store.ids("sample", FutureState.PENDING))
-    gate = threading.Event()
-    svc.worker.submit(gate.wait)  # hold the worker so that all four arrive together
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        gate.wait()
+
+    # Hold the worker so that all four arrive together. Wait until the hold runs: a batch
+    # still decoding another test's request (the server is shared) would take them in.
+    svc.worker.submit(hold)
+    assert holding.wait(60), "the worker never became free"
     try:
         futures = [
             c.sample(types.ModelInput.from_ints(p), 2, sp)
