@@ -38,12 +38,22 @@ import enum
 import math
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+# The size caps live with the bounded reading of the folder's files (tb1 uses it too); they
+# stay importable from here.
+from skyrl_gym.envs.harbor.task_files import (  # noqa: F401
+    TEXT_FILE_MAX_BYTES,
+    TREE_MAX_BYTES,
+    TREE_MAX_FILES,
+    TaskFormatError,
+    check_task_tree,
+    read_task_text,
+)
 
 SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 """task.toml schema versions this reader understands (1.0 used `version = ...`)."""
@@ -53,26 +63,7 @@ DEFAULT_WORKDIR = "/app"
 MAX_TIMEOUT_S = 24 * 3600.0
 """The longest agent, verifier or build timeout a task may set (a day); longer ones are
 clamped, with a note."""
-TEXT_FILE_MAX_BYTES = 1 << 20
-"""The largest task.toml, instruction.md or environment/Dockerfile (1 MiB)."""
-TREE_MAX_BYTES = 64 << 20
-"""The most tests/ (or solution/) may hold in all, counting each file's full length (a
-sparse file counts whole): both are copied into every trial."""
-TREE_MAX_FILES = 10_000
-"""The most entries tests/ (or solution/) may hold."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class TaskFormatError(ValueError):
-    """A task folder is malformed. `file` and `field` say where."""
-
-    def __init__(self, task_dir: Path, file: str, problem: str, field: str | None = None):
-        where = f"{file}: {field}" if field else file
-        super().__init__(f"{task_dir.name}/{where}: {problem}")
-        self.task_dir = task_dir
-        self.file = file
-        self.field = field
-        self.problem = problem
 
 
 class NetworkMode(enum.StrEnum):
@@ -455,96 +446,10 @@ class _Section:
         return max(1, int(float(m.group(1)) * scale[m.group(2).upper()]))
 
 
-def _read_text(task_dir: Path, rel: str, what: str) -> str:
-    """A text file of the task folder: a regular file inside it, at most
-    `TEXT_FILE_MAX_BYTES` (checked before reading, and never read further)."""
-    path = task_dir / rel
-    try:
-        resolved = path.resolve(strict=True)
-    except (FileNotFoundError, NotADirectoryError):
-        raise TaskFormatError(task_dir, rel, f"missing ({what})") from None
-    except (OSError, RuntimeError) as e:  # a link loop
-        raise TaskFormatError(task_dir, rel, f"cannot be read ({e})") from None
-    if not resolved.is_relative_to(task_dir):
-        raise TaskFormatError(task_dir, rel, "is a link out of the task folder")
-    try:
-        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise TaskFormatError(task_dir, rel, f"cannot be read ({e.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TaskFormatError(task_dir, rel, "not a regular file")
-        if info.st_size > TEXT_FILE_MAX_BYTES:
-            raise TaskFormatError(
-                task_dir,
-                rel,
-                f"{info.st_size} bytes, larger than the {TEXT_FILE_MAX_BYTES} bytes allowed",
-            )
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(TEXT_FILE_MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > TEXT_FILE_MAX_BYTES:  # it grew while being read
-        raise TaskFormatError(task_dir, rel, f"larger than the {TEXT_FILE_MAX_BYTES} bytes allowed")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise TaskFormatError(task_dir, rel, "not UTF-8 text") from None
-
-
-def _check_tree(task_dir: Path, rel: str) -> None:
-    """tests/ or solution/: at most `TREE_MAX_BYTES` and `TREE_MAX_FILES` entries, only
-    directories, regular files and links to regular files inside the task folder (it is
-    copied into every trial: a FIFO would hang the copy, a link out would copy a host file)."""
-    root = task_dir / rel
-    if root.is_symlink():
-        raise TaskFormatError(task_dir, rel, "must be a directory, not a link")
-    if not root.is_dir():
-        return
-    total, count = 0, 0
-    stack = [root]
-    while stack:
-        here = stack.pop()
-        try:
-            entries = list(os.scandir(here))
-        except OSError as e:
-            raise TaskFormatError(task_dir, rel, f"cannot be listed ({e.strerror})") from None
-        for entry in entries:
-            count += 1
-            shown = str(Path(entry.path).relative_to(task_dir))
-            if count > TREE_MAX_FILES:
-                raise TaskFormatError(task_dir, rel, f"more than {TREE_MAX_FILES} entries")
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError as e:
-                raise TaskFormatError(task_dir, shown, f"cannot be read ({e.strerror})") from None
-            if stat.S_ISLNK(info.st_mode):
-                try:
-                    target = Path(entry.path).resolve(strict=True)
-                    info = target.stat()
-                except (OSError, RuntimeError):
-                    raise TaskFormatError(task_dir, shown, "a broken link") from None
-                if not target.is_relative_to(task_dir) or not stat.S_ISREG(info.st_mode):
-                    raise TaskFormatError(
-                        task_dir, shown, "a link out of the task folder or to a directory"
-                    )
-            if stat.S_ISDIR(info.st_mode):
-                stack.append(Path(entry.path))
-            elif stat.S_ISREG(info.st_mode):
-                total += info.st_size
-                if total > TREE_MAX_BYTES:
-                    raise TaskFormatError(
-                        task_dir, rel, f"holds more than the {TREE_MAX_BYTES} bytes allowed"
-                    )
-            else:
-                raise TaskFormatError(task_dir, shown, "not a regular file, directory or link")
-
-
 def _read_toml(task_dir: Path) -> dict[str, Any]:
     if not (task_dir / "task.toml").is_file():
         raise TaskFormatError(task_dir, "task.toml", "missing (every task needs one)")
-    text = _read_text(task_dir, "task.toml", "every task needs one")
+    text = read_task_text(task_dir, "task.toml", "every task needs one")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -615,58 +520,15 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
     package = section("task")
     metadata = section("metadata").data
 
-    os_name = environment.string("os", "linux") or "linux"
-    if os_name != "linux":
-        raise TaskFormatError(
-            task_dir, "task.toml", f"only linux tasks run here, got {os_name!r}", "[environment].os"
-        )
-    workdir = environment.string("workdir")
-    if workdir is not None and not workdir.startswith("/"):
-        raise environment._fail("workdir", f"must be an absolute path, got {workdir!r}")
-    env_settings = EnvironmentSettings(
-        build_timeout_s=environment.timeout("build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S)
-        or DEFAULT_BUILD_TIMEOUT_S,
-        docker_image=environment.string("docker_image"),
-        os=os_name,
-        cpus=environment.number("cpus", None),
-        memory_mb=environment.size_mb("memory_mb", "memory"),
-        storage_mb=environment.size_mb("storage_mb", "storage"),
-        gpus=environment.integer("gpus", 0) or 0,
-        network_mode=_network_mode(environment),
-        workdir=workdir,
-        env=environment.env(),
-    )
+    env_settings = _environment_settings(task_dir, environment)
 
     verifier_timeout = (
         verifier.timeout("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S) or DEFAULT_VERIFIER_TIMEOUT_S
     )
     steps = _read_steps(task_dir, data, verifier_timeout, notes)
     strategy = _reward_strategy(task_dir, data, bool(steps))
-    if steps:  # the agent is told each step's instruction; the task's own is optional
-        instruction = steps[0].instruction
-    else:
-        text = _read_text(task_dir, "instruction.md", "the agent's instruction")
-        instruction = strip_canary(text).strip()
-        if not instruction:
-            raise TaskFormatError(task_dir, "instruction.md", "empty")
-    if not (task_dir / "tests" / "test.sh").is_file() and not steps:
-        raise TaskFormatError(task_dir, "tests/test.sh", "missing (the verifier's entry point)")
-    if (task_dir / "solution").is_dir() and not (task_dir / "solution" / "solve.sh").is_file():
-        raise TaskFormatError(task_dir, "solution/solve.sh", "missing from solution/")
-    if (task_dir / "environment" / "Dockerfile").is_file():
-        _read_text(task_dir, "environment/Dockerfile", "the environment's Dockerfile")
-    _check_tree(task_dir, "tests")
-    _check_tree(task_dir, "solution")
-    for step in steps:
-        _check_tree(task_dir, f"steps/{step.name}")
-    services = tb1.compose_services(task_dir)
-    if services:
-        # Neither backend starts compose services: one sandbox (bwrap) or one container
-        # (docker) from the Dockerfile; a task that needs a second service fails its tests.
-        notes.append(
-            f"environment/docker-compose.yaml (services: {', '.join(services[:8])}) is not "
-            "used: the task runs in one sandbox/container built from its Dockerfile"
-        )
+    instruction = _instruction(task_dir, steps)
+    _check_task_files(task_dir, steps, notes)
 
     agent_settings = AgentSettings(
         timeout_s=agent.timeout("timeout_sec", None), user=agent.string("user")
@@ -696,6 +558,67 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
 
     log_findings(task)  # one warning line per finding of `skyrl harbor lint`
     return task
+
+
+def _environment_settings(task_dir: Path, environment: _Section) -> EnvironmentSettings:
+    """`[environment]`: a linux task, an absolute `workdir`, timeouts and sizes as read."""
+    os_name = environment.string("os", "linux") or "linux"
+    if os_name != "linux":
+        raise TaskFormatError(
+            task_dir, "task.toml", f"only linux tasks run here, got {os_name!r}", "[environment].os"
+        )
+    workdir = environment.string("workdir")
+    if workdir is not None and not workdir.startswith("/"):
+        raise environment._fail("workdir", f"must be an absolute path, got {workdir!r}")
+    return EnvironmentSettings(
+        build_timeout_s=environment.timeout("build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S)
+        or DEFAULT_BUILD_TIMEOUT_S,
+        docker_image=environment.string("docker_image"),
+        os=os_name,
+        cpus=environment.number("cpus", None),
+        memory_mb=environment.size_mb("memory_mb", "memory"),
+        storage_mb=environment.size_mb("storage_mb", "storage"),
+        gpus=environment.integer("gpus", 0) or 0,
+        network_mode=_network_mode(environment),
+        workdir=workdir,
+        env=environment.env(),
+    )
+
+
+def _instruction(task_dir: Path, steps: tuple[TaskStep, ...]) -> str:
+    """What the agent is told: instruction.md without its canary lines (not empty)."""
+    if steps:  # the agent is told each step's instruction; the task's own is optional
+        return steps[0].instruction
+    text = read_task_text(task_dir, "instruction.md", "the agent's instruction")
+    instruction = strip_canary(text).strip()
+    if not instruction:
+        raise TaskFormatError(task_dir, "instruction.md", "empty")
+    return instruction
+
+
+def _check_task_files(task_dir: Path, steps: tuple[TaskStep, ...], notes: list[str]) -> None:
+    """The verifier's entry point and solve.sh exist, the Dockerfile and the trees are within
+    their bounds (`task_files`); unused compose services get a note in `notes`."""
+    from skyrl_gym.envs.harbor import tb1
+
+    if not (task_dir / "tests" / "test.sh").is_file() and not steps:
+        raise TaskFormatError(task_dir, "tests/test.sh", "missing (the verifier's entry point)")
+    if (task_dir / "solution").is_dir() and not (task_dir / "solution" / "solve.sh").is_file():
+        raise TaskFormatError(task_dir, "solution/solve.sh", "missing from solution/")
+    if (task_dir / "environment" / "Dockerfile").is_file():
+        read_task_text(task_dir, "environment/Dockerfile", "the environment's Dockerfile")
+    check_task_tree(task_dir, "tests")
+    check_task_tree(task_dir, "solution")
+    for step in steps:
+        check_task_tree(task_dir, f"steps/{step.name}")
+    services = tb1.compose_services(task_dir)
+    if services:
+        # Neither backend starts compose services: one sandbox (bwrap) or one container
+        # (docker) from the Dockerfile; a task that needs a second service fails its tests.
+        notes.append(
+            f"environment/docker-compose.yaml (services: {', '.join(services[:8])}) is not "
+            "used: the task runs in one sandbox/container built from its Dockerfile"
+        )
 
 
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -728,7 +651,7 @@ def _read_steps(
         verifier = _Section(task_dir, f"{where}.verifier", entry.get("verifier"), notes=notes)
         min_reward = _min_reward(section, entry.get("min_reward"))
         rel = f"steps/{name}"
-        text = _read_text(task_dir, f"{rel}/instruction.md", f"step {name}'s instruction")
+        text = read_task_text(task_dir, f"{rel}/instruction.md", f"step {name}'s instruction")
         instruction = strip_canary(text).strip()
         if not instruction:
             raise TaskFormatError(task_dir, f"{rel}/instruction.md", "empty")

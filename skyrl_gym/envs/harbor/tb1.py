@@ -37,11 +37,11 @@ from typing import Any
 import yaml
 
 from skyrl_gym.cache import build_once, cache_dir
-from skyrl_gym.envs.harbor.task import (
+from skyrl_gym.envs.harbor.task_files import (
     TEXT_FILE_MAX_BYTES,
     TaskFormatError,
-    _check_tree,
-    _read_text,
+    check_task_tree,
+    read_task_text,
 )
 
 TB1_TASK_FILE = "task.yaml"
@@ -91,7 +91,7 @@ def _toml_value(value: Any) -> str:
 
 
 def _read_yaml(src: Path) -> dict[str, Any]:
-    text = _read_text(src, TB1_TASK_FILE, "a Terminal-Bench 1 task's settings")
+    text = read_task_text(src, TB1_TASK_FILE, "a Terminal-Bench 1 task's settings")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -125,10 +125,10 @@ def _timeout(src: Path, data: dict[str, Any], key: str, default: float) -> float
 
 def _solution(src: Path) -> str | None:
     if (src / "solution.sh").is_file():
-        return _read_text(src, "solution.sh", "the reference solution")
+        return read_task_text(src, "solution.sh", "the reference solution")
     if not (src / "solution.yaml").is_file():
         return None
-    text = _read_text(src, "solution.yaml", "the reference solution")
+    text = read_task_text(src, "solution.yaml", "the reference solution")
     try:
         steps = yaml.safe_load(text) or []
     except yaml.YAMLError:
@@ -146,7 +146,7 @@ def _solution(src: Path) -> str | None:
 
 def _copy_file(src: Path, dest: Path) -> None:
     """Copy one regular file without following a link at `src`'s last component; a link
-    inside the task folder (checked by `_check_tree`) is copied as its target's bytes."""
+    inside the task folder (checked by `check_task_tree`) is copied as its target's bytes."""
     path = src.resolve(strict=True) if src.is_symlink() else src
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -218,11 +218,11 @@ def migrate_tb1(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pa
     toml = _task_toml(source, data)
     if not (source / "run-tests.sh").is_file():
         raise TaskFormatError(source, "run-tests.sh", "missing (the verifier's entry point)")
-    run_tests = _read_text(source, "run-tests.sh", "the verifier's entry point")
+    run_tests = read_task_text(source, "run-tests.sh", "the verifier's entry point")
     solve = _solution(source)
     if (source / "Dockerfile").is_file():
-        _read_text(source, "Dockerfile", "the environment's Dockerfile")
-    _check_tree(source, ".")  # sizes, entry count, no FIFO/device, no link out
+        read_task_text(source, "Dockerfile", "the environment's Dockerfile")
+    check_task_tree(source, ".")  # sizes, entry count, no FIFO/device, no link out
     target.mkdir(parents=True)
     (target / "task.toml").write_text(toml)
     (target / "instruction.md").write_text(instruction)
@@ -244,7 +244,7 @@ def migrate_tb1(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pa
 
 def _folder_digest(src: Path) -> str:
     """A hash of every file's path, mode and bytes (the folder is checked first)."""
-    _check_tree(src, ".")
+    check_task_tree(src, ".")
     digest = hashlib.sha256()
     for here, dirs, files in os.walk(src):
         dirs.sort()
@@ -263,7 +263,7 @@ def converted_tb1(src: str | os.PathLike[str]) -> Path:
     `$SKYRL_CACHE/harbor-tb1/<hash>/<name>` (a changed folder converts anew)."""
     source = Path(src).resolve()
     if (source / TB1_TASK_FILE).stat().st_size > TEXT_FILE_MAX_BYTES:
-        _read_text(source, TB1_TASK_FILE, "a Terminal-Bench 1 task's settings")  # raises
+        read_task_text(source, TB1_TASK_FILE, "a Terminal-Bench 1 task's settings")  # raises
     key = _folder_digest(source)
     holder = build_once(
         cache_dir() / "harbor-tb1" / key,
