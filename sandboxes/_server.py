@@ -296,30 +296,34 @@ def _end_all():
     return running
 
 
-def _exec(req, inp):
-    started = time.monotonic()
-    argv = list(req["argv"])
-    script = None
+def _script_file(argv):
+    """`argv` with an over-long `sh -c SCRIPT` handed over as a file; returns (argv, the
+    file's path or None)."""
     # A single argument above the kernel's 128 KiB MAX_ARG_STRLEN cannot be passed to execve:
     # hand long shell scripts over as a file instead.
     # A two-uid grading sandbox runs `HELPER exec -- sh -c SCRIPT` (bwrap.py `_command`).
     at = 3 if len(argv) == 6 and argv[1:3] == ["exec", "--"] else 0
-    if len(argv) == at + 3 and argv[at + 1] == "-c" and len(argv[at + 2]) > 100_000:
-        # O_EXCL|O_NOFOLLOW: code in the sandbox may have planted something at that name.
-        while True:
-            _scripts[0] += 1
-            script = "/tmp/.skyrl-script-%d-%d" % (os.getpid(), _scripts[0])
-            try:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                fd = os.open(script, flags, 0o600)
-                break
-            except FileExistsError:
-                continue
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(argv[at + 2])
-        argv = [*argv[: at + 1], script]
-    stdin_data = req.get("stdin")
-    if stdin_data is not None:
+    if not (len(argv) == at + 3 and argv[at + 1] == "-c" and len(argv[at + 2]) > 100_000):
+        return argv, None
+    # O_EXCL|O_NOFOLLOW: code in the sandbox may have planted something at that name.
+    while True:
+        _scripts[0] += 1
+        script = "/tmp/.skyrl-script-%d-%d" % (os.getpid(), _scripts[0])
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(script, flags, 0o600)
+            break
+        except FileExistsError:
+            continue
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(argv[at + 2])
+    return [*argv[: at + 1], script], script
+
+
+def _start(req, argv, with_stdin):
+    """Spawn the command on fresh pipes: (pid, stdout, stderr, stdin writer or None), or the
+    error message when it could not start (then every descriptor is closed)."""
+    if with_stdin:
         stdin_r, stdin_w = os.pipe()
     else:
         stdin_r, stdin_w = os.open("/dev/null", os.O_RDONLY), None
@@ -336,123 +340,180 @@ def _exec(req, inp):
         for fd in (out_r, err_r, stdin_w):
             if fd is not None:
                 os.close(fd)
-        return _failed(pid, started)
-    _apply_limits(pid, req)
-    _current[0], _orphans[0] = pid, 0
-    limit = int(req.get("limit", 1 << 16))
-    caps = {out_r: _Capture(limit), err_r: _Capture(limit)}
-    readers = [out_r, err_r]
-    writers = []
-    pending = memoryview(stdin_data or b"")
-    if stdin_w is not None:
-        os.set_blocking(stdin_w, False)
-        if pending:
-            writers.append(stdin_w)
-        else:
-            os.close(stdin_w)
-            stdin_w = None
-    pidfd = None
+        return pid
+    return pid, out_r, err_r, stdin_w
+
+
+def _pidfd(pid):
+    """A pidfd for `pid` (readable once it exits), or None where the kernel has none."""
     if hasattr(os, "pidfd_open"):
         try:
-            pidfd = os.pidfd_open(pid)
+            return os.pidfd_open(pid)
         except OSError:
-            pidfd = None
-    timeout = float(req.get("timeout") or 3600.0)
-    deadline = started + timeout
-    status = None
-    timed_out = cancelled = False
-    drain_until = None
-    others = -1
-    while True:
-        if status is None:
-            status = _try_wait(pid)
-            if status is not None:
-                _current[0] = 0
-            if status is not None and req.get("end_all"):
-                # Nothing the command left behind runs on past its exit (e.g. to rewrite a
-                # file the host reads next); the count says whether anything was there.
-                others = _end_all()
-            if status is not None and drain_until is None:
-                # Exited: collect what is already in the pipes, but do not wait on background
-                # processes that inherited them.
-                drain_until = time.monotonic() + 0.05
-        now = time.monotonic()
-        if status is None and now >= deadline and not timed_out:
-            timed_out = True
-            _kill_group(pid)
-        if (not readers or (drain_until is not None and now >= drain_until)) and status is not None:
-            break
-        watch = [0, *readers]
-        if pidfd is not None and status is None:
-            watch.append(pidfd)
-        wait = 0.01 if pidfd is None and status is None else None
-        limit_at = drain_until if drain_until is not None else deadline
+            return None
+    return None
+
+
+class _Running:
+    """One running command: its pipes, what it printed, and how it ended (`_exec`'s loop)."""
+
+    def __init__(self, req, pid, out_r, err_r, stdin_w, stdin_data, started):
+        self.pid = pid
+        self.end_all = req.get("end_all")
+        limit = int(req.get("limit", 1 << 16))
+        self.out_r, self.err_r = out_r, err_r
+        self.caps = {out_r: _Capture(limit), err_r: _Capture(limit)}
+        self.readers = [out_r, err_r]
+        self.writers = []
+        self.pending = memoryview(stdin_data or b"")
+        self.stdin_w = stdin_w
+        if stdin_w is not None:
+            os.set_blocking(stdin_w, False)
+            if self.pending:
+                self.writers.append(stdin_w)
+            else:
+                os.close(stdin_w)
+                self.stdin_w = None
+        self.pidfd = _pidfd(pid)
+        timeout = float(req.get("timeout") or 3600.0)
+        self.deadline = started + timeout
+        self.status = None
+        self.timed_out = self.cancelled = False
+        self.drain_until = None
+        self.others = -1
+
+    def run(self, inp):
+        """Feed stdin, collect output and watch the host until the command is done."""
+        while True:
+            if self.status is None:
+                self._poll_exit()
+            now = time.monotonic()
+            if self.status is None and now >= self.deadline and not self.timed_out:
+                self.timed_out = True
+                _kill_group(self.pid)
+            drained = self.drain_until is not None and now >= self.drain_until
+            if (not self.readers or drained) and self.status is not None:
+                break
+            r, w, _ = select.select(self._watch(), self.writers, [], self._wait(now))
+            for fd in r:
+                if fd == 0:
+                    self._from_host(inp)
+                elif fd == self.pidfd:
+                    pass  # loop around to waitpid
+                else:
+                    self._read(fd)
+            for fd in w:
+                self._feed(fd)
+
+    def _poll_exit(self):
+        self.status = _try_wait(self.pid)
+        if self.status is not None:
+            _current[0] = 0
+        if self.status is not None and self.end_all:
+            # Nothing the command left behind runs on past its exit (e.g. to rewrite a
+            # file the host reads next); the count says whether anything was there.
+            self.others = _end_all()
+        if self.status is not None and self.drain_until is None:
+            # Exited: collect what is already in the pipes, but do not wait on background
+            # processes that inherited them.
+            self.drain_until = time.monotonic() + 0.05
+
+    def _watch(self):
+        watch = [0, *self.readers]
+        if self.pidfd is not None and self.status is None:
+            watch.append(self.pidfd)
+        return watch
+
+    def _wait(self, now):
+        """How long the next select may block."""
+        wait = 0.01 if self.pidfd is None and self.status is None else None
+        limit_at = self.drain_until if self.drain_until is not None else self.deadline
         remaining = max(0.0, limit_at - now)
         wait = remaining if wait is None else min(wait, remaining)
-        if timed_out and status is None:
+        if self.timed_out and self.status is None:
             wait = 0.01
-        r, w, _ = select.select(watch, writers, [], wait)
-        for fd in r:
-            if fd == 0:
-                inp.fill()
-                if inp.eof:  # the host is gone: stop everything
-                    _kill_group(pid)
-                    os._exit(0)
-                while True:
-                    msg = inp.frame()
-                    if msg is None:
-                        break
-                    if msg.get("op") == "cancel" and status is None:
-                        cancelled = True
-                        _kill_group(pid)
-            elif fd == pidfd:
-                pass  # loop around to waitpid
-            else:
-                try:
-                    chunk = os.read(fd, _READ)
-                except OSError:
-                    chunk = b""
-                if chunk:
-                    caps[fd].add(chunk)
-                else:
-                    readers.remove(fd)
-                    os.close(fd)
-        for fd in w:
-            try:
-                n = os.write(fd, pending[:_READ])
-                pending = pending[n:]
-            except (BrokenPipeError, OSError):
-                pending = memoryview(b"")
-            if not pending:
-                writers.remove(fd)
-                os.close(fd)
-                stdin_w = None
-    for fd in readers:
-        os.close(fd)
-    if stdin_w is not None:
-        os.close(stdin_w)
-    if pidfd is not None:
-        os.close(pidfd)
+        return wait
+
+    def _from_host(self, inp):
+        inp.fill()
+        if inp.eof:  # the host is gone: stop everything
+            _kill_group(self.pid)
+            os._exit(0)
+        while True:
+            msg = inp.frame()
+            if msg is None:
+                break
+            if msg.get("op") == "cancel" and self.status is None:
+                self.cancelled = True
+                _kill_group(self.pid)
+
+    def _read(self, fd):
+        try:
+            chunk = os.read(fd, _READ)
+        except OSError:
+            chunk = b""
+        if chunk:
+            self.caps[fd].add(chunk)
+        else:
+            self.readers.remove(fd)
+            os.close(fd)
+
+    def _feed(self, fd):
+        try:
+            n = os.write(fd, self.pending[:_READ])
+            self.pending = self.pending[n:]
+        except (BrokenPipeError, OSError):
+            self.pending = memoryview(b"")
+        if not self.pending:
+            self.writers.remove(fd)
+            os.close(fd)
+            self.stdin_w = None
+
+    def close(self):
+        for fd in self.readers:
+            os.close(fd)
+        if self.stdin_w is not None:
+            os.close(self.stdin_w)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+
+    def reply(self, started):
+        out, err = self.caps[self.out_r], self.caps[self.err_r]
+        return {
+            "exit_code": _status_code(self.status),
+            "timed_out": self.timed_out,
+            "cancelled": self.cancelled,
+            "out_head": bytes(out.head),
+            "out_tail": bytes(out.tail),
+            "out_total": out.total,
+            "err_head": bytes(err.head),
+            "err_tail": bytes(err.tail),
+            "err_total": err.total,
+            "duration": time.monotonic() - started,
+            "others": self.others,
+            "orphans": _orphans[0] if _IS_INIT else -1,
+        }
+
+
+def _exec(req, inp):
+    started = time.monotonic()
+    argv, script = _script_file(list(req["argv"]))
+    stdin_data = req.get("stdin")
+    spawned = _start(req, argv, stdin_data is not None)
+    if isinstance(spawned, str):
+        return _failed(spawned, started)
+    pid, out_r, err_r, stdin_w = spawned
+    _apply_limits(pid, req)
+    _current[0], _orphans[0] = pid, 0
+    running = _Running(req, pid, out_r, err_r, stdin_w, stdin_data, started)
+    running.run(inp)
+    running.close()
     if script is not None:
         try:
             os.unlink(script)
         except OSError:
             pass
-    out, err = caps[out_r], caps[err_r]
-    return {
-        "exit_code": _status_code(status),
-        "timed_out": timed_out,
-        "cancelled": cancelled,
-        "out_head": bytes(out.head),
-        "out_tail": bytes(out.tail),
-        "out_total": out.total,
-        "err_head": bytes(err.head),
-        "err_tail": bytes(err.tail),
-        "err_total": err.total,
-        "duration": time.monotonic() - started,
-        "others": others,
-        "orphans": _orphans[0] if _IS_INIT else -1,
-    }
+    return running.reply(started)
 
 
 def _failed(message, started):
