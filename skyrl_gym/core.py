@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from skyrl_gym.tasks import validate_task
+from skyrl_gym.tasks import TaskRow, validate_task
 from skyrl_sdk.tools.messages import ROLES, Message, Messages, Role, is_message
 
 __all__ = [
@@ -198,9 +198,9 @@ class TaskEnv(TextEnv):
     required_fields: ClassVar[tuple[str, ...]] = ()
     """Fields every task row of this env must have, besides `task_id`."""
 
-    def __init__(self, tasks: Sequence[dict[str, Any]] | None = None):
-        self.tasks: Sequence[dict[str, Any]] = tasks if tasks is not None else ()
-        self.task: dict[str, Any] | None = None
+    def __init__(self, tasks: Sequence[TaskRow] | None = None):
+        self.tasks: Sequence[TaskRow] = tasks if tasks is not None else ()
+        self.task: TaskRow | None = None
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -210,7 +210,7 @@ class TaskEnv(TextEnv):
         self.task = self.choose_task(options)
         return self.start(self.task), {"task_id": self.task["task_id"]}
 
-    def choose_task(self, options: dict[str, Any] | None) -> dict[str, Any]:
+    def choose_task(self, options: dict[str, Any] | None) -> TaskRow:
         """The task row for this episode: `options["task"]`, else one drawn with `np_random`."""
         if options and "task" in options:
             return validate_task(options["task"], self.required_fields, type(self).__name__)
@@ -222,5 +222,5 @@ class TaskEnv(TextEnv):
         return validate_task(row, self.required_fields, type(self).__name__)
 
     @abc.abstractmethod
-    def start(self, task: dict[str, Any]) -> Messages:
+    def start(self, task: TaskRow) -> Messages:
         """Set up the episode for `task` and return its opening messages."""

@@ -16,6 +16,7 @@ import gymnasium as gym
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn
 from skyrl_gym.step_info import StepInfo
+from skyrl_gym.tasks import TaskRow
 from skyrl_gym.tool_env import ToolEnv, Tooling, answer, resolve_format
 from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxSpec, background_loop, create_sandbox
 from skyrl_sdk.tools import Tool, ToolFormat, Toolset, XMLTagFormat
@@ -30,7 +31,7 @@ class SandboxToolEnv(ToolEnv):
 
     def __init__(
         self,
-        tasks: Sequence[dict[str, Any]] | None,
+        tasks: Sequence[TaskRow] | None,
         *,
         spec: SandboxSpec | None = None,
         backend: str | Backend = Backend.BWRAP,
@@ -59,15 +60,15 @@ class SandboxToolEnv(ToolEnv):
     def make_tools(self, sandbox: Sandbox) -> list[Tool]:
         """The episode's tools, bound to its sandbox."""
 
-    def sandbox_spec(self, task: dict[str, Any]) -> SandboxSpec:
+    def sandbox_spec(self, task: TaskRow) -> SandboxSpec:
         """The spec of the sandbox for `task` (default: the env's spec)."""
         return self.sandbox_template
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> float:
+    async def ascore(self, task: TaskRow, answer: str) -> float:
         """The reward for a final answer; may use the sandbox (default: `score`)."""
         return self.score(task, answer)
 
-    def score(self, task: dict[str, Any], answer: str) -> float:
+    def score(self, task: TaskRow, answer: str) -> float:
         raise NotImplementedError(f"{type(self).__name__} must implement score() or ascore()")
 
     # ---- sync and async entry points, all run on the background loop -----------------------

@@ -14,18 +14,161 @@ An env without a task list (the Gymnasium way: its state drawn from the seed) is
 seeds: `seed_task(n)` is the row of seed `n` (`task_id` `seed-<n>`), and `reset_kwargs(row)`
 says how an episode starts, `reset(seed=n)` for a seed row and `reset(options={"task": row})`
 for any other.
+
+`TaskRow` is the type of a row: `task_id` plus the optional fields the SDK's envs, loaders and
+SkyRL adapter read, each documented. It is a `TypedDict`, so a row is a plain `dict` at runtime
+and every key a dataset adds beyond those travels with the row unchanged (to the env's
+`start`, `score`, the SkyRL adapter's extras).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: `TypedDict` reads `NotRequired` from evaluated
+# annotations (with string ones every key would count as required at runtime).
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
-from skyrl_sdk.tools.messages import is_message
+from skyrl_sdk.tools.messages import Messages, is_message
 
-TaskRow = dict[str, Any]
+__all__ = [
+    "PARQUET_EXTRA",
+    "SEED_KEY",
+    "SEED_TASK_PREFIX",
+    "SKYRL_ENV_CLASS_KEY",
+    "SKYRL_PROMPT_KEY",
+    "ResetKwargs",
+    "RewardSpec",
+    "TaskError",
+    "TaskRow",
+    "from_skyrl_row",
+    "is_skyrl_row",
+    "load_tasks",
+    "reset_kwargs",
+    "seed_task",
+    "seed_tasks",
+    "skyrl_row_parts",
+    "task_seed",
+    "to_task_rows",
+    "validate_task",
+]
+
+
+class RewardSpec(TypedDict, total=False):
+    """A SkyRL row's `reward_spec`: how its env grades the episode."""
+
+    method: str
+    """The grading method (`rule`, ...)."""
+    ground_truth: Any
+    """The gold answer the method compares against (a string, a list, ... per env)."""
+
+
+class TaskRow(TypedDict):
+    """One task: a JSON object with a stable `task_id` and the fields its env reads.
+
+    Only `task_id` is required (`validate_task` checks it, and each env's `required_fields`).
+    The optional keys below are the ones the SDK's own envs, dataset loaders and SkyRL adapter
+    read; a row may carry any other key as well: it is a plain `dict` at runtime, and extra
+    keys reach the env untouched (a type checker wants them declared in a `TaskRow` subclass,
+    as PEP 728's `extra_items` is not in `typing` before Python 3.15).
+    """
+
+    task_id: str | int
+    """The row's stable id, unique in its dataset. A string; an int from a JSONL file is
+    accepted too (readers that need text use `str(row["task_id"])`); a SkyRL row gets its
+    0-based position as a string, a seed row `seed-<n>`."""
+
+    # -- common fields ------------------------------------------------------------------------
+    question: NotRequired[str]
+    """The question the episode asks (math, python, search, sql, sql_basic)."""
+    answer: NotRequired[str]
+    """The gold answer (math, python, sql_basic; search takes it when `answers` is absent)."""
+    answers: NotRequired[list[str]]
+    """Several accepted gold answers (search)."""
+    golden_answers: NotRequired[list[str]]
+    """Search-R1's name for `answers` (search)."""
+    solution: NotRequired[str]
+    """A reference solution (python code, terminal shell script); never shown to the model."""
+    seed: NotRequired[int]
+    """The seed of a seed row (`seed_task`), or of a generated task (terminal_gen)."""
+    split: NotRequired[str]
+    """The split a generated row belongs to (`train`, `heldout`, ...)."""
+    index: NotRequired[int]
+    """The row's position in its dataset file (text2sql loaders)."""
+
+    # -- SkyRL dataset rows (see the module docstring) ----------------------------------------
+    prompt: NotRequired[Messages]
+    """The opening conversation of a SkyRL row."""
+    env_class: NotRequired[str]
+    """The env id a SkyRL row is played in."""
+    data_source: NotRequired[str]
+    """The dataset a SkyRL row comes from."""
+    reward_spec: NotRequired[RewardSpec]
+    """How a SkyRL row is graded."""
+    extra_info: NotRequired[dict[str, Any]]
+    """Free-form fields a SkyRL row passes to its env (its `index`, tool hints, ...)."""
+
+    # -- text-to-SQL (sql, sql_basic; skyrl_gym.envs.sql.loaders) ------------------------------
+    db_id: NotRequired[str]
+    """The database the question is asked of (Spider, BIRD, SynSQL)."""
+    db: NotRequired[str]
+    """An explicit database path (relative to the env's `db_root`) or URL."""
+    gold_sql: NotRequired[str]
+    """The gold query; the reward compares results against its result."""
+    sql: NotRequired[str]
+    """The gold query of a sql_basic row."""
+    schema: NotRequired[str]
+    """The database's `CREATE TABLE` statements, when the row brings them."""
+    evidence: NotRequired[str]
+    """BIRD's external knowledge, shown with the question."""
+    difficulty: NotRequired[str]
+    """The dataset's difficulty label (Spider's hardness, BIRD's difficulty)."""
+    question_id: NotRequired[int | str]
+    """BIRD's question id."""
+    data: NotRequired[str]
+    """The dataset a text2sql row was loaded from (`spider`, `bird`, `synsql`, ...)."""
+
+    # -- terminal, terminal_gen, harbor ---------------------------------------------------------
+    instruction: NotRequired[str]
+    """The shell task, as told to the model (terminal)."""
+    files: NotRequired[dict[str, str]]
+    """Files (relative path -> content) the episode's workspace starts with (terminal)."""
+    check: NotRequired[str]
+    """The shell command whose exit status grades the workspace (terminal)."""
+    check_files: NotRequired[dict[str, str]]
+    """Files only the grading sandbox sees (terminal)."""
+    family: NotRequired[str]
+    """The generator family of a terminal_gen row."""
+    path: NotRequired[str]
+    """The Harbor task folder a row is played from (harbor, terminal_gen)."""
+
+    # -- small bundled envs ---------------------------------------------------------------------
+    expression: NotRequired[str]
+    """The arithmetic expression behind a math question."""
+    doc_id: NotRequired[str]
+    """The corpus passage that answers a search question."""
+    kind: NotRequired[str]
+    """A search question's kind (how it was generated)."""
+    key: NotRequired[str]
+    """The key to look up (lookup)."""
+    value: NotRequired[str]
+    """The value the lookup tool returns for `key`, the gold answer (lookup)."""
+    item: NotRequired[str]
+    """The item whose price is asked (lookup_chat)."""
+    price: NotRequired[int]
+    """The item's price, the gold answer (lookup_chat)."""
+    stock: NotRequired[int]
+    """The item's stock, a distractor field (lookup_chat)."""
+
+
+class ResetKwargs(TypedDict, total=False):
+    """The keyword arguments of the `reset` that starts a row's episode (`reset_kwargs`)."""
+
+    seed: int
+    """The seed of a seed row."""
+    options: dict[str, TaskRow]
+    """`{"task": row}` for any other row."""
+
 
 SKYRL_PROMPT_KEY = "prompt"
 """The field of a SkyRL row holding the opening conversation."""
@@ -59,7 +202,7 @@ def validate_task(row: object, required: Sequence[str] = (), where: str = "") ->
         if name not in row:
             fields = ", ".join(repr(f) for f in required if f not in row)
             raise TaskError(f"{_prefix(where)}task {task_id!r} is missing field(s) {fields}")
-    return row
+    return row  # type: ignore[return-value]  # checked above; no cast call: runs every reset
 
 
 def _prefix(where: str) -> str:
@@ -76,8 +219,8 @@ def is_skyrl_row(row: object) -> bool:
     )
 
 
-def from_skyrl_row(row: TaskRow, index: int, where: str = "") -> TaskRow:
-    """A SkyRL row as a task row: its fields, plus `task_id` = `str(index)`.
+def from_skyrl_row(row: Mapping[str, Any], index: int, where: str = "") -> TaskRow:
+    """A SkyRL row (no `task_id` yet) as a task row: its fields, plus `task_id` = `str(index)`.
 
     The prompt must be a non-empty list of chat messages; the error names the message.
     """
@@ -94,10 +237,10 @@ def from_skyrl_row(row: TaskRow, index: int, where: str = "") -> TaskRow:
     env_class = row.get(SKYRL_ENV_CLASS_KEY)
     if env_class is not None and not isinstance(env_class, str):
         raise TaskError(f"{prefix}SkyRL row 'env_class' must be a string, got {env_class!r:.100}")
-    return {"task_id": str(index), **row}
+    return cast(TaskRow, {"task_id": str(index), **row})
 
 
-def skyrl_row_parts(row: TaskRow) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def skyrl_row_parts(row: TaskRow) -> tuple[Messages, dict[str, Any]]:
     """(prompt, extras) of a row, as SkyRL's dataset hands them to an env.
 
     `extras` is the row without `prompt`, `env_class` and `task_id` (e.g. `reward_spec`,
@@ -139,7 +282,7 @@ def task_seed(row: TaskRow) -> int | None:
     return None
 
 
-def reset_kwargs(row: TaskRow) -> dict[str, Any]:
+def reset_kwargs(row: TaskRow) -> ResetKwargs:
     """Keyword arguments of the `reset` that starts `row`'s episode: `{"seed": n}` for a seed
     row, else `{"options": {"task": row}}`."""
     seed = task_seed(row)
@@ -174,12 +317,12 @@ def to_task_rows(
         label = f"{where}{position}"
         if is_skyrl_row(row):
             row = from_skyrl_row(row, index, label)  # type: ignore[arg-type]
-        validate_task(row, required, label)
-        task_id = row["task_id"]  # type: ignore[index]
+        task = validate_task(row, required, label)
+        task_id = task["task_id"]
         if task_id in seen:
             raise TaskError(f"{label}: duplicate task_id {task_id!r}")
         seen.add(task_id)
-        out.append(row)  # type: ignore[arg-type]
+        out.append(task)
     return out
 
 

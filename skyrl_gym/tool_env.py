@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
 from skyrl_gym.step_info import StepInfo
+from skyrl_gym.tasks import TaskRow
 from skyrl_sdk.tools import (
     ParseError,
     ParseErrorKind,
@@ -108,21 +109,21 @@ class ToolEnv(TaskEnv):
     no_action_hint: ClassVar[str] = "call a tool, or call `answer` with your final answer"
     """Told to the model when a reply contains neither a tool call nor an answer."""
 
-    def __init__(self, tasks: Sequence[dict[str, Any]] | None, tooling: Tooling):
+    def __init__(self, tasks: Sequence[TaskRow] | None, tooling: Tooling):
         super().__init__(tasks)
         self.tooling = tooling
         self.toolset = tooling.toolset
         self.tool_format = tooling.tool_format
 
     @abc.abstractmethod
-    def prompt(self, task: dict[str, Any]) -> str:
+    def prompt(self, task: TaskRow) -> str:
         """The user message that states the task."""
 
     @abc.abstractmethod
-    def score(self, task: dict[str, Any], answer: str) -> float:
+    def score(self, task: TaskRow, answer: str) -> float:
         """The reward for a final answer."""
 
-    def start(self, task: dict[str, Any]) -> Messages:
+    def start(self, task: TaskRow) -> Messages:
         # Fresh dicts every episode: callers may keep and mutate what reset returns.
         return [{**self.tooling.system_message}, {"role": "user", "content": self.prompt(task)}]
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
+from skyrl_gym.tasks import TaskRow
 
 ENV_ID = "lookup"
 KEYS = ("a", "b", "c", "d")
@@ -42,7 +43,7 @@ WORD_CHAT_TEMPLATE = (
 """ChatML without newlines: every piece is a whitespace-separated word or a special token."""
 
 
-def make_tasks(n: int = 16, seed: int = 0) -> list[dict[str, Any]]:
+def make_tasks(n: int = 16, seed: int = 0) -> list[TaskRow]:
     """`n` task rows `{task_id, key, value}`.
 
     Every digit is the value equally often and no key determines its value, so guessing one
@@ -64,7 +65,7 @@ class LookupEnv(TaskEnv):
 
     def __init__(
         self,
-        tasks: Sequence[dict[str, Any]] | None = None,
+        tasks: Sequence[TaskRow] | None = None,
         *,
         num_tasks: int = 16,
         tool_reward: float = 0.2,
@@ -78,7 +79,7 @@ class LookupEnv(TaskEnv):
         self.repeat = repeat
         self.looked_up = False
 
-    def start(self, task: dict[str, Any]) -> Messages:
+    def start(self, task: TaskRow) -> Messages:
         self.looked_up = False
         return [{"role": "user", "content": f"find {task['key']}"}]
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
 from skyrl_gym.step_info import StepInfo
+from skyrl_gym.tasks import TaskRow
 from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
 from skyrl_sdk.tools.formats import CallPattern, PatternFormat
 
@@ -103,7 +104,7 @@ FORMAT = PatternFormat(
 """The env's two calls; the earliest in a reply wins."""
 
 
-def make_tasks(n: int = len(ITEMS), seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+def make_tasks(n: int = len(ITEMS), seed: int = 0, split: str = "train") -> list[TaskRow]:
     """`n` task rows `{task_id, item, price, stock}` of `split` (`train`: `ITEMS`,
     `heldout`: `HELDOUT_ITEMS`): items in turn, prices uniform in 10..99."""
     if split not in SPLITS:
@@ -131,7 +132,7 @@ class LookupChatEnv(TaskEnv):
 
     def __init__(
         self,
-        tasks: Sequence[dict[str, Any]] | None = None,
+        tasks: Sequence[TaskRow] | None = None,
         *,
         num_tasks: int = len(ITEMS),
         tool_reward: float = 0.1,
@@ -145,7 +146,7 @@ class LookupChatEnv(TaskEnv):
         self.tool_reward = tool_reward
         self.looked_up = False
 
-    def start(self, task: dict[str, Any]) -> Messages:
+    def start(self, task: TaskRow) -> Messages:
         self.looked_up = False
         return [*EXAMPLE, {"role": "user", "content": f"What is the price of {task['item']}?"}]
 

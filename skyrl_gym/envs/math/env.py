@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_gym.tool_env import ToolEnv, Tooling
@@ -54,10 +54,10 @@ class MathEnv(ToolEnv):
         )
         super().__init__(bundled_tasks() if tasks is None else tasks, tooling)
 
-    def prompt(self, task: dict[str, Any]) -> str:
+    def prompt(self, task: TaskRow) -> str:
         return task["question"]
 
-    def score(self, task: dict[str, Any], answer: str) -> float:
+    def score(self, task: TaskRow, answer: str) -> float:
         given, gold = parse_number(answer), parse_number(str(task["answer"]))
         if given is None or gold is None:
             return float(answer.strip() == str(task["answer"]).strip())

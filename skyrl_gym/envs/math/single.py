@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
 from skyrl_gym.envs.math.env import bundled_tasks, parse_number
@@ -34,7 +34,7 @@ class MathAnswerEnv(TaskEnv):
     def __init__(self, tasks: Sequence[TaskRow] | None = None):
         super().__init__(bundled_tasks() if tasks is None else tasks)
 
-    def start(self, task: dict[str, Any]) -> Messages:
+    def start(self, task: TaskRow) -> Messages:
         self._gold = parse_number(str(task["answer"]))
         return [
             {"role": "system", "content": SYSTEM_PROMPT},

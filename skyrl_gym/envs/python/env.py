@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from skyrl_gym.envs.sql_basic.env import answers_match
 from skyrl_gym.sandbox_env import SandboxToolEnv
@@ -59,8 +59,8 @@ class PythonEnv(SandboxToolEnv):
     def make_tools(self, sandbox: Sandbox) -> list[Tool]:
         return [python_tool(sandbox, timeout_s=self.timeout_s)]
 
-    def prompt(self, task: dict[str, Any]) -> str:
+    def prompt(self, task: TaskRow) -> str:
         return task["question"]
 
-    def score(self, task: dict[str, Any], answer: str) -> float:
+    def score(self, task: TaskRow, answer: str) -> float:
         return float(answers_match(answer, str(task["answer"])))

@@ -68,7 +68,7 @@ def bundled_tasks() -> tuple[TaskRow, ...]:
     return tuple(load_tasks(TASKS_FILE, SearchEnv.required_fields))
 
 
-def gold_answers(task: dict[str, Any]) -> list[str]:
+def gold_answers(task: TaskRow) -> list[str]:
     """A task's gold answers: `answers` (list), or Search-R1's `golden_answers`, or `answer`."""
     for key in ("answers", "golden_answers", "answer"):
         value = task.get(key)
@@ -144,15 +144,15 @@ class SearchEnv(ToolEnv):
         self._failures = 0
         self._closed = False
 
-    def prompt(self, task: dict[str, Any]) -> str:
+    def prompt(self, task: TaskRow) -> str:
         return f"Question: {task['question']}"
 
-    def start(self, task: dict[str, Any]) -> Messages:
+    def start(self, task: TaskRow) -> Messages:
         gold_answers(task)  # a task without gold answers fails at reset, not at the end
         self._searches = self._failures = 0
         return super().start(task)
 
-    def score(self, task: dict[str, Any], given: str) -> float:
+    def score(self, task: TaskRow, given: str) -> float:
         """The reward for a final answer under the env's `reward_kind`."""
         return score_answer(given, gold_answers(task), self.reward_kind)
 

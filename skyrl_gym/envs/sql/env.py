@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from skyrl_gym.core import Messages, StepReturn, TaskEnv, coerce_action
 from skyrl_gym.envs.sql.loaders import REQUIRED_FIELDS, database_schema, resolve_database
@@ -250,7 +250,7 @@ class SQLEnv(TaskEnv):
 
     # ---- the episode ----------------------------------------------------------------------------
 
-    def start(self, task: dict[str, Any]) -> Messages:
+    def start(self, task: TaskRow) -> Messages:
         self.db = self.database(task)
         self.turns = 0
         self.transcript = []

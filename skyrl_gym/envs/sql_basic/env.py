@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from skyrl_gym.cache import build_once, cache_dir
 from skyrl_gym.envs.math.env import parse_number
@@ -77,10 +77,10 @@ class SQLBasicEnv(ToolEnv):
         tooling = Tooling.build([sql_tool(self.db)], tool_format, self.system_prompt)
         super().__init__(bundled_tasks() if tasks is None else tasks, tooling)
 
-    def prompt(self, task: dict[str, Any]) -> str:
+    def prompt(self, task: TaskRow) -> str:
         return task["question"]
 
-    def score(self, task: dict[str, Any], answer: str) -> float:
+    def score(self, task: TaskRow, answer: str) -> float:
         return float(answers_match(answer, str(task["answer"])))
 
     def close(self) -> None:

@@ -107,10 +107,10 @@ class TerminalEnv(SandboxToolEnv):
     def make_tools(self, sandbox: Sandbox) -> list[Tool]:
         return [bash_tool(sandbox, timeout_s=self.timeout_s), *file_tools(sandbox)]
 
-    def prompt(self, task: dict[str, Any]) -> str:
+    def prompt(self, task: TaskRow) -> str:
         return task["instruction"]
 
-    def sandbox_spec(self, task: dict[str, Any]) -> SandboxSpec:
+    def sandbox_spec(self, task: TaskRow) -> SandboxSpec:
         # The workspace belongs to the env, not to the agent's sandbox: it must outlive that
         # sandbox so the grading phase can look at it.
         self._drop_workspace()
@@ -121,7 +121,7 @@ class TerminalEnv(SandboxToolEnv):
             files=task.get("files") or {},
         )
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> float:
+    async def ascore(self, task: TaskRow, answer: str) -> float:
         """Run the task's check in a fresh sandbox on the agent's final workspace."""
         await self._close_sandbox()  # end the agent phase: every process it left is killed
         assert self._workspace is not None

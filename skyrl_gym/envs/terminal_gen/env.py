@@ -138,7 +138,7 @@ class TerminalGenEnv(HarborEnv):
             messages = self.start(self.task)
         return messages, info
 
-    def choose_task(self, options: dict[str, Any] | None) -> dict[str, Any]:
+    def choose_task(self, options: dict[str, Any] | None) -> TaskRow:
         row = super().choose_task(options)
         spec = make_spec(row["family"], int(row["seed"]))
         path = self._scratch / spec.task_id
@@ -167,7 +167,7 @@ class TerminalGenEnv(HarborEnv):
             return [], reward, True, False, turn.info
         return observations, 0.0, False, False, turn.info
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> float:
+    async def ascore(self, task: TaskRow, answer: str) -> float:
         """The verifier's reward, counted only when test.sh ran to its end (exit 0, nothing it
         started outlived its parent: `require_exit_zero`): a program that kills the verifier earns nothing."""
         assert self.runtime is not None
