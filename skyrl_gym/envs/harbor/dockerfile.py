@@ -134,6 +134,43 @@ def needs_network(command: str) -> bool:
     return bool(_NETWORK_WORDS.search(command))
 
 
+def _copy_step(
+    here: str, rest: str, line: int, current: str, scope: dict[str, str]
+) -> SetupStep | str:
+    """A COPY/ADD instruction's step, or the note saying why it is not applied. `scope`: the
+    ARG and ENV values its destination may name; `current`: the WORKDIR it runs in."""
+    words = [w for w in _json_or_words(rest) if not w.startswith("--")]
+    flags = [w for w in shlex.split(rest) if w.startswith("--")]
+    if any(f.startswith("--from") for f in flags):
+        return f"{here} {rest}: copies from another build stage or image"
+    if len(words) < 2:
+        return f"{here} {rest}: needs a source and a destination"
+    *sources, dest = words
+    if any(re.match(r"^[a-z]+://", s) for s in sources):
+        return f"{here} {rest}: downloads a URL (needs the network)"
+    dest = _expand(dest, scope)
+    absolute = dest if dest.startswith("/") else str(PurePosixPath(current) / dest)
+    if absolute.endswith("/") or dest.endswith("/") or len(sources) > 1:
+        absolute = absolute.rstrip("/") + "/"
+    return SetupStep(StepKind.COPY, line, sources=tuple(sources), dest=absolute, workdir=current)
+
+
+def _run_step(here: str, rest: str, line: int, current: str, *, run_all: bool) -> SetupStep | str:
+    """A RUN instruction's step, or the note saying why it is not run (`run_all`: a build
+    sandbox runs those that need the network too)."""
+    command = rest
+    if command.startswith("["):
+        command = shlex.join(_json_or_words(command))
+    if command.startswith("--"):
+        return f"{here} {rest}: RUN flags (--mount, --network) are not supported"
+    if needs_network(command) and not run_all:
+        return (
+            f"{here} {command}: needs a package registry or the network; not run "
+            "(the sandbox's root filesystem must already provide what it installs)"
+        )
+    return SetupStep(StepKind.RUN, line, command=command, workdir=current)
+
+
 def plan_dockerfile(
     path: Path, default_workdir: str = "/app", *, run_all: bool = False
 ) -> DockerfilePlan:
@@ -177,42 +214,16 @@ def plan_dockerfile(
         elif keyword == "ENV":
             for key, value in _env_pairs(rest):
                 env[key] = _expand(value, {**args, **env})
-        elif keyword in ("COPY", "ADD"):
-            words = [w for w in _json_or_words(rest) if not w.startswith("--")]
-            flags = [w for w in shlex.split(rest) if w.startswith("--")]
-            if any(f.startswith("--from") for f in flags):
-                skipped.append(f"{here} {rest}: copies from another build stage or image")
-                continue
-            if len(words) < 2:
-                skipped.append(f"{here} {rest}: needs a source and a destination")
-                continue
-            *sources, dest = words
-            if any(re.match(r"^[a-z]+://", s) for s in sources):
-                skipped.append(f"{here} {rest}: downloads a URL (needs the network)")
-                continue
-            dest = _expand(dest, {**args, **env})
-            absolute = dest if dest.startswith("/") else str(PurePosixPath(current) / dest)
-            if absolute.endswith("/") or dest.endswith("/") or len(sources) > 1:
-                absolute = absolute.rstrip("/") + "/"
-            steps.append(
-                SetupStep(
-                    StepKind.COPY, line, sources=tuple(sources), dest=absolute, workdir=current
-                )
+        elif keyword in ("COPY", "ADD", "RUN"):
+            made = (
+                _run_step(here, rest, line, current, run_all=run_all)
+                if keyword == "RUN"
+                else _copy_step(here, rest, line, current, {**args, **env})
             )
-        elif keyword == "RUN":
-            command = rest
-            if command.startswith("["):
-                command = shlex.join(_json_or_words(command))
-            if command.startswith("--"):
-                skipped.append(f"{here} {rest}: RUN flags (--mount, --network) are not supported")
-                continue
-            if needs_network(command) and not run_all:
-                skipped.append(
-                    f"{here} {command}: needs a package registry or the network; not run "
-                    "(the sandbox's root filesystem must already provide what it installs)"
-                )
-                continue
-            steps.append(SetupStep(StepKind.RUN, line, command=command, workdir=current))
+            if isinstance(made, str):
+                skipped.append(made)
+            else:
+                steps.append(made)
         elif keyword in ("CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "STOPSIGNAL"):
             continue  # no effect on a task's commands
         else:  # USER, SHELL, VOLUME, HEALTHCHECK, ONBUILD, heredocs, ...

@@ -223,6 +223,59 @@ def _short(path: str) -> str:
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def _open_pair(src: Path, dest: Path, shown: str, notes: list[str]) -> tuple[int, int] | None:
+    """`src` and `dest` (made if missing) opened as directories with O_NOFOLLOW, or None
+    with a note in `notes` when either cannot be."""
+    try:
+        src_fd = os.open(src, _DIR_FLAGS)
+    except OSError as e:
+        notes.append(f"{shown}: not copied ({e.strerror})")
+        return None
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        dst_fd = os.open(dest, _DIR_FLAGS)
+    except OSError as e:
+        os.close(src_fd)
+        notes.append(f"{shown}: not copied ({e.strerror})")
+        return None
+    return src_fd, dst_fd
+
+
+def _copy_listing(
+    listing: list[os.DirEntry[str]],
+    here: tuple[int, int, str, int],
+    stack: list[tuple[int, int, str, int]],
+    entries: int,
+    *,
+    budget: list[int],
+    file_max_bytes: int,
+    notes: list[str],
+    max_depth: int,
+    max_entries: int,
+) -> int:
+    """Copy one directory's entries (`here`: its source and destination descriptors, shown
+    name and depth; subdirectories are pushed on `stack`); returns the entries counted so far
+    in the whole tree. Past `max_entries` nothing more is copied, with one note."""
+    sfd, dfd, where, depth = here
+    for entry in listing:
+        rel = f"{where}/{entry.name}"
+        if entries > max_entries:  # the tree is full: a note was written when it filled
+            break
+        entries += 1
+        if entries > max_entries:
+            notes.append(
+                f"{_short(where)}: more than {max_entries} log entries; the rest were not copied"
+            )
+            break
+        try:
+            _copy_entry(
+                entry, sfd, dfd, rel, depth, stack, budget, file_max_bytes, notes, max_depth
+            )
+        except OSError as e:
+            notes.append(f"{_short(rel)}: skipped ({type(e).__name__}: {e.strerror or e})")
+    return entries
+
+
 def copy_untrusted_tree(
     src: Path,
     dest: Path,
@@ -243,21 +296,12 @@ def copy_untrusted_tree(
     `budget[0]` bytes left in all. Existing entries in `dest` are replaced, never written
     through. Everything not copied gets a line in `notes` naming it. Never raises.
     """
-    try:
-        src_fd = os.open(src, _DIR_FLAGS)
-    except OSError as e:
-        notes.append(f"{shown}: not copied ({e.strerror})")
+    pair = _open_pair(src, dest, shown, notes)
+    if pair is None:
         return
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        dst_fd = os.open(dest, _DIR_FLAGS)
-    except OSError as e:
-        os.close(src_fd)
-        notes.append(f"{shown}: not copied ({e.strerror})")
-        return
+    src_fd, dst_fd = pair
     stack = [(src_fd, dst_fd, shown, 0)]
     entries = 0
-    full = False
     try:
         while stack:
             sfd, dfd, where, depth = stack.pop()
@@ -267,35 +311,17 @@ def copy_untrusted_tree(
                 except OSError as e:
                     notes.append(f"{_short(where)}: not copied ({e.strerror})")
                     continue
-                for entry in listing:
-                    rel = f"{where}/{entry.name}"
-                    if full:
-                        break
-                    entries += 1
-                    if entries > max_entries:
-                        notes.append(
-                            f"{_short(where)}: more than {max_entries} log entries; the rest "
-                            "were not copied"
-                        )
-                        full = True
-                        break
-                    try:
-                        _copy_entry(
-                            entry,
-                            sfd,
-                            dfd,
-                            rel,
-                            depth,
-                            stack,
-                            budget,
-                            file_max_bytes,
-                            notes,
-                            max_depth,
-                        )
-                    except OSError as e:
-                        notes.append(
-                            f"{_short(rel)}: skipped ({type(e).__name__}: {e.strerror or e})"
-                        )
+                entries = _copy_listing(
+                    listing,
+                    (sfd, dfd, where, depth),
+                    stack,
+                    entries,
+                    budget=budget,
+                    file_max_bytes=file_max_bytes,
+                    notes=notes,
+                    max_depth=max_depth,
+                    max_entries=max_entries,
+                )
             finally:
                 os.close(sfd)
                 os.close(dfd)

@@ -401,48 +401,92 @@ class _Scanner:
             cmd.heredoc = ("\n".join(lines) + "\n", body_line)
         self.heredocs = []
 
+    def _escape(self) -> None:
+        """At a backslash outside quotes: a line continuation, or the next character as is."""
+        s = self.s
+        if s[self.i + 1] == "\n":
+            self.i += 2
+            self.line += 1
+            return
+        self._start_word()
+        self.w_raw += s[self.i : self.i + 2]
+        self.w_unq += s[self.i + 1]
+        self.i += 2
+
+    def _single_quoted(self) -> None:
+        """At `'`: the quoted text, as is, into the word."""
+        s = self.s
+        self._start_word()
+        end = s.find("'", self.i + 1)
+        end = len(s) if end < 0 else end
+        self.w_raw += s[self.i : end + 1]
+        self.w_unq += s[self.i + 1 : end]
+        self.line += s.count("\n", self.i, end)
+        self.i = end + 1
+
+    def _double_quoted(self) -> None:
+        """At `"`: the quoted text into the word, its escapes undone, substitutions scanned."""
+        s = self.s
+        self._start_word()
+        self.w_raw += '"'
+        self.i += 1
+        while self.i < len(s) and s[self.i] != '"':
+            ch = s[self.i]
+            if ch == "\\" and self.i + 1 < len(s):
+                nxt = s[self.i + 1]
+                self.w_raw += ch + nxt
+                self.w_unq += nxt if nxt in '$`"\\\n' else ch + nxt
+                self.line += nxt == "\n"
+                self.i += 2
+            elif (ch == "$" and s.startswith(("$(", "${"), self.i)) or ch == "`":
+                self._substitution(quoted=True)
+            else:
+                self.w_raw += ch
+                self.w_unq += ch
+                self.line += ch == "\n"
+                self.i += 1
+        self.w_raw += '"'
+        self.i += 1
+
+    def _funcdef(self) -> None:
+        """At `()` after a word: `name()` defines a function; its body is the next command."""
+        name = self.w_unq
+        self.w_raw, self.w_unq, self.in_word = "", "", False
+        self.pending_func = name
+        self.cmd.funcdef = name
+        self.cmd.words.append(name)
+        self.cmd.raw.append(name)
+        self.i += 2
+        self._end_cmd(";")
+
+    def _redirection(self) -> None:
+        """At `<` or `>`: the operator; the next word is its target (not for `2>&1`)."""
+        s = self.s
+        if self.in_word and self.w_unq.isdigit():
+            self.w_raw, self.w_unq, self.in_word = "", "", False
+        else:
+            self._end_word()
+        for op in ("<<<", "<<-", "<<", "<>", "<&", ">>", ">|", ">&", "<", ">"):
+            if s.startswith(op, self.i):
+                break
+        self.i += len(op)
+        if op in (">&", "<&"):
+            m = re.match(r"\s*(\d+|-)", s[self.i :])
+            if m:  # 2>&1: a descriptor, not a file
+                self.i += m.end()
+                return
+        self.redir = op
+
     def scan(self) -> list[_Cmd]:
         s = self.s
         while self.i < len(s):
             c = s[self.i]
             if c == "\\" and self.i + 1 < len(s):
-                if s[self.i + 1] == "\n":
-                    self.i += 2
-                    self.line += 1
-                    continue
-                self._start_word()
-                self.w_raw += s[self.i : self.i + 2]
-                self.w_unq += s[self.i + 1]
-                self.i += 2
+                self._escape()
             elif c == "'":
-                self._start_word()
-                end = s.find("'", self.i + 1)
-                end = len(s) if end < 0 else end
-                self.w_raw += s[self.i : end + 1]
-                self.w_unq += s[self.i + 1 : end]
-                self.line += s.count("\n", self.i, end)
-                self.i = end + 1
+                self._single_quoted()
             elif c == '"':
-                self._start_word()
-                self.w_raw += c
-                self.i += 1
-                while self.i < len(s) and s[self.i] != '"':
-                    ch = s[self.i]
-                    if ch == "\\" and self.i + 1 < len(s):
-                        nxt = s[self.i + 1]
-                        self.w_raw += ch + nxt
-                        self.w_unq += nxt if nxt in '$`"\\\n' else ch + nxt
-                        self.line += nxt == "\n"
-                        self.i += 2
-                    elif (ch == "$" and s.startswith(("$(", "${"), self.i)) or ch == "`":
-                        self._substitution(quoted=True)
-                    else:
-                        self.w_raw += ch
-                        self.w_unq += ch
-                        self.line += ch == "\n"
-                        self.i += 1
-                self.w_raw += '"'
-                self.i += 1
+                self._double_quoted()
             elif (c == "$" and s.startswith(("$(", "${"), self.i)) or c == "`":
                 self._start_word()
                 self._substitution(quoted=False)
@@ -458,14 +502,7 @@ class _Scanner:
                 self.line += 1
                 self._read_heredocs()
             elif c == "(" and self.in_word and s.startswith("()", self.i):
-                name = self.w_unq
-                self.w_raw, self.w_unq, self.in_word = "", "", False
-                self.pending_func = name
-                self.cmd.funcdef = name
-                self.cmd.words.append(name)
-                self.cmd.raw.append(name)
-                self.i += 2
-                self._end_cmd(";")
+                self._funcdef()
             elif c == "&" and s.startswith("&>", self.i):
                 self._end_word()
                 self.redir = "&>>" if s.startswith("&>>", self.i) else "&>"
@@ -476,20 +513,7 @@ class _Scanner:
                 self._end_cmd(op)
                 self.i += len(op)
             elif c in "<>":
-                if self.in_word and self.w_unq.isdigit():
-                    self.w_raw, self.w_unq, self.in_word = "", "", False
-                else:
-                    self._end_word()
-                for op in ("<<<", "<<-", "<<", "<>", "<&", ">>", ">|", ">&", "<", ">"):
-                    if s.startswith(op, self.i):
-                        break
-                self.i += len(op)
-                if op in (">&", "<&"):
-                    m = re.match(r"\s*(\d+|-)", s[self.i :])
-                    if m:  # 2>&1: a descriptor, not a file
-                        self.i += m.end()
-                        continue
-                self.redir = op
+                self._redirection()
             else:
                 self._start_word()
                 self.w_raw += c
