@@ -115,11 +115,50 @@ def exec_command(
         help="Say on stderr which command server ran the command (native or python).",
     ),
 ) -> None:
-    import asyncio
-    import json
+    spec = _exec_spec(
+        network=network,
+        timeout=timeout,
+        memory_mb=memory_mb,
+        pids=pids,
+        cpus=cpus,
+        cpu_time=cpu_time,
+        disk_mb=disk_mb,
+        output_kb=output_kb,
+        image=image,
+        workspace=workspace,
+    )
+    command: str | list[str] = cmd[0] if len(cmd) == 1 else list(cmd)
+    result, server = _run_once(spec, backend, command, timeout)
+    note = _server_note(server)
+    if as_json:
+        _print_json(result, backend, server, note)
+    else:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        if verbose:
+            typer.echo(f"[server: {server or 'none'}{f' ({note})' if note else ''}]", err=True)
+    if result.timed_out:
+        if not as_json:  # the JSON object says so in `timed_out`
+            typer.echo(f"[timed out after {timeout:g}s]", err=True)
+        raise typer.Exit(124)
+    code = result.exit_code
+    raise typer.Exit(128 - code if code < 0 else code)
 
-    from skyrl_sdk.sandboxes import BackendUnavailable, SandboxError, _native, create_sandbox
 
+def _exec_spec(
+    *,
+    network: bool,
+    timeout: float,
+    memory_mb: int,
+    pids: int,
+    cpus: float,
+    cpu_time: float,
+    disk_mb: int,
+    output_kb: int,
+    image: str | None,
+    workspace: Path | None,
+) -> SandboxSpec:
+    """The `exec` options as a `SandboxSpec` (`typer.BadParameter` for a bad one)."""
     for name, value in (
         ("--memory-mb", memory_mb),
         ("--pids", pids),
@@ -132,7 +171,7 @@ def exec_command(
     if output_kb < 1:
         raise typer.BadParameter(f"--output-kb must be >= 1, got {output_kb}")
     try:
-        spec = SandboxSpec(
+        return SandboxSpec(
             network=network,
             timeout_s=timeout,
             memory_bytes=_or_none(memory_mb, MiB),
@@ -146,7 +185,16 @@ def exec_command(
         )
     except (TypeError, ValueError) as e:
         raise typer.BadParameter(str(e)) from None
-    command: str | list[str] = cmd[0] if len(cmd) == 1 else list(cmd)
+
+
+def _run_once(
+    spec: SandboxSpec, backend: str, command: str | list[str], timeout: float
+) -> tuple[ExecResult, str | None]:
+    """Run `command` in a fresh sandbox; the result and which command server ran it (exit 2
+    with the error when the sandbox cannot start)."""
+    import asyncio
+
+    from skyrl_sdk.sandboxes import BackendUnavailable, SandboxError, create_sandbox
 
     async def run() -> tuple[ExecResult, str | None]:
         async with create_sandbox(spec, backend) as sandbox:
@@ -155,39 +203,39 @@ def exec_command(
             return result, getattr(sandbox, "server_kind", None)
 
     try:
-        result, server = asyncio.run(run())
+        return asyncio.run(run())
     except (BackendUnavailable, SandboxError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    # Why the Python server ran under `auto` (no compiler, a missing `_server.c`, ...), if so.
+
+
+def _server_note(server: str | None) -> str | None:
+    """Why the Python server ran under `auto` (no compiler, a missing `_server.c`, ...), if so."""
+    from skyrl_sdk.sandboxes import _native
+
     note = None
     if server == _native.ServerChoice.PYTHON.value:
         note = _native.unavailable_reason()
         if note is None and _native.server_choice() is _native.ServerChoice.PYTHON:
             note = f"${_native.SERVER_ENV}=python"
-    if as_json:
-        doc = {
-            "exit_code": result.exit_code,
-            "stdout": result.stdout,
-            "stderr": result.stderr,
-            "timed_out": result.timed_out,
-            "truncated": result.truncated,
-            "backend": backend,
-            "server": server,
-            "server_note": note,
-        }
-        typer.echo(json.dumps(doc))
-    else:
-        sys.stdout.write(result.stdout)
-        sys.stderr.write(result.stderr)
-        if verbose:
-            typer.echo(f"[server: {server or 'none'}{f' ({note})' if note else ''}]", err=True)
-    if result.timed_out:
-        if not as_json:  # the JSON object says so in `timed_out`
-            typer.echo(f"[timed out after {timeout:g}s]", err=True)
-        raise typer.Exit(124)
-    code = result.exit_code
-    raise typer.Exit(128 - code if code < 0 else code)
+    return note
+
+
+def _print_json(result: ExecResult, backend: str, server: str | None, note: str | None) -> None:
+    """`exec --json`: one JSON object instead of the command's output."""
+    import json
+
+    doc = {
+        "exit_code": result.exit_code,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "timed_out": result.timed_out,
+        "truncated": result.truncated,
+        "backend": backend,
+        "server": server,
+        "server_note": note,
+    }
+    typer.echo(json.dumps(doc))
 
 
 @app.command("ls")
