@@ -738,16 +738,72 @@ async def evaluate_instance(
             owned.close()
 
 
-async def _evaluate_in_sandbox(
+def _eval_script(
+    instance: SWEInstance,
+    config: HarnessConfig,
+    workdir: str,
+    existing: Sequence[str] | None,
+    activate: str,
+    pristine: Sequence[RunnerFile],
+    log: _Log,
+) -> str:
+    """The eval script run in the grading sandbox (written to the log as eval.sh): the
+    instance's tests, preceded by the restore of the test runner's pristine files."""
+    c = grading.constants()
+    script = build_eval_script(
+        instance, workdir=workdir, existing_test_files=existing, activate=activate
+    )
+    if config.backend == Backend.DOCKER and instance.eval_script:
+        script = instance.eval_script
+        if c.TEST_EXIT_CODE not in script:
+            log("note: the instance's eval script does not record the test exit code")
+    restore = restore_runner_script(pristine, instance.test_files, c.RESET_FAILED)
+    script = with_runner_restore(script, restore, c.START_TEST_OUTPUT)
+    log.write("eval.sh", script)
+    return script
+
+
+async def _report(
     instance: SWEInstance,
     prediction: Prediction,
-    config: HarnessConfig,
     workspace: Path,
+    out_rel: str,
+    result: ExecResult,
     log: _Log,
-    done: Callable[..., InstanceResult],
-    deadline: float,
-) -> InstanceResult:
+) -> dict[str, Any]:
+    """Grade the test output the closed sandbox left at `out_rel` (read as a regular file,
+    size-capped, never through a link); written to the log as test_output.txt and report.json."""
     c = grading.constants()
+    try:
+        raw = await asyncio.to_thread(
+            read_regular_file, out_rel, max_bytes=TEST_OUTPUT_MAX_BYTES, under=workspace
+        )
+        output = raw.decode("utf-8", "replace")
+    except (UnsafeFileError, OSError) as e:
+        output = f"[test output unreadable: {type(e).__name__}: {e.strerror or e}]\n"
+    if result.timed_out:
+        output += f"\n{c.TESTS_TIMEOUT}\n"
+    path = log.write("test_output.txt", output)
+    if path is None:
+        tmp = workspace.parent / f"{workspace.name}.test_output.txt"
+        tmp.write_text(output, encoding="utf-8")
+        path = tmp
+    try:
+        report = await asyncio.to_thread(grading.eval_report, instance, prediction, path)
+    finally:
+        if log.dir is None:
+            path.unlink(missing_ok=True)
+    if log.dir is not None:
+        log.write("report.json", json.dumps({instance.instance_id: report}, indent=2) + "\n")
+    return report
+
+
+async def _prepare(
+    instance: SWEInstance, config: HarnessConfig, workspace: Path, log: _Log
+) -> tuple[SandboxSpec, str, tuple[RunnerFile, ...], tuple[RunnerFile, ...], list[str] | None]:
+    """The workspace at `base_commit` and what is read from it before the patch touches it:
+    (the grading sandbox's spec, the activate line, the runner's pristine files, the .git
+    metadata, the test files that exist at base_commit; None with docker)."""
     spec, activate = await asyncio.to_thread(prepare_workspace, instance, workspace, config)
     spec = replace(spec, grading=True)
     log(f"workspace for {instance.repo}@{instance.base_commit[:12]} ready ({config.backend})")
@@ -760,6 +816,21 @@ async def _evaluate_in_sandbox(
         existing = await asyncio.to_thread(
             path_exists_at, workspace, instance.base_commit, instance.test_files
         )
+    return spec, activate, pristine, git_meta, existing
+
+
+async def _evaluate_in_sandbox(
+    instance: SWEInstance,
+    prediction: Prediction,
+    config: HarnessConfig,
+    workspace: Path,
+    log: _Log,
+    done: Callable[..., InstanceResult],
+    deadline: float,
+) -> InstanceResult:
+    c = grading.constants()
+    prepared = await _prepare(instance, config, workspace, log)
+    spec, activate, pristine, git_meta, existing = prepared
     # Created only after the patch is applied, under a name it could not know: the log the
     # host reads back once the sandbox is closed.
     out_rel = f".skyrl-grading-{secrets.token_hex(8)}/test_output.txt"
@@ -793,16 +864,7 @@ async def _evaluate_in_sandbox(
                 error=f"cannot restore .git metadata: {fixed.output[-500:]}",
                 notes=tuple(notes),
             )
-        script = build_eval_script(
-            instance, workdir=sb.workdir, existing_test_files=existing, activate=activate
-        )
-        if config.backend == Backend.DOCKER and instance.eval_script:
-            script = instance.eval_script
-            if c.TEST_EXIT_CODE not in script:
-                log("note: the instance's eval script does not record the test exit code")
-        restore = restore_runner_script(pristine, instance.test_files, c.RESET_FAILED)
-        script = with_runner_restore(script, restore, c.START_TEST_OUTPUT)
-        log.write("eval.sh", script)
+        script = _eval_script(instance, config, sb.workdir, existing, activate, pristine, log)
         await sb.write_file(f"{scratch}/eval.sh", script)
         out_dir = shlex.quote(os.path.dirname(out_rel))
         result = await _run(
@@ -817,27 +879,7 @@ async def _evaluate_in_sandbox(
             env=env,
         )
     # The sandbox is closed: nothing the tests started still runs to rewrite the log.
-    try:
-        raw = await asyncio.to_thread(
-            read_regular_file, out_rel, max_bytes=TEST_OUTPUT_MAX_BYTES, under=workspace
-        )
-        output = raw.decode("utf-8", "replace")
-    except (UnsafeFileError, OSError) as e:
-        output = f"[test output unreadable: {type(e).__name__}: {e.strerror or e}]\n"
-    if result.timed_out:
-        output += f"\n{c.TESTS_TIMEOUT}\n"
-    path = log.write("test_output.txt", output)
-    if path is None:
-        tmp = workspace.parent / f"{workspace.name}.test_output.txt"
-        tmp.write_text(output, encoding="utf-8")
-        path = tmp
-    try:
-        report = await asyncio.to_thread(grading.eval_report, instance, prediction, path)
-    finally:
-        if log.dir is None:
-            path.unlink(missing_ok=True)
-    if log.dir is not None:
-        log.write("report.json", json.dumps({instance.instance_id: report}, indent=2) + "\n")
+    report = await _report(instance, prediction, workspace, out_rel, result, log)
     if result.timed_out:
         return done(
             Outcome.TIMEOUT,
