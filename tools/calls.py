@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from skyrl_sdk.fast_frozen import fast_constructor
+
+
+class ToolCallJSON(TypedDict):
+    """`ToolCall.to_json()`: a call as the step's `info["tool_calls"]` and trajectories hold it."""
+
+    name: str
+    """The tool's name."""
+    arguments: dict[str, Any]
+    """Keyword arguments, as parsed from the model's text (free-form JSON values)."""
+    id: str | None
+    """Call id, or null for formats that carry none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +31,8 @@ class ToolCall:
     id: str | None = None
     """Call id, for formats that carry one (OpenAI `tool_calls`)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ToolCallJSON:
+        """The call as a JSON object (`from_json` reads it back)."""
         return {"name": self.name, "arguments": self.arguments, "id": self.id}
 
     @classmethod

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypedDict, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,19 @@ class Document:
     """Short title, shown to the model with the passage (may be empty)."""
     text: str
     """The passage text."""
+
+
+class PassageJSON(TypedDict):
+    """`Passage.to_json()`: a retrieved passage as a JSON object."""
+
+    id: str
+    """The document's id."""
+    title: str
+    """The document's title."""
+    text: str
+    """The document's text."""
+    score: float
+    """Retriever score; higher is more relevant."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +48,8 @@ class Passage:
     score: float
     """Retriever score; higher is more relevant. Only comparable within one result list."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PassageJSON:
+        """The passage as a JSON object."""
         return {"id": self.id, "title": self.title, "text": self.text, "score": self.score}
 
 

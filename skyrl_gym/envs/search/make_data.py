@@ -26,7 +26,10 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a standalone script: nothing of the SDK is imported to run it
+    from skyrl_gym.tasks import TaskRow
 
 DATA_DIR = Path(__file__).parent
 SEED = 8
@@ -294,7 +297,7 @@ def _default_answer(value: Any) -> str | None:
     return None
 
 
-def make_tasks(docs: list[Doc]) -> list[dict[str, Any]]:
+def make_tasks(docs: list[Doc]) -> list[TaskRow]:
     """Questions over `docs`; each one's answer is written in its `doc_id` document."""
     rng = random.Random(SEED)
     counts: dict[str, int] = {}
@@ -341,7 +344,7 @@ def make_tasks(docs: list[Doc]) -> list[dict[str, Any]]:
                         "doc_id": d.id,
                     }
                 )
-    tasks: list[dict[str, Any]] = []
+    tasks: list[TaskRow] = []
     for kind, quota in QUOTAS.items():
         pool = pools[kind]
         if len(pool) < quota:

@@ -19,13 +19,14 @@ import enum
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from skyrl_gym.tasks import TaskError, TaskRow, load_tasks
 from skyrl_sdk.tools.sqldb import ReadOnlyDatabase, SQLiteDatabase
 
 __all__ = [
     "DatasetFormat",
+    "SpiderTable",
     "database_schema",
     "detect_format",
     "load_bird",
@@ -36,6 +37,35 @@ __all__ = [
     "spider_schema",
     "suite_databases",
 ]
+
+
+class _SpiderTableNames(TypedDict):
+    """The keys every Spider `tables.json` entry has (`SpiderTable` adds the optional ones)."""
+
+    db_id: str
+    """The database the entry describes."""
+    table_names_original: list[str]
+    """Table names as in the database, by table index."""
+    column_names_original: list[tuple[int, str]]
+    """`[table index, column name]` pairs (JSON lists), by column index; table -1 is `*`."""
+
+
+# Two classes, not `NotRequired`: under `from __future__ import annotations` a TypedDict's keys
+# are only told apart at runtime by `total`.
+class SpiderTable(_SpiderTableNames, total=False):
+    """One entry of Spider's `tables.json`: a database's tables, columns and keys."""
+
+    table_names: list[str]
+    """Readable table names (unused: the original names are what queries use)."""
+    column_names: list[tuple[int, str]]
+    """Readable `[table index, column name]` pairs (unused, as `table_names`)."""
+    column_types: list[str]
+    """Column types by column index (`text`, `number`, ...); all `text` when absent."""
+    primary_keys: list[int | list[int]]
+    """Primary-key column indices; a list of indices is a composite key."""
+    foreign_keys: list[tuple[int, int]]
+    """`[column index, referenced column index]` pairs (JSON lists)."""
+
 
 REQUIRED_FIELDS: tuple[str, ...] = ("question", "db_id", "gold_sql")
 """Fields every `sql` task row has besides `task_id`."""
@@ -91,7 +121,7 @@ def detect_format(path: str | Path) -> DatasetFormat:
     raise TaskError(f"{path}: cannot tell the dataset format from the keys {sorted(keys)}")
 
 
-def spider_schema(table: dict[str, Any]) -> str:
+def spider_schema(table: SpiderTable) -> str:
     """CREATE TABLE statements for one `tables.json` entry (types, primary and foreign keys)."""
     tables = table["table_names_original"]
     columns = table["column_names_original"]
@@ -118,7 +148,7 @@ def spider_schema(table: dict[str, Any]) -> str:
     return "\n".join(statements)
 
 
-def _tables_by_db(tables_json: str | Path | None) -> dict[str, dict[str, Any]]:
+def _tables_by_db(tables_json: str | Path | None) -> dict[str, SpiderTable]:
     if tables_json is None:
         return {}
     return {t["db_id"]: t for t in json.loads(Path(tables_json).read_text(encoding="utf-8"))}
