@@ -117,6 +117,9 @@ class TaskRow(TypedDict):
     """The gold query; the reward compares results against its result."""
     sql: NotRequired[str]
     """The gold query of a sql_basic row."""
+    wrong_sql: NotRequired[str]
+    """A plausible query whose result differs from the gold one (bundled sql tasks: the
+    evaluation tests grade it as a wrong answer)."""
     schema: NotRequired[str]
     """The database's `CREATE TABLE` statements, when the row brings them."""
     evidence: NotRequired[str]
