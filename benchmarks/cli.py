@@ -1,25 +1,16 @@
-"""`skyrl bench NAME [--json]`."""
+"""Deprecated alias of `skyrl_sdk.benchmarks.perf.cli`; removed in the next release."""
 
 from __future__ import annotations
 
-import importlib
+from typing import Any
 
-import typer
+from skyrl_sdk.benchmarks._moved import warn_moved
+from skyrl_sdk.benchmarks.perf import cli as _moved
+from skyrl_sdk.benchmarks.perf.cli import *  # noqa: F403
 
-from skyrl_sdk.benchmarks import BENCHMARKS
+warn_moved("skyrl_sdk.benchmarks.cli", as_main=__name__ == "__main__")
 
 
-def bench(
-    name: str = typer.Argument(..., help="Benchmark to run: " + ", ".join(sorted(BENCHMARKS))),
-    json_output: bool = typer.Option(
-        False, "--json", help="End with one JSON object on the last line."
-    ),
-) -> None:
-    """Run a performance benchmark against a baseline measured in the same run."""
-    if name not in BENCHMARKS:
-        raise typer.BadParameter(
-            f"unknown benchmark {name!r}; choose from {', '.join(sorted(BENCHMARKS))}"
-        )
-    module, _, attr = BENCHMARKS[name].partition(":")
-    report = getattr(importlib.import_module(module), attr)()
-    report.print(json_line=json_output)
+def __getattr__(name: str) -> Any:
+    """Every other name of `skyrl_sdk.benchmarks.perf.cli`, private ones included."""
+    return getattr(_moved, name)

@@ -3,8 +3,8 @@
 import json
 import platform
 
-from skyrl_sdk.benchmarks.env_step import _ours, interpreter_note
-from skyrl_sdk.benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.perf.env import _ours, interpreter_note
+from skyrl_sdk.benchmarks.perf.report import BenchReport
 
 
 def test_our_side_measures_a_positive_rate():

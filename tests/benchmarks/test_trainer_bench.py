@@ -9,8 +9,9 @@ import math
 
 import pytest
 
-from skyrl_sdk.benchmarks import BENCHMARKS, trainer_bench
-from skyrl_sdk.benchmarks.trainer_bench import (
+from skyrl_sdk.benchmarks.perf import BENCHMARKS
+from skyrl_sdk.benchmarks.perf import trainer as trainer_bench
+from skyrl_sdk.benchmarks.perf.trainer import (
     TrainerBenchSettings,
     make_batch,
     measure,
@@ -41,7 +42,7 @@ def _check_ours(result: dict) -> None:
 
 
 def test_bench_trainer_is_registered():
-    assert BENCHMARKS["trainer"] == "skyrl_sdk.benchmarks.trainer_bench:run"
+    assert BENCHMARKS["trainer"] == "skyrl_sdk.benchmarks.perf.trainer:run"
 
 
 def test_batch_is_seeded_grouped_and_free_of_special_tokens():

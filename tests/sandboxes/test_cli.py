@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from skyrl_sdk.benchmarks.sandbox_bench import run as bench_run
+from skyrl_sdk.benchmarks.perf.sandbox import run as bench_run
 from skyrl_sdk.sandboxes import GradingIsolation, SandboxSpec, cow_root
 from tests.conftest import needs_bwrap
 

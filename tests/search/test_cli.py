@@ -42,7 +42,7 @@ def test_skyrl_search_index_and_query(tmp_path: Path) -> None:
 
 
 def test_bench_search_reports_the_promised_keys() -> None:
-    from skyrl_sdk.benchmarks.search_bench import run
+    from skyrl_sdk.benchmarks.perf.search import run
 
     report = run(builds=1, min_s=0.05, max_tasks=20)
     assert report.result["queries_per_s"] > 0

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import skyrl_gym
-from skyrl_sdk.benchmarks.peer_venv import VENVS
+from skyrl_sdk.benchmarks.perf.peer_venv import VENVS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SKYRL = Path(sys.executable).with_name("skyrl")
@@ -25,7 +25,7 @@ PEER_MISSING = (
     None
     if (VENVS / "skyrl-gym" / ".ready").is_file() and PEER_PYTHON.is_file()
     else f"the PyPI skyrl-gym side venv ({VENVS / 'skyrl-gym'}) is absent; build it with "
-    '.venv/bin/python -c "from skyrl_sdk.benchmarks.peer_venv import peer_python; '
+    '.venv/bin/python -c "from skyrl_sdk.benchmarks.perf.peer_venv import peer_python; '
     "peer_python('skyrl-gym')\" (needs PyPI)"
 )
 MAX_TURNS = 2  # below the fixture's own default (3): the limit must reach extras["max_turns"]

@@ -148,7 +148,7 @@ def test_policy_mode_oracle_and_unknown_spec(bundled: Path, tmp_path: Path) -> N
 
 
 def test_bench_ours_only() -> None:
-    from skyrl_sdk.benchmarks.sql_bench import run
+    from skyrl_sdk.benchmarks.perf.sql import run
 
     report = run(seconds=0.2, include_peer=False)
     assert report.result["ours_steps_per_s"] > 0 and report.result["ours_final_reward"] == 1.0

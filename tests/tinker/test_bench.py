@@ -8,7 +8,7 @@ pytest.importorskip("tinker")
 
 
 def test_tinker_bench_reports_overheads() -> None:
-    from skyrl_sdk.benchmarks.tinker_bench import run
+    from skyrl_sdk.benchmarks.perf.tinker import run
 
     report = run(iters=2, big_tokens=4000, rounds=1)
     for key in ("fwdbwd_overhead_ms", "sample_overhead_ms", "batched_vs_serial", "peak_rss_mb"):

@@ -3,8 +3,8 @@
 import asyncio
 from dataclasses import dataclass
 
-from skyrl_sdk.benchmarks import BENCHMARKS
-from skyrl_sdk.benchmarks.async_bench import (
+from skyrl_sdk.benchmarks.perf import BENCHMARKS
+from skyrl_sdk.benchmarks.perf.async_rl import (
     AsyncBenchSettings,
     LatencyPolicy,
     measure,
@@ -40,7 +40,7 @@ def test_latency_policy_sleeps_then_delegates():
 
 
 def test_bench_async_runs_with_tiny_settings():
-    assert BENCHMARKS["async"] == "skyrl_sdk.benchmarks.async_bench:run"
+    assert BENCHMARKS["async"] == "skyrl_sdk.benchmarks.perf.async_rl:run"
     settings = AsyncBenchSettings(
         steps=2,
         groups_per_step=2,
