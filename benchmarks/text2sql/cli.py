@@ -1,20 +1,30 @@
 """`skyrl text2sql eval | build`: Text-to-SQL evaluation by execution accuracy.
 
-Only typer is imported at module level; everything else loads when a command runs.
+Only typer (and the standard library) is imported at module level; everything else loads when
+a command runs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from skyrl_gym.envs.sql.metrics import Metric
+    from skyrl_gym.tasks import TaskRow
+    from skyrl_sdk.agents.trajectory import Trajectory
+    from skyrl_sdk.benchmarks.text2sql.evaluate import EvalReport
+    from skyrl_sdk.tools.sql_limits import SQLLimits
 
 app = typer.Typer(help="Text-to-SQL evaluation (Spider, BIRD, SkyRL-SQL).", no_args_is_help=True)
 
 BUNDLED = "bundled"
 
 
-def _die(message: str, code: int = 2) -> None:
+def _die(message: str, code: int = 2) -> NoReturn:
     from rich.console import Console
     from rich.markup import escape
 
@@ -69,9 +79,60 @@ def eval_command(
     ),
 ) -> None:
     """Score predictions (or a policy) by execution accuracy; write OUT/results.json."""
-    from skyrl_gym.envs.sql.loaders import load_dataset
-    from skyrl_gym.envs.sql.metrics import Metric
-    from skyrl_gym.tasks import TaskError
+    from skyrl_sdk.benchmarks.text2sql.evaluate import write_report
+
+    limits = _sql_limits(max_rows, max_result_mb, max_memory_mb)
+    if (predictions is None) == (policy is None):
+        _die("give exactly one of --predictions FILE or --policy SPEC")
+    scoring = _Scoring(_metric(metric), timeout, limits)
+    questions = _load_questions(dataset, db_root, tables, limit)
+    if predictions is not None:
+        report = _score_file(
+            questions, predictions, scoring, keep_distinct=keep_distinct, workers=workers
+        )
+    else:
+        assert policy is not None
+        report = _play_policy(
+            questions, policy, scoring, out,
+            max_turns=max_turns, max_tokens=max_tokens, concurrency=concurrency,
+        )  # fmt: skip
+    path = write_report(report, out)
+    _print_summary(report, path)
+
+
+@dataclass(frozen=True)
+class _Questions:
+    """The questions an eval scores and where their databases are."""
+
+    rows: list[TaskRow]
+    """The dataset's rows, in file order (the first `--limit` of them)."""
+    path: Path
+    """The dataset file."""
+    db_root: Path
+    """The databases' folder (`<db_root>/<db_id>/<db_id>.sqlite`)."""
+
+    @property
+    def extra(self) -> dict[str, str]:
+        """What results.json records of where the questions came from."""
+        return {"dataset": str(self.path), "db_root": str(self.db_root)}
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """How every answer is scored."""
+
+    metric: Metric
+    """spider, bird or skyrl."""
+    timeout_s: float | None
+    """Per-query limit in seconds (None: the metric's own)."""
+    limits: SQLLimits
+    """Row, result-size and memory caps of every query."""
+
+
+def _sql_limits(
+    max_rows: int | None, max_result_mb: float | None, max_memory_mb: float | None
+) -> SQLLimits:
+    """The query caps the options set (the rest `SQLLimits`' defaults); a bad one: exit 2."""
     from skyrl_sdk.tools.sql_limits import SQLLimits
 
     caps: dict[str, int] = {}
@@ -82,16 +143,29 @@ def eval_command(
     if max_memory_mb is not None:
         caps["max_memory_growth_bytes"] = int(max_memory_mb * 2**20)
     try:
-        limits = SQLLimits(**caps)
+        return SQLLimits(**caps)
     except ValueError as e:
         _die(str(e))
 
-    if (predictions is None) == (policy is None):
-        _die("give exactly one of --predictions FILE or --policy SPEC")
+
+def _metric(name: str) -> Metric:
+    """`--metric` (an unknown one: exit 2, naming the choices)."""
+    from skyrl_gym.envs.sql.metrics import Metric
+
     try:
-        chosen = Metric(metric)
+        return Metric(name)
     except ValueError:
-        _die(f"unknown metric {metric!r}; choose from {', '.join(m.value for m in Metric)}")
+        _die(f"unknown metric {name!r}; choose from {', '.join(m.value for m in Metric)}")
+
+
+def _load_questions(
+    dataset: str, db_root: Path | None, tables: Path | None, limit: int | None
+) -> _Questions:
+    """`--dataset` (or the bundled benchmark) read, cut to `--limit`; the databases default
+    to the dataset's folder, or its database/ sub-folder (a dataset that cannot load: exit 2)."""
+    from skyrl_gym.envs.sql.loaders import load_dataset
+    from skyrl_gym.tasks import TaskError
+
     if dataset == BUNDLED:
         from skyrl_gym.envs.sql.bundled import bundled_root
 
@@ -109,64 +183,84 @@ def eval_command(
     if db_root is None:
         parent = dataset_path.parent
         db_root = parent / "database" if (parent / "database").is_dir() else parent
-    extra = {"dataset": str(dataset_path), "db_root": str(db_root)}
-    if predictions is not None:
-        from skyrl_sdk.benchmarks.text2sql.evaluate import (
-            PredictionsError,
-            read_predictions,
-            score_predictions,
-        )
+    return _Questions(rows, dataset_path, db_root)
+
+
+def _score_file(
+    questions: _Questions,
+    predictions: Path,
+    scoring: _Scoring,
+    *,
+    keep_distinct: bool,
+    workers: int,
+) -> EvalReport:
+    """`--predictions`: score the file's SQL, one per question (a bad file: exit 2)."""
+    from skyrl_sdk.benchmarks.text2sql.evaluate import (
+        PredictionsError,
+        read_predictions,
+        score_predictions,
+    )
+
+    try:
+        preds = read_predictions(predictions, questions.rows)
+    except PredictionsError as e:
+        _die(str(e))
+    extra = {**questions.extra, "predictions": str(predictions)}
+    return score_predictions(
+        questions.rows, preds, db_root=questions.db_root, metric=scoring.metric,
+        timeout_s=scoring.timeout_s, keep_distinct=keep_distinct, workers=workers,
+        extra=extra, limits=scoring.limits,
+    )  # fmt: skip
+
+
+def _play_policy(
+    questions: _Questions,
+    policy: str,
+    scoring: _Scoring,
+    out: Path,
+    *,
+    max_turns: int,
+    max_tokens: int,
+    concurrency: int,
+) -> EvalReport:
+    """`--policy`: one multi-turn episode per question, with a progress bar of the episodes
+    done and their mean env reward (a policy that cannot load: exit 2)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from skyrl_sdk.benchmarks.text2sql.policy_eval import PolicyUnavailable, evaluate_policy
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("env reward {task.fields[reward]:.3f}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as progress:
+        bar = progress.add_task("text2sql episodes", total=len(questions.rows), reward=0.0)
+        done = [0, 0.0]  # episodes finished, their summed env reward
+
+        def on_done(trajectory: Trajectory) -> None:
+            done[0] += 1
+            done[1] += trajectory.reward
+            progress.update(bar, advance=1, reward=done[1] / done[0])
 
         try:
-            preds = read_predictions(predictions, rows)
-        except PredictionsError as e:
+            return evaluate_policy(
+                questions.rows, policy, db_root=questions.db_root, metric=scoring.metric,
+                timeout_s=scoring.timeout_s, max_turns=max_turns, max_tokens=max_tokens,
+                concurrency=concurrency, out_dir=out, extra=questions.extra,
+                limits=scoring.limits, on_done=on_done,
+            )  # fmt: skip
+        except PolicyUnavailable as e:
+            progress.stop()
             _die(str(e))
-        extra["predictions"] = str(predictions)
-        report = score_predictions(
-            rows, preds, db_root=db_root, metric=chosen, timeout_s=timeout,
-            keep_distinct=keep_distinct, workers=workers, extra=extra, limits=limits,
-        )  # fmt: skip
-    else:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        from skyrl_sdk.benchmarks.text2sql.policy_eval import PolicyUnavailable, evaluate_policy
-
-        assert policy is not None
-        columns = (
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("env reward {task.fields[reward]:.3f}"),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, transient=False) as progress:
-            bar = progress.add_task("text2sql episodes", total=len(rows), reward=0.0)
-            done = [0, 0.0]  # episodes finished, their summed env reward
-
-            def on_done(trajectory) -> None:  # type: ignore[no-untyped-def]
-                done[0] += 1
-                done[1] += trajectory.reward
-                progress.update(bar, advance=1, reward=done[1] / done[0])
-
-            try:
-                report = evaluate_policy(
-                    rows, policy, db_root=db_root, metric=chosen, timeout_s=timeout,
-                    max_turns=max_turns, max_tokens=max_tokens, concurrency=concurrency,
-                    out_dir=out, extra=extra, limits=limits, on_done=on_done,
-                )  # fmt: skip
-            except PolicyUnavailable as e:
-                progress.stop()
-                _die(str(e))
-    from skyrl_sdk.benchmarks.text2sql.evaluate import write_report
-
-    path = write_report(report, out)
-    _print_summary(report, path)
 
 
 def _print_summary(report, path: Path) -> None:  # type: ignore[no-untyped-def]
