@@ -28,16 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
-import select
-import socket
-import time
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skyrl_sdk.sandboxes import network, tracking
+from skyrl_sdk.sandboxes import _docker_exec, network, tracking
 from skyrl_sdk.sandboxes._server import _Capture
 from skyrl_sdk.sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
 from skyrl_sdk.sandboxes.spec import BackendUnavailable, ExecResult, SandboxError, decode_capped
@@ -176,21 +172,37 @@ class DockerSandbox(Sandbox):
     def _launch(self) -> None:
         spec = self.spec
         client = self._client = docker_client()
-        _refuse_engine_socket(spec, client.api.base_url, tuple(map(str, self.binds.values())))
-        if network.network_mode(spec) is not network.NetworkMode.NONE and not str(
-            client.api.base_url
-        ).startswith("http+docker://"):
-            raise SandboxError(
-                "docker sandbox: network=True (and forward_ports) attach user-mode networking "
-                "to the container's own namespace from this host, so the engine must be local "
-                f"(a unix socket), not {client.api.base_url}; the host's network or a bridge "
-                "is never used instead"
-            )
-        base_url = client.api.base_url
-        if base_url not in _reaped_engines:
-            _reaped_engines.add(base_url)
-            reap_containers(client)
+        _check_engine(spec, client, tuple(map(str, self.binds.values())))
         tracking.reap_at_startup()
+        workspace, uid = self._prepare_workspace()
+        record = self._record
+        assert record is not None
+        kwargs = _container_options(
+            spec,
+            record,
+            name=self.id,
+            uid=uid,
+            volumes={
+                str(workspace): {"bind": self.mount_at or self.workdir, "mode": "rw"},
+                **{str(host): {"bind": path, "mode": "rw"} for path, host in self.binds.items()},
+                **{path: {"bind": path, "mode": "ro"} for path in self.spec.ro_binds},
+            },
+            workdir=self.workdir,
+            environment=self.base_env(),
+        )
+        container = _run_container(client, spec.image, kwargs)  # type: ignore[arg-type]
+        self._container = container.id
+        self._container_pid = int(client.api.inspect_container(container.id)["State"]["Pid"])
+        # One probe: is `timeout` there (to bound each exec), and which shell is SHELL.
+        probe = self._exec_blocking(["sh", "-c", _PROBE], None, {}, None, 10, 4096)
+        found = bytes(probe[1].head).decode("utf-8", "replace").split()
+        self._has_timeout = "timeout" in found
+        self._shell = "/bin/bash" if "bash" in found else "/bin/sh"
+
+    def _prepare_workspace(self) -> tuple[Path, int]:
+        """Record the sandbox, make its workspace (as root, a tmpfs of `disk_bytes`) with the
+        spec's files, owned by the container's user; returns the workspace and that uid."""
+        spec = self.spec
         owned = spec.workspace_dir is None
         root = tracking.ensure_state_root()
         workspace = root / self.id / "ws" if owned else Path(spec.workspace_dir).resolve()  # type: ignore[arg-type]
@@ -218,63 +230,7 @@ class DockerSandbox(Sandbox):
             chown_tree(workspace, uid)
             for host in self.binds.values():
                 chown_tree(host, uid)
-        record = self._record
-        labels = {
-            LABEL: self.id,
-            "skyrl.owner_pid": str(record.owner_pid),
-            "skyrl.owner_start": str(record.owner_start),
-        }
-        kwargs: dict[str, Any] = {
-            "name": self.id,
-            "detach": True,
-            "labels": labels,
-            # Never the host's network, never a bridge: with network=True, pasta is attached
-            # to this empty namespace once the container runs (see `_start`).
-            "network_mode": "none",
-            "user": f"{uid}:{uid}",
-            "working_dir": self.workdir,
-            "volumes": {
-                str(workspace): {"bind": self.mount_at or self.workdir, "mode": "rw"},
-                **{str(host): {"bind": path, "mode": "rw"} for path, host in self.binds.items()},
-                **{path: {"bind": path, "mode": "ro"} for path in self.spec.ro_binds},
-            },
-            "read_only": True,
-            "tmpfs": {
-                "/tmp": _tmpfs_options(spec.disk_bytes, "1777"),
-                "/run": _tmpfs_options(
-                    min(spec.disk_bytes or _RUN_TMPFS_BYTES, _RUN_TMPFS_BYTES), "1777"
-                ),
-            },
-            "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
-            "environment": self.base_env(),
-        }
-        if spec.memory_bytes:
-            kwargs["mem_limit"] = spec.memory_bytes
-            kwargs["memswap_limit"] = spec.memory_bytes
-        if spec.pids:
-            kwargs["pids_limit"] = spec.pids
-        if spec.cpus:
-            kwargs["nano_cpus"] = int(spec.cpus * 1e9)
-        if spec.disk_bytes:
-            kwargs["ulimits"] = [_ulimit("fsize", spec.disk_bytes)]
-        import docker.errors
-
-        try:  # checked first: `run` would try to pull, which cannot work offline
-            client.images.get(spec.image)
-        except docker.errors.ImageNotFound:
-            raise SandboxError(
-                f"docker image {spec.image!r} not found on the engine; build it locally "
-                "(docker build / docker import)"
-            ) from None
-        container = client.containers.run(spec.image, _KEEPALIVE, **kwargs)
-        self._container = container.id
-        self._container_pid = int(client.api.inspect_container(container.id)["State"]["Pid"])
-        # One probe: is `timeout` there (to bound each exec), and which shell is SHELL.
-        probe = self._exec_blocking(["sh", "-c", _PROBE], None, {}, None, 10, 4096)
-        found = bytes(probe[1].head).decode("utf-8", "replace").split()
-        self._has_timeout = "timeout" in found
-        self._shell = "/bin/bash" if "bash" in found else "/bin/sh"
+        return workspace, uid
 
     async def close(self) -> None:
         if self._closed:
@@ -301,67 +257,17 @@ class DockerSandbox(Sandbox):
         timeout: float,
         limit: int,
     ) -> tuple[int, _Capture, _Capture, bool, float]:
-        api = self._client.api
-        started = time.monotonic()
-        command = argv
-        if self._has_timeout:
-            command = ["timeout", "-s", "KILL", str(max(1, math.ceil(timeout))), *argv]
-        created = api.exec_create(
+        return _docker_exec.exec_blocking(
+            self._client.api,
             self._container,
-            command,
-            stdin=stdin is not None,
-            stdout=True,
-            stderr=True,
-            environment=env,
-            workdir=cwd,
+            self._has_timeout,
+            argv,
+            stdin,
+            env,
+            cwd,
+            timeout,
+            limit,
         )
-        exec_id = created["Id"]
-        conn = api.exec_start(exec_id, socket=True)
-        raw: socket.socket = getattr(conn, "_sock", conn)
-        out, err = _Capture(limit), _Capture(limit)
-        timed_out = False
-        try:
-            if stdin is not None:
-                raw.sendall(stdin)
-                with contextlib.suppress(OSError):
-                    raw.shutdown(socket.SHUT_WR)
-            # Client-side deadline: the in-container `timeout` kills the command, this bounds
-            # the wait even when orphans keep the stream open or `timeout` is missing.
-            deadline = started + timeout + 2.0
-            buf = bytearray()
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    timed_out = True
-                    break
-                ready, _, _ = select.select([raw], [], [], left)
-                if not ready:
-                    continue
-                chunk = raw.recv(1 << 16)
-                if not chunk:
-                    break
-                buf += chunk
-                while len(buf) >= 8:
-                    size = int.from_bytes(buf[4:8], "big")
-                    if len(buf) < 8 + size:
-                        break
-                    (out if buf[0] != 2 else err).add(bytes(buf[8 : 8 + size]))
-                    del buf[: 8 + size]
-        finally:
-            with contextlib.suppress(Exception):
-                conn.close()
-        info = api.exec_inspect(exec_id)
-        code = info.get("ExitCode")
-        if info.get("Running") or code is None:
-            timed_out = True
-            pid = info.get("Pid")
-            if pid and os.path.exists(f"/proc/{pid}"):  # a local engine: end it ourselves
-                tracking.kill_quietly(pid)
-            code = -9
-        duration = time.monotonic() - started
-        if self._has_timeout and code == 137 and duration >= timeout:
-            timed_out, code = True, -9
-        return int(code), out, err, timed_out, duration
 
     async def exec(
         self,
@@ -445,6 +351,88 @@ class DockerSandbox(Sandbox):
 
     async def _put_archive(self, dest: str, data: bytes) -> None:
         await self._raw(["sh", "-c", 'mkdir -p "$1" && tar -x -C "$1"', "sh", dest], data, 1 << 20)
+
+
+def _check_engine(spec: Any, client: Any, binds: tuple[str, ...]) -> None:
+    """Refuse an engine this sandbox cannot be safe on; reap its dead owners' containers,
+    once per engine and process."""
+    _refuse_engine_socket(spec, client.api.base_url, binds)
+    if network.network_mode(spec) is not network.NetworkMode.NONE and not str(
+        client.api.base_url
+    ).startswith("http+docker://"):
+        raise SandboxError(
+            "docker sandbox: network=True (and forward_ports) attach user-mode networking "
+            "to the container's own namespace from this host, so the engine must be local "
+            f"(a unix socket), not {client.api.base_url}; the host's network or a bridge "
+            "is never used instead"
+        )
+    base_url = client.api.base_url
+    if base_url not in _reaped_engines:
+        _reaped_engines.add(base_url)
+        reap_containers(client)
+
+
+def _container_options(
+    spec: Any,
+    record: tracking.SandboxRecord,
+    *,
+    name: str,
+    uid: int,
+    volumes: dict[str, dict[str, str]],
+    workdir: str,
+    environment: dict[str, str],
+) -> dict[str, Any]:
+    """The keyword arguments of `containers.run` for the sandbox's container."""
+    labels = {
+        LABEL: name,
+        "skyrl.owner_pid": str(record.owner_pid),
+        "skyrl.owner_start": str(record.owner_start),
+    }
+    kwargs: dict[str, Any] = {
+        "name": name,
+        "detach": True,
+        "labels": labels,
+        # Never the host's network, never a bridge: with network=True, pasta is attached
+        # to this empty namespace once the container runs (see `_start`).
+        "network_mode": "none",
+        "user": f"{uid}:{uid}",
+        "working_dir": workdir,
+        "volumes": volumes,
+        "read_only": True,
+        "tmpfs": {
+            "/tmp": _tmpfs_options(spec.disk_bytes, "1777"),
+            "/run": _tmpfs_options(
+                min(spec.disk_bytes or _RUN_TMPFS_BYTES, _RUN_TMPFS_BYTES), "1777"
+            ),
+        },
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "environment": environment,
+    }
+    if spec.memory_bytes:
+        kwargs["mem_limit"] = spec.memory_bytes
+        kwargs["memswap_limit"] = spec.memory_bytes
+    if spec.pids:
+        kwargs["pids_limit"] = spec.pids
+    if spec.cpus:
+        kwargs["nano_cpus"] = int(spec.cpus * 1e9)
+    if spec.disk_bytes:
+        kwargs["ulimits"] = [_ulimit("fsize", spec.disk_bytes)]
+    return kwargs
+
+
+def _run_container(client: Any, image: str, kwargs: dict[str, Any]) -> Any:
+    """Start the keep-alive container from a local image (nothing is pulled)."""
+    import docker.errors
+
+    try:  # checked first: `run` would try to pull, which cannot work offline
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise SandboxError(
+            f"docker image {image!r} not found on the engine; build it locally "
+            "(docker build / docker import)"
+        ) from None
+    return client.containers.run(image, _KEEPALIVE, **kwargs)
 
 
 def _tmpfs_options(size: int | None, mode: str) -> str:
