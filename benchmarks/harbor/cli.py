@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +16,8 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from skyrl_gym.envs.harbor.root_cache import RootCache
+    from skyrl_sdk.agents.command_agent import CommandAgent
+    from skyrl_sdk.benchmarks.harbor.job import JobConfig, JobResult, TrialResult
 
 app = typer.Typer(
     help="Run Harbor task folders (Terminal-Bench style) in sandboxes and grade them.",
@@ -38,99 +42,102 @@ def _group() -> None:
     """Run Harbor task folders (Terminal-Bench style) in sandboxes and grade them."""
 
 
+# `skyrl harbor run`'s options, defined once here so that the command reads as its steps
+# (a typer option is a parameter's default; each is used by one parameter only).
+_PATH_OPTION = typer.Option(
+    ...,
+    "--path",
+    "-p",
+    metavar="PATH",
+    help=f"A task folder, a folder of tasks, or {BUNDLED!r}: the bundled example tasks "
+    "(a local folder of that name: ./bundled).",
+)
+_AGENT_OPTION = typer.Option(
+    "oracle",
+    "--agent",
+    "-a",
+    help="oracle, nop, llm, or 'command:CMD' (an agent program run inside the trial's "
+    "environment against --policy, served over OpenAI's API).",
+)
+_POLICY_OPTION = typer.Option(
+    None,
+    "--policy",
+    help="llm and command agents: policy SPEC (tiny, DIR, URL or scripted:FILE).",
+)
+_AGENT_VENV_OPTION = typer.Option(
+    None, "--agent-venv", help="command agent: the harness's virtualenv (bound read-only)."
+)
+_AGENT_BIND_OPTION = typer.Option(
+    [],
+    "--agent-bind",
+    metavar="DIR",
+    help="command agent: a host directory bound read-only at its path (repeatable).",
+)
+_AGENT_MEMORY_OPTION = typer.Option(
+    None,
+    "--agent-memory-mb",
+    min=16,
+    help="command agent: memory cap of the agent phase's sandbox (default: the task's).",
+)
+_BACKEND_OPTION = typer.Option("bwrap", "--backend", "-b", help="bwrap or docker.")
+_PULL_OPTION = typer.Option(
+    False,
+    "--pull",
+    help="docker: pull a task's \\[environment].docker_image (and its Dockerfile's FROM "
+    "images) when the engine lacks them, within the task's build_timeout_sec; off by "
+    "default (a missing image is an environment error naming it).",
+)
+_CONCURRENCY_OPTION = typer.Option(4, "--n-concurrent", "-n", help="Trials running at once.")
+_OUT_OPTION = typer.Option(..., "--out", "-o", help="Output folder (job.json, trial folders).")
+_ROOTFS_OPTION = typer.Option(None, help="bwrap: root filesystem to use instead of the host's.")
+_TIMEOUT_MULTIPLIER_OPTION = typer.Option(1.0, help="Scale agent and verifier timeouts.")
+_REQUIRE_EXIT_ZERO_OPTION = typer.Option(
+    False,
+    "--require-exit-zero",
+    help="Grade every task as if its task.toml set [verifier] require_exit_zero = true: "
+    "a reward counts only when test.sh exited 0 and nothing it started outlived its parent.",
+)
+_PASS_ENV_OPTION = typer.Option(
+    [],
+    "--pass-env",
+    metavar="NAME",
+    help="Let task.toml's ${NAME} take the host's NAME (repeatable). None by default: "
+    "unlike Harbor, a task cannot copy host secrets into its environment; an unallowed "
+    "${NAME} is its :-default, else empty, with a note.",
+)
+_MAX_TURNS_OPTION = typer.Option(30, help="llm agent: assistant turns per trial.")
+_MAX_TOKENS_OPTION = typer.Option(1024, help="llm agent: tokens per turn.")
+
+
 @app.command("run")
 def run_command(
-    path_arg: str = typer.Option(
-        ...,
-        "--path",
-        "-p",
-        metavar="PATH",
-        help=f"A task folder, a folder of tasks, or {BUNDLED!r}: the bundled example tasks "
-        "(a local folder of that name: ./bundled).",
-    ),
-    agent: str = typer.Option(
-        "oracle",
-        "--agent",
-        "-a",
-        help="oracle, nop, llm, or 'command:CMD' (an agent program run inside the trial's "
-        "environment against --policy, served over OpenAI's API).",
-    ),
-    policy: str | None = typer.Option(
-        None,
-        "--policy",
-        help="llm and command agents: policy SPEC (tiny, DIR, URL or scripted:FILE).",
-    ),
-    agent_venv: Path | None = typer.Option(
-        None, "--agent-venv", help="command agent: the harness's virtualenv (bound read-only)."
-    ),
-    agent_binds: list[Path] = typer.Option(
-        [],
-        "--agent-bind",
-        metavar="DIR",
-        help="command agent: a host directory bound read-only at its path (repeatable).",
-    ),
-    agent_memory_mb: int | None = typer.Option(
-        None,
-        "--agent-memory-mb",
-        min=16,
-        help="command agent: memory cap of the agent phase's sandbox (default: the task's).",
-    ),
-    backend: str = typer.Option("bwrap", "--backend", "-b", help="bwrap or docker."),
-    pull: bool = typer.Option(
-        False,
-        "--pull",
-        help="docker: pull a task's \\[environment].docker_image (and its Dockerfile's FROM "
-        "images) when the engine lacks them, within the task's build_timeout_sec; off by "
-        "default (a missing image is an environment error naming it).",
-    ),
-    concurrency: int = typer.Option(4, "--n-concurrent", "-n", help="Trials running at once."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output folder (job.json, trial folders)."),
-    rootfs: str | None = typer.Option(
-        None, help="bwrap: root filesystem to use instead of the host's."
-    ),
-    timeout_multiplier: float = typer.Option(1.0, help="Scale agent and verifier timeouts."),
-    require_exit_zero: bool = typer.Option(
-        False,
-        "--require-exit-zero",
-        help="Grade every task as if its task.toml set [verifier] require_exit_zero = true: "
-        "a reward counts only when test.sh exited 0 and nothing it started outlived its parent.",
-    ),
-    pass_env: list[str] = typer.Option(
-        [],
-        "--pass-env",
-        metavar="NAME",
-        help="Let task.toml's ${NAME} take the host's NAME (repeatable). None by default: "
-        "unlike Harbor, a task cannot copy host secrets into its environment; an unallowed "
-        "${NAME} is its :-default, else empty, with a note.",
-    ),
-    max_turns: int = typer.Option(30, help="llm agent: assistant turns per trial."),
-    max_tokens: int = typer.Option(1024, help="llm agent: tokens per turn."),
+    path_arg: str = _PATH_OPTION,
+    agent: str = _AGENT_OPTION,
+    policy: str | None = _POLICY_OPTION,
+    agent_venv: Path | None = _AGENT_VENV_OPTION,
+    agent_binds: list[Path] = _AGENT_BIND_OPTION,
+    agent_memory_mb: int | None = _AGENT_MEMORY_OPTION,
+    backend: str = _BACKEND_OPTION,
+    pull: bool = _PULL_OPTION,
+    concurrency: int = _CONCURRENCY_OPTION,
+    out: Path = _OUT_OPTION,
+    rootfs: str | None = _ROOTFS_OPTION,
+    timeout_multiplier: float = _TIMEOUT_MULTIPLIER_OPTION,
+    require_exit_zero: bool = _REQUIRE_EXIT_ZERO_OPTION,
+    pass_env: list[str] = _PASS_ENV_OPTION,
+    max_turns: int = _MAX_TURNS_OPTION,
+    max_tokens: int = _MAX_TOKENS_OPTION,
 ) -> None:
     """Run every task under PATH with one agent; write DIR/job.json and a trial folder each."""
-    from skyrl_sdk.agents.command_agent import CommandAgentError, parse_agent
-    from skyrl_sdk.benchmarks.harbor.job import JobConfig, run_job, summary_table
+    from skyrl_sdk.benchmarks.harbor.job import JobConfig, summary_table
 
-    path = bundled_path() if path_arg == BUNDLED else Path(path_arg)
-    if not path.exists():
-        raise typer.BadParameter(f"{path} does not exist", param_hint="--path")
-    try:
-        command = None
-        if agent.startswith("command:"):
-            command = parse_agent(
-                agent,
-                venv=str(agent_venv) if agent_venv else None,
-                binds=[str(b) for b in agent_binds],
-                memory_bytes=agent_memory_mb << 20 if agent_memory_mb else None,
-            )
-            agent = "command"
-        elif agent_venv or agent_binds or agent_memory_mb:
-            raise ValueError(
-                "--agent-venv, --agent-bind and --agent-memory-mb only apply to --agent 'command:CMD'"
-            )
+    path = _task_path(path_arg)
+    with _usage_errors():
+        command = _command_agent(agent, agent_venv, agent_binds, agent_memory_mb)
         config = JobConfig(
             path=path,
             out=out,
-            agent=agent,
+            agent="command" if command is not None else agent,
             command=command,
             backend=backend,
             concurrency=concurrency,
@@ -143,34 +150,85 @@ def run_command(
             max_turns=max_turns,
             max_tokens=max_tokens,
         )
+    _check_backend(config)
+    job = _run_job(config)
+    console.print(summary_table(job))
+    console.print(f"wrote {escape(str(out / 'job.json'))}")
+
+
+def _task_path(path_arg: str) -> Path:
+    """`--path`: the bundled tasks, or a folder that exists (else a usage error)."""
+    path = bundled_path() if path_arg == BUNDLED else Path(path_arg)
+    if not path.exists():
+        raise typer.BadParameter(f"{path} does not exist", param_hint="--path")
+    return path
+
+
+@contextlib.contextmanager
+def _usage_errors() -> Iterator[None]:
+    """A bad option (a `ValueError` or `CommandAgentError` inside): print it, exit 2."""
+    from skyrl_sdk.agents.command_agent import CommandAgentError
+
+    try:
+        yield
     except (ValueError, CommandAgentError) as e:
         console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(2) from None
 
-    if config.backend.value == "docker":
-        from skyrl_sdk.sandboxes import BackendUnavailable
-        from skyrl_sdk.sandboxes.docker_backend import docker_client
 
-        try:
-            docker_client().close()
-        except BackendUnavailable as e:
-            console.print(
-                f"[yellow]skipped:[/yellow] the docker backend cannot run here: {escape(str(e))}"
-            )
-            raise typer.Exit(2) from None
+def _command_agent(
+    agent: str, venv: Path | None, binds: list[Path], memory_mb: int | None
+) -> CommandAgent | None:
+    """The command agent `--agent 'command:CMD'` names (None for another agent, which
+    `--agent-venv`, `--agent-bind` and `--agent-memory-mb` do not apply to)."""
+    from skyrl_sdk.agents.command_agent import parse_agent
 
-    def progress(trial) -> None:
-        reward = "-" if trial.reward is None else f"{trial.reward:g}"
-        error = f" [red]{trial.error.value}[/red]" if trial.error else ""
-        console.print(f"  {escape(trial.task)}: reward {reward}{error}")
+    if agent.startswith("command:"):
+        return parse_agent(
+            agent,
+            venv=str(venv) if venv else None,
+            binds=[str(b) for b in binds],
+            memory_bytes=memory_mb << 20 if memory_mb else None,
+        )
+    if venv or binds or memory_mb:
+        raise ValueError(
+            "--agent-venv, --agent-bind and --agent-memory-mb only apply to --agent 'command:CMD'"
+        )
+    return None
+
+
+def _check_backend(config: JobConfig) -> None:
+    """docker: the engine answers (else `skipped:` and exit 2, before any trial)."""
+    if config.backend.value != "docker":
+        return
+    from skyrl_sdk.sandboxes import BackendUnavailable
+    from skyrl_sdk.sandboxes.docker_backend import docker_client
 
     try:
-        job = asyncio.run(run_job(config, on_trial=progress))
+        docker_client().close()
+    except BackendUnavailable as e:
+        console.print(
+            f"[yellow]skipped:[/yellow] the docker backend cannot run here: {escape(str(e))}"
+        )
+        raise typer.Exit(2) from None
+
+
+def _progress(trial: TrialResult) -> None:
+    """One line per finished trial: its reward and error."""
+    reward = "-" if trial.reward is None else f"{trial.reward:g}"
+    error = f" [red]{trial.error.value}[/red]" if trial.error else ""
+    console.print(f"  {escape(trial.task)}: reward {reward}{error}")
+
+
+def _run_job(config: JobConfig) -> JobResult:
+    """Run the job, printing each trial as it ends (a missing or bad task path: exit 2)."""
+    from skyrl_sdk.benchmarks.harbor.job import run_job
+
+    try:
+        return asyncio.run(run_job(config, on_trial=_progress))
     except (FileNotFoundError, ValueError) as e:
         console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(2) from None
-    console.print(summary_table(job))
-    console.print(f"wrote {escape(str(out / 'job.json'))}")
 
 
 @app.command("lint")
