@@ -35,6 +35,9 @@ that is missing, not executable, crashes (non-zero exit, killed) or never calls 
 `StopReason.AGENT_ERROR` with a one-line message (its output's tail is in the agent log).
 The workspace is graded in every case, as Harbor does.
 
+`CommandAgentRunner` is an `Agent` (`skyrl_sdk.agents.agent`): `play(env, task)` is one
+episode, and `skyrl_sdk.agents.rollout.run_episodes` plays many with it, as with the loop agent.
+
 Which envs can host one: Harbor envs (`harbor`, `terminal-gen`: their runtime is a
 `CommandRuntime`) and sandboxed tool envs whose per-episode sandbox is built from their
 `sandbox_template` (`terminal`), in `skyrl eval` and `skyrl train`; Harbor task folders
@@ -60,6 +63,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
+from skyrl_gym.tasks import TaskRow
+from skyrl_sdk.agents.agent import PlayableEnv
 from skyrl_sdk.agents.trajectory import StopReason, Trajectory, TrajectoryWriter
 from skyrl_sdk.sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxSpec
 
@@ -432,7 +437,7 @@ def server_port(server: SessionServer) -> int:
 # -- episodes in sandboxed tool envs (eval, train) -------------------------------------------
 
 
-def host_env(env: Any) -> Any:
+def host_env(env: PlayableEnv) -> Any:
     """The env's inner env when it can host a command agent: a `HarborEnv` (its runtime is
     built by `make_runtime`) or a `SandboxToolEnv` whose episodes start from its
     `sandbox_template`; else a `CommandAgentError` saying which envs can."""
@@ -558,11 +563,16 @@ class CommandAgentRunner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def run(
-        self, env: Any, task: dict[str, Any], *, episode_id: str | None = None, env_id: str = ""
+    async def play(
+        self,
+        env: PlayableEnv,
+        task: TaskRow,
+        *,
+        episode_id: str | None = None,
+        env_id: str = "",
     ) -> Trajectory:
-        """Play one episode of `env` on `task`; never raises for episode failures. The env is
-        not closed here: whoever made it closes it."""
+        """Play one episode of `env` on `task` (the `Agent` protocol); never raises for
+        episode failures. The env is not closed here: whoever made it closes it."""
         from skyrl_sdk.sandboxes import background_loop
         from skyrl_sdk.tools import ToolCall
 
@@ -629,6 +639,9 @@ class CommandAgentRunner:
             if not stop.is_error:
                 stop, message = StopReason.ENV_ERROR, f"grading: {type(e).__name__}: {e}"
         return base.finish(captured, stop, message, float(reward), success)
+
+    run = play
+    """The old name of `play` (kept: `runner.run(env, task, ...)` works as before)."""
 
     def write_log(
         self,
@@ -705,44 +718,24 @@ class EpisodeRecord:
 
 async def run_command_episodes(
     runner: CommandAgentRunner,
-    make_env: Callable[[], Any],
-    episodes: Sequence[tuple[str, dict[str, Any]]],
+    make_env: Callable[[], PlayableEnv],
+    episodes: Sequence[tuple[str, TaskRow]],
     *,
     concurrency: int = 8,
     env_id: str = "",
     writer: TrajectoryWriter | None = None,
     on_done: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
-    """`run_episodes` for a command agent: a fresh env per episode (closed afterwards), at
-    most `concurrency` at once, each trajectory written as soon as it finishes."""
-    gate = asyncio.Semaphore(max(1, concurrency))
-    results: list[Trajectory | None] = [None] * len(episodes)
+    """`run_episodes(make_env, runner, episodes, ...)`: the command agent is an `Agent`, so
+    the one runner of many episodes plays it (kept for callers of this older name)."""
+    from skyrl_sdk.agents.rollout import run_episodes
 
-    async def one(i: int, episode_id: str, task: dict[str, Any]) -> None:
-        async with gate:
-            try:
-                env = make_env()
-            except Exception as e:
-                t = EpisodeRecord(
-                    episode_id,
-                    str(task.get("task_id", "")),
-                    env_id,
-                    runner.name,
-                    time.time(),
-                    time.perf_counter(),
-                )
-                trajectory = t.failed(StopReason.ENV_ERROR, f"make: {type(e).__name__}: {e}")
-            else:
-                try:
-                    trajectory = await runner.run(env, task, episode_id=episode_id, env_id=env_id)
-                finally:
-                    with contextlib.suppress(Exception):
-                        await asyncio.to_thread(env.close)
-            results[i] = trajectory
-            if writer is not None:
-                writer.write(trajectory)
-            if on_done is not None:
-                on_done(trajectory)
-
-    await asyncio.gather(*(one(i, eid, task) for i, (eid, task) in enumerate(episodes)))
-    return [r for r in results if r is not None]
+    return await run_episodes(
+        make_env,
+        runner,
+        episodes,
+        concurrency=concurrency,
+        env_id=env_id,
+        writer=writer,
+        on_done=on_done,
+    )

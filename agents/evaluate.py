@@ -23,16 +23,17 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from skyrl_gym.tasks import TaskRow, seed_tasks
 from skyrl_sdk.agents import policy_spec
+from skyrl_sdk.agents.agent import Agent
 from skyrl_sdk.agents.policy import Policy, SamplingParams
 from skyrl_sdk.agents.policy_spec import (  # noqa: F401 (re-exported, importable from here)
     POLICY_SPEC_HELP,
     load_renderer,
 )
-from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
+from skyrl_sdk.agents.rollout import EnvFactory, LoopAgent, RolloutLimits, run_episodes
 from skyrl_sdk.agents.trajectory import (
     StopReason,
     Trajectory,
@@ -40,9 +41,6 @@ from skyrl_sdk.agents.trajectory import (
     latest_by_episode,
     read_trajectories,
 )
-
-if TYPE_CHECKING:
-    from skyrl_sdk.agents.command_agent import CommandAgentRunner
 
 TRAJECTORIES = "trajectories.jsonl"
 RESULTS = "results.json"
@@ -296,7 +294,7 @@ def read_trajectory_file(path: str | Path) -> list[Trajectory]:
 
 async def run_plan(
     the_plan: EvalPlan,
-    make_env: Callable[[], Any],
+    make_env: EnvFactory,
     policy: Policy,
     *,
     env_id: str,
@@ -304,48 +302,33 @@ async def run_plan(
     limits: RolloutLimits | None = None,
     sampling: SamplingParams | None = None,
     on_done: Callable[[Trajectory], None] | None = None,
-    agent: CommandAgentRunner | None = None,
+    agent: Agent | None = None,
 ) -> list[Trajectory]:
     """Run the plan's episodes, streaming each to `trajectories.jsonl`; then write
     `results.json` over every episode of the evaluation (kept + new).
 
-    With `agent` (a command agent over `policy`), each episode runs the agent's command in
-    the env's sandbox instead of our agent loop (`limits` and `sampling` are then the
-    harness's business)."""
+    The episodes are played by `agent` (e.g. a command agent over `policy`, whose `limits`
+    and `sampling` are then the harness's business), by default the loop agent
+    `LoopAgent(policy, limits, sampling)`."""
+    player = agent if agent is not None else LoopAgent(policy, limits or RolloutLimits(), sampling)
     the_plan.out_dir.mkdir(parents=True, exist_ok=True)
     with TrajectoryWriter(the_plan.out_dir / TRAJECTORIES) as writer:
-        if agent is not None:
-            from skyrl_sdk.agents.command_agent import run_command_episodes
-
-            new = await run_command_episodes(
-                agent,
-                make_env,
-                the_plan.episodes,
-                concurrency=concurrency,
-                env_id=env_id,
-                writer=writer,
-                on_done=on_done,
-            )
-        else:
-            new = await run_episodes(
-                make_env,
-                policy,
-                the_plan.episodes,
-                concurrency=concurrency,
-                limits=limits,
-                sampling=sampling,
-                env_id=env_id,
-                writer=writer,
-                on_done=on_done,
-            )
+        new = await run_episodes(
+            make_env,
+            player,
+            the_plan.episodes,
+            concurrency=concurrency,
+            env_id=env_id,
+            writer=writer,
+            on_done=on_done,
+        )
     # Task order, kept episodes in their places (a plan built by hand may lack `order`).
     order = {e: i for i, e in enumerate(the_plan.order or [e for e, _ in the_plan.episodes])}
     everything = sorted(
         [*the_plan.kept, *new],
         key=lambda t: (t.episode_id not in order, order.get(t.episode_id, 0), t.episode_id),
     )
-    name = agent.name if agent is not None else policy.name
-    write_results(the_plan.out_dir, everything, env_id=env_id, policy=name)
+    write_results(the_plan.out_dir, everything, env_id=env_id, policy=player.name)
     return everything
 
 

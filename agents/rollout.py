@@ -15,8 +15,12 @@ played so far are kept. That includes an env that breaks the step protocol: a st
 observation is not a list of messages, whose reward is not a finite number, or whose `info`
 does not parse as a `skyrl_gym.step_info.StepInfo` (an unknown `parse_error` kind, a
 `tool_calls` entry without a name, ...) ends the episode with `StopReason.ENV_ERROR` and a
-message naming the bad key; that turn is not recorded. `run_episodes` runs many rollouts
-concurrently on one event loop.
+message naming the bad key; that turn is not recorded.
+
+`LoopAgent` is this loop as an `Agent` (`skyrl_sdk.agents.agent`), and `run_episodes` is the
+one runner of many episodes: it plays `(episode_id, task)` rows with any `Agent` (this one, or
+a command agent) concurrently on one event loop, each on a fresh env closed one way
+(`close_env`).
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ import numbers
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
 from skyrl_gym.core import TextEnv
 from skyrl_gym.step_info import StepInfo, StepInfoError
-from skyrl_gym.tasks import reset_kwargs, task_seed
+from skyrl_gym.tasks import TaskRow, reset_kwargs, task_seed
 from skyrl_gym.wrappers import EpisodeGuard
+from skyrl_sdk.agents.agent import Agent, PlayableEnv, close_env
 from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
 from skyrl_sdk.agents.trajectory import (
@@ -48,7 +53,7 @@ from skyrl_sdk.agents.trajectory import (
     Turn,
     new_segment,
     new_trajectory,
-    new_turn,
+    sampled_turn,
 )
 from skyrl_sdk.fast_frozen import fast_constructor
 from skyrl_sdk.tools.messages import ROLES, Message, is_message
@@ -200,9 +205,9 @@ class _Episode:
 
 
 async def rollout(
-    env: Any,
+    env: PlayableEnv,
     policy: Policy,
-    task: dict[str, Any],
+    task: TaskRow,
     *,
     max_turns: int = 8,
     max_tokens: int = 256,
@@ -356,9 +361,9 @@ def _episode_sampling(
 
 
 async def _play(
-    env: Any,
+    env: PlayableEnv,
     policy: Policy,
-    task: dict[str, Any],
+    task: TaskRow,
     state: _Episode,
     limits: RolloutLimits,
     sampling: SamplingParams,
@@ -368,41 +373,14 @@ async def _play(
     """The loop body: returns how the episode ended, or raises `_EpisodeEnd` (failures,
     limits)."""
     inline = _steps_inline(env)
-    try:
-        # A seed row (`skyrl_gym.tasks.seed_task`) resets with its seed, any other row
-        # is handed to the env as the task.
-        if inline:
-            messages, _ = env.reset(**reset_kwargs(task))
-        else:
-            messages, _ = await env.areset(**reset_kwargs(task))
-    except Exception as e:
-        raise _EpisodeEnd(StopReason.ENV_ERROR, f"reset: {type(e).__name__}: {e}") from e
-    try:
-        state.start(messages)
-    except TemplateError as e:  # the renderer belongs to the policy's side
-        raise _EpisodeEnd(StopReason.POLICY_ERROR, f"render: {e}") from e
+    await _start(env, task, state, inline)
     renderer, turns, history = state.renderer, state.turns, state.history
-    max_turns, max_context, max_tokens = (
-        limits.max_turns,
-        limits.max_context_tokens,
-        limits.max_tokens,
-    )
-    consecutive_parse_errors = 0
+    max_turns = limits.max_turns
+    parse_errors = 0  # consecutive unparseable replies
     for index in range(max_turns):
         # 1. Make room for the turn, or stop.
-        if (
-            max_context is not None
-            and state.num_ids() + max_tokens > max_context
-            and (
-                limits.context_policy is ContextPolicy.STOP
-                or not state.compact(max_context, max_tokens)
-            )
-        ):
-            raise _EpisodeEnd(
-                StopReason.CONTEXT_OVERFLOW,
-                f"{state.num_ids()} prompt tokens + {max_tokens} exceed the context "
-                f"of {max_context}",
-            )
+        if limits.max_context_tokens is not None:
+            _make_room(state, limits)
         # 2. Sample a turn from the exact ids so far (a view: nothing is copied).
         prefix, tail = state.prefix, state.tail
         view = TokenView(prefix, tail, len(prefix) + len(tail))
@@ -416,7 +394,7 @@ async def _play(
         # 3. Let the env act on the text of those ids.
         try:
             if inline:
-                observation, reward, terminated, truncated, info = env.step(completion.text)
+                observation, reward, terminated, truncated, info = env.step(completion.text)  # type: ignore[attr-defined]
             else:
                 observation, reward, terminated, truncated, info = await env.astep(completion.text)
         except Exception as e:
@@ -426,22 +404,19 @@ async def _play(
         step, terminated, truncated = _read_step(observation, reward, terminated, truncated, info)
         # 5. Append: sampled ids as they are, then the template's delta for the observation
         #    (only when another turn follows; the last turn ends at the sampled ids).
-        delta: tuple[int, ...] = ()
         goes_on = not (terminated or truncated) and index + 1 < max_turns
-        if goes_on and renderer is not None:
-            try:
-                delta = renderer.turn_delta(state.prompt, completion.token_ids, observation)  # type: ignore[arg-type]
-            except Exception as e:  # TemplateError or a template that cannot render these
-                raise _EpisodeEnd(StopReason.POLICY_ERROR, f"render: {e}") from e
+        delta = _delta(state, completion, observation) if goes_on and renderer is not None else ()
         turns.append(
-            _make_turn(
+            sampled_turn(
                 index,
                 len(state.segments) - 1,
+                completion.text,
                 completion,
-                observation,
+                tuple(observation),
                 delta,
                 float(reward),  # type: ignore[arg-type]
-                step,
+                step.tool_calls,
+                step.parse_error,
                 t_env - t_llm,
                 env_s,
             )
@@ -458,22 +433,66 @@ async def _play(
             tail.extend(delta)
             history.append({"role": "assistant", "content": completion.text})
             history.extend(observation)
-        if step.parse_error is not None:
-            consecutive_parse_errors += 1
-            if (
-                limits.max_parse_errors is not None
-                and consecutive_parse_errors >= limits.max_parse_errors
-            ):
-                raise _EpisodeEnd(
-                    StopReason.PARSE_ERROR,
-                    f"{consecutive_parse_errors} unparseable replies in a row",
-                )
-        else:
-            consecutive_parse_errors = 0
+        parse_errors = 0 if step.parse_error is None else _parse_error(parse_errors, limits)
     return StopReason.MAX_TURNS
 
 
-def _steps_inline(env: Any) -> bool:
+async def _start(env: PlayableEnv, task: TaskRow, state: _Episode, inline: bool) -> None:
+    """Reset the env on the task and render the opening prompt (`_EpisodeEnd` on failure)."""
+    try:
+        # A seed row (`skyrl_gym.tasks.seed_task`) resets with its seed, any other row
+        # is handed to the env as the task.
+        if inline:
+            messages, _ = env.reset(**reset_kwargs(task))  # type: ignore[attr-defined]
+        else:
+            messages, _ = await env.areset(**reset_kwargs(task))
+    except Exception as e:
+        raise _EpisodeEnd(StopReason.ENV_ERROR, f"reset: {type(e).__name__}: {e}") from e
+    try:
+        state.start(messages)
+    except TemplateError as e:  # the renderer belongs to the policy's side
+        raise _EpisodeEnd(StopReason.POLICY_ERROR, f"render: {e}") from e
+
+
+def _parse_error(before: int, limits: RolloutLimits) -> int:
+    """Count one more unparseable reply in a row; `_EpisodeEnd` with `PARSE_ERROR` when that
+    reaches `limits.max_parse_errors`."""
+    count = before + 1
+    if limits.max_parse_errors is not None and count >= limits.max_parse_errors:
+        raise _EpisodeEnd(StopReason.PARSE_ERROR, f"{count} unparseable replies in a row")
+    return count
+
+
+def _make_room(state: _Episode, limits: RolloutLimits) -> None:
+    """Make sure the next turn fits the context: drop old turns into a new segment when the
+    context policy allows, else `_EpisodeEnd` with `CONTEXT_OVERFLOW`."""
+    max_context, max_tokens = limits.max_context_tokens, limits.max_tokens
+    if (
+        max_context is not None
+        and state.num_ids() + max_tokens > max_context
+        and (
+            limits.context_policy is ContextPolicy.STOP
+            or not state.compact(max_context, max_tokens)
+        )
+    ):
+        raise _EpisodeEnd(
+            StopReason.CONTEXT_OVERFLOW,
+            f"{state.num_ids()} prompt tokens + {max_tokens} exceed the context of {max_context}",
+        )
+
+
+def _delta(
+    state: _Episode, completion: Completion, observation: Sequence[Message]
+) -> tuple[int, ...]:
+    """The chat template's ids after the sampled ids for the observation (`_EpisodeEnd`
+    with `POLICY_ERROR` when the template cannot render them)."""
+    try:
+        return state.renderer.turn_delta(state.prompt, completion.token_ids, observation)  # type: ignore[arg-type, union-attr]
+    except Exception as e:  # TemplateError or a template that cannot render these
+        raise _EpisodeEnd(StopReason.POLICY_ERROR, f"render: {e}") from e
+
+
+def _steps_inline(env: PlayableEnv) -> bool:
     """True when `env.areset`/`env.astep` would only call `reset`/`step` on this thread: a
     plain `EpisodeGuard` (what `make` returns) around a `TextEnv` that declares its steps
     cheap (`inline_async`) and keeps the default async methods. The loop then calls the
@@ -543,62 +562,68 @@ def _is_message(value: object) -> bool:
     return is_message(value)
 
 
-_VERSIONS: dict[tuple[int, int], tuple[int, ...]] = {}
+# -- the loop agent and many episodes -----------------------------------------------------
 
-
-def _same_version(version: int, n: int) -> tuple[int, ...]:
-    """`(version,) * n`, one shared tuple per (version, n): `Completion.versions()` without
-    a new tuple per turn for every trajectory to keep."""
-    key = (version, n)
-    versions = _VERSIONS.get(key)
-    if versions is None:
-        if len(_VERSIONS) >= 4096:
-            _VERSIONS.clear()
-        versions = _VERSIONS[key] = (version,) * n
-    return versions
-
-
-def _make_turn(
-    index: int,
-    segment: int,
-    completion: Completion,
-    observation: Sequence[Message],
-    delta: tuple[int, ...],
-    reward: float,
-    step: StepInfo,
-    llm_s: float,
-    env_s: float,
-) -> Turn:
-    return new_turn(
-        index,
-        segment,
-        completion.text,
-        completion.token_ids,
-        completion.logprobs,
-        completion.token_policy_versions
-        or _same_version(completion.policy_version, len(completion.token_ids)),
-        completion.finish_reason,
-        tuple(observation),
-        delta,
-        reward,
-        step.tool_calls,
-        step.parse_error,
-        llm_s,
-        env_s,
-        completion.text_only,
-    )
-
-
-# -- many episodes ------------------------------------------------------------------------
-
-EnvFactory = Callable[[], Any]
+EnvFactory = Callable[[], PlayableEnv]
 """Builds a fresh env for one episode (e.g. `lambda: skyrl_gym.make("math")`)."""
+
+
+@dataclass(frozen=True)
+class LoopAgent:
+    """The loop agent (an `Agent`): `policy` plays each episode through our chat loop,
+    `rollout`, with these limits and sampling."""
+
+    policy: Policy
+    """What samples every turn."""
+    limits: RolloutLimits = RolloutLimits()
+    """Per-episode limits and the context policy."""
+    sampling: SamplingParams | None = None
+    """Sampling parameters (None: the defaults); `limits.max_tokens` caps each turn."""
+
+    @property
+    def name(self) -> str:
+        """The policy's name (each trajectory's `policy`)."""
+        return self.policy.name
+
+    async def play(
+        self,
+        env: PlayableEnv,
+        task: TaskRow,
+        *,
+        episode_id: str | None = None,
+        env_id: str = "",
+    ) -> Trajectory:
+        """`rollout(env, policy, task, ...)`; never raises for episode failures."""
+        return await rollout(
+            env,
+            self.policy,
+            task,
+            limits=self.limits,
+            sampling=self.sampling,
+            episode_id=episode_id,
+            env_id=env_id,
+        )
+
+
+async def play_episode(
+    make_env: EnvFactory, agent: Agent, task: TaskRow, *, episode_id: str, env_id: str = ""
+) -> Trajectory:
+    """One episode of `agent` on a fresh env from `make_env`, closed afterwards even on
+    errors (`close_env`); an env that cannot be built is an `ENV_ERROR` trajectory."""
+    try:
+        env = make_env()
+    except Exception as e:
+        return _failed(episode_id, task, env_id, agent.name, f"make: {type(e).__name__}: {e}")
+    try:
+        return await agent.play(env, task, episode_id=episode_id, env_id=env_id)
+    finally:
+        await close_env(env)
 
 
 async def run_episodes(
     make_env: EnvFactory,
-    policy: Policy,
-    episodes: Sequence[tuple[str, dict[str, Any]]],
+    agent: Agent | Policy,
+    episodes: Sequence[tuple[str, TaskRow]],
     *,
     concurrency: int = 8,
     limits: RolloutLimits | None = None,
@@ -607,66 +632,74 @@ async def run_episodes(
     writer: TrajectoryWriter | None = None,
     on_done: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
-    """Run `(episode_id, task)` episodes, at most `concurrency` at once, on this event loop.
+    """Run `(episode_id, task)` episodes with `agent`, at most `concurrency` at once, on this
+    event loop: the one runner of many episodes (eval, held-out evaluation, benchmarks).
 
-    Each episode gets a fresh env, closed afterwards even on errors. Each trajectory is
-    appended to `writer` as soon as it finishes, so a killed run loses only running episodes.
-    Results come back in input order.
+    `agent` is an `Agent` (`LoopAgent`, `CommandAgentRunner`), or a `Policy`, which plays as
+    `LoopAgent(policy, limits, sampling)`; `limits` and `sampling` are only for the latter
+    (a `TypeError` with an `Agent`: they would be silently unused). Each episode gets a fresh
+    env, closed afterwards even on errors (`play_episode`). Each trajectory is appended to
+    `writer` as soon as it finishes, so a killed run loses only running episodes. Results
+    come back in input order. A failing `writer` or `on_done` ends the run at once.
     """
-    limits = limits or RolloutLimits()
+    player = _as_agent(agent, limits, sampling)
     n = len(episodes)
     if n == 0:
         return []
     results: list[Trajectory | None] = [None] * n
+
+    async def one(i: int) -> None:
+        episode_id, task = episodes[i]
+        trajectory = await play_episode(
+            make_env, player, task, episode_id=episode_id, env_id=env_id
+        )
+        results[i] = trajectory
+        if writer is not None:
+            writer.write(trajectory)
+        if on_done is not None:
+            on_done(trajectory)
+
+    await _worker_pool(n, concurrency, one)
+    return [r for r in results if r is not None]
+
+
+def _as_agent(
+    agent: Agent | Policy, limits: RolloutLimits | None, sampling: SamplingParams | None
+) -> Agent:
+    if isinstance(agent, Agent):
+        if limits is not None or sampling is not None:
+            raise TypeError(
+                "run_episodes: limits and sampling are the loop agent's; give them to "
+                "LoopAgent(policy, limits, sampling), or pass the policy itself"
+            )
+        return agent
+    return LoopAgent(agent, limits or RolloutLimits(), sampling)
+
+
+async def _worker_pool(n: int, concurrency: int, job: Callable[[int], Awaitable[None]]) -> None:
+    """`job(0)`, ..., `job(n - 1)`, at most `concurrency` at once, in that order of start.
+
+    Each worker runs one job after another: no task or semaphore per job. The first job that
+    raises ends the run at once (the other workers are cancelled), like `gather`.
+    """
     limit = min(max(1, concurrency), n)
     next_index = 0
     workers: list[asyncio.Task[None]] = []
     loop = asyncio.get_running_loop()
     stopped = False
+    finished: asyncio.Future[None] = loop.create_future()
+    running = 0
 
     async def worker() -> None:
-        # Each worker plays one episode after another: no task or semaphore per episode.
         nonlocal next_index
         while next_index < n and not stopped:
             i = next_index
             next_index += 1
-            episode_id, task = episodes[i]
-            try:
-                env = make_env()
-            except Exception as e:
-                trajectory = _failed(
-                    episode_id, task, env_id, policy, f"make: {type(e).__name__}: {e}"
-                )
-            else:
-                try:
-                    trajectory = await rollout(
-                        env,
-                        policy,
-                        task,
-                        limits=limits,
-                        sampling=sampling,
-                        episode_id=episode_id,
-                        env_id=env_id,
-                    )
-                finally:
-                    try:
-                        closing = env.close()
-                        if closing is not None and asyncio.iscoroutine(closing):
-                            await closing
-                    except Exception:  # a failing close must not lose the finished trajectory
-                        pass
-            results[i] = trajectory
-            if writer is not None:
-                writer.write(trajectory)
-            if on_done is not None:
-                on_done(trajectory)
-
-    finished: asyncio.Future[None] = loop.create_future()
-    running = 0
+            await job(i)
 
     def spawn() -> None:
-        # One more worker per pass of the event loop, up to `concurrency`, while episodes
-        # remain: the others are then waiting on something (the env, the policy). Episodes
+        # One more worker per pass of the event loop, up to `concurrency`, while jobs
+        # remain: the others are then waiting on something (the env, the policy). Jobs
         # that never wait (an instant env and policy) all run in the first worker.
         nonlocal running
         if stopped or len(workers) >= limit or next_index >= n:
@@ -678,7 +711,6 @@ async def run_episodes(
         loop.call_soon(spawn)
 
     def worker_done(task: asyncio.Task[None]) -> None:
-        # The first failure (a writer or on_done raising) ends the run at once, like gather.
         nonlocal running
         running -= 1
         error = None if task.cancelled() else task.exception()
@@ -686,28 +718,25 @@ async def run_episodes(
             return
         if error is not None:
             finished.set_exception(error)
-        elif running == 0:  # workers end only when no episode is left (or on a failure)
+        elif running == 0:  # workers end only when no job is left (or on a failure)
             finished.set_result(None)
 
     spawn()
     try:
         await finished
-    except BaseException:  # a failing writer or on_done, or we were cancelled
+    except BaseException:  # a failing job (writer, on_done), or we were cancelled
         stopped = True
         for w in workers:
             w.cancel()
         raise
-    return [r for r in results if r is not None]
 
 
-def _failed(
-    episode_id: str, task: dict[str, Any], env_id: str, policy: Policy, error: str
-) -> Trajectory:
+def _failed(episode_id: str, task: TaskRow, env_id: str, agent: str, error: str) -> Trajectory:
     return Trajectory(
         episode_id=episode_id,
         task_id=str(task.get("task_id", "")),
         env_id=env_id,
-        policy=policy.name,
+        policy=agent,
         stop_reason=StopReason.ENV_ERROR,
         turns=(),
         segments=(),

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyrl_sdk.agents.policy import FinishReason
+from skyrl_sdk.agents.policy import Completion, FinishReason
 from skyrl_sdk.fast_frozen import fast_constructor
 from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
 from skyrl_sdk.tools.messages import Message
@@ -307,6 +307,58 @@ new_segment = fast_constructor(Segment)
 """`Segment(...)` for hot paths."""
 new_trajectory = fast_constructor(Trajectory)
 """`Trajectory(...)` for hot paths (one per episode)."""
+
+
+_VERSIONS: dict[tuple[int, int], tuple[int, ...]] = {}
+
+
+def _same_version(version: int, n: int) -> tuple[int, ...]:
+    """`(version,) * n`, one shared tuple per (version, n): `Completion.versions()` without
+    a new tuple per turn for every trajectory to keep."""
+    key = (version, n)
+    versions = _VERSIONS.get(key)
+    if versions is None:
+        if len(_VERSIONS) >= 4096:
+            _VERSIONS.clear()
+        versions = _VERSIONS[key] = (version,) * n
+    return versions
+
+
+def sampled_turn(
+    index: int,
+    segment: int,
+    action: str,
+    completion: Completion,
+    observation: tuple[Message, ...],
+    observation_ids: tuple[int, ...],
+    reward: float,
+    tool_calls: tuple[ToolCall, ...],
+    parse_error: ParseError | None,
+    llm_s: float,
+    env_s: float = 0.0,
+) -> Turn:
+    """The `Turn` of one sampled `completion`: the one assembler of turns, which the agent
+    loop (`rollout`) and `skyrl serve`'s capture both use. `action` is the text the env (or
+    client) was given; the sampled ids, logprobs, versions (`Completion.versions()`), finish
+    reason and text-only flag come from the completion as they are."""
+    return new_turn(
+        index,
+        segment,
+        action,
+        completion.token_ids,
+        completion.logprobs,
+        completion.token_policy_versions
+        or _same_version(completion.policy_version, len(completion.token_ids)),
+        completion.finish_reason,
+        observation,
+        observation_ids,
+        reward,
+        tool_calls,
+        parse_error,
+        llm_s,
+        env_s,
+        completion.text_only,
+    )
 
 
 def _turn_to_json(t: Turn) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from skyrl_sdk.agents.trajectory import (
     Trajectory,
     Turn,
     read_trajectories,
+    sampled_turn,
 )
 from skyrl_sdk.tools.calls import ParseError, ToolCall
 
@@ -133,22 +134,17 @@ def _extends(prompt: tuple[int, ...], ids: tuple[int, ...]) -> bool:
 
 def _turn(answer: Answer, index: int, segment: int) -> Turn:
     """An answered request as a captured turn (its observation is filled in by the next)."""
-    c = answer.completion
-    return Turn(
-        index=index,
-        segment=segment,
-        action=answer.action,
-        token_ids=c.token_ids,
-        logprobs=c.logprobs,
-        policy_versions=c.versions(),
-        finish_reason=c.finish_reason,
-        observation=(),
-        observation_ids=(),
-        reward=0.0,
-        tool_calls=answer.tool_calls,
-        parse_error=answer.parse_error,
-        llm_s=answer.llm_s,
-        text_only=c.text_only,
+    return sampled_turn(
+        index,
+        segment,
+        answer.action,
+        answer.completion,
+        (),
+        (),
+        0.0,
+        answer.tool_calls,
+        answer.parse_error,
+        answer.llm_s,
     )
 
 
