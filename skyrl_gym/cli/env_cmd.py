@@ -6,13 +6,16 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from skyrl_sdk.tools.messages import Messages
 
 app = typer.Typer(help="List, check and play environments.", no_args_is_help=True)
 console = Console()
@@ -142,7 +145,7 @@ def check(
     console.print(f"[green]all {len(results)} checks passed[/]{note}")
 
 
-def _show_messages(messages: list[dict[str, Any]]) -> None:
+def _show_messages(messages: Messages) -> None:
     styles = {"system": "magenta", "user": "cyan", "tool": "yellow", "assistant": "green"}
     for m in messages:
         title = m["role"] + (f" ({m['name']})" if "name" in m else "")

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # run as a script: the SDK is not imported to run it
+    from skyrl_gym.tasks import TaskRow
 
 TEMPLATES = [
     (
@@ -46,9 +50,10 @@ TEMPLATES = [
 ]
 
 
-def make_tasks(count: int = 64, seed: int = 7) -> list[dict]:
+def make_tasks(count: int = 64, seed: int = 7) -> list[TaskRow]:
+    """`count` math rows `{task_id, question, answer, expression}` drawn from `seed`."""
     rng = random.Random(seed)
-    rows = []
+    rows: list[TaskRow] = []
     for i in range(count):
         question, expression = TEMPLATES[i % len(TEMPLATES)]
         while True:

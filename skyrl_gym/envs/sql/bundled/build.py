@@ -24,6 +24,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from skyrl_gym.envs.sql.bundled.questions import QUESTIONS, Question
+from skyrl_gym.tasks import TaskRow
 
 FIRST = [
     "Ava", "Liam", "Noah", "Emma", "Olivia", "Mia", "Lucas", "Sofia", "Mateo", "Aria", "Ethan",
@@ -500,11 +501,11 @@ def build_database(db_id: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def task_rows(questions: list[Question] = QUESTIONS) -> list[dict[str, object]]:
+def task_rows(questions: list[Question] = QUESTIONS) -> list[TaskRow]:
     """The questions as `sql` task rows (databases referenced relative to the build folder)."""
     rows = []
     for i, q in enumerate(questions):
-        row: dict[str, object] = {
+        row: TaskRow = {
             "task_id": f"bundled-{i:03d}",
             "index": i,
             "question": q.question,
@@ -547,7 +548,7 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _check(out: Path, rows: list[dict[str, object]]) -> None:
+def _check(out: Path, rows: list[TaskRow]) -> None:
     from skyrl_gym.envs.sql.metrics import Metric, execution_match
     from skyrl_sdk.tools.sqldb import open_database
 
