@@ -1,13 +1,9 @@
 """Sandboxes driven by the in-sandbox command server: the `bwrap` and `local` backends.
 
 Start = create cgroups, spawn the server (inside bwrap or as a plain subprocess) and wait for
-its hello. Every `exec` is then one request/response over the server's stdin/stdout.
-
-The server shares a uid with the code it runs, so its replies are treated as untrusted: a
-reply longer than the request in flight can legitimately return (two output caps for an
-`exec`, `max_bytes` for a `read` or `tar`, plus a small overhead) is refused from its length
-header before a byte of it is read, and payloads are decoded by a bounded decoder, not
-`marshal.loads`. Either marks the sandbox broken and kills it.
+its hello. Every `exec` is then one request/response over the server's stdin/stdout, through
+a `ServerChannel` (`_channel.py`), which treats the server's replies as untrusted (bounded
+frames, a bounded decoder).
 """
 
 from __future__ import annotations
@@ -20,16 +16,21 @@ import importlib.util
 import marshal
 import os
 import shlex
-import struct
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from skyrl_sdk.sandboxes import _native, tracking
+from skyrl_sdk.sandboxes._channel import (  # noqa: F401 - _safe_loads: importable from here
+    _GRACE_S,
+    ServerChannel,
+    _frame,
+    _safe_loads,
+)
 from skyrl_sdk.sandboxes.base import DEFAULT_MAX_READ, Command, Sandbox, to_argv, to_bytes
 from skyrl_sdk.sandboxes.cgroups import CgroupSet, controller_bases
-from skyrl_sdk.sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxError, decode_capped
+from skyrl_sdk.sandboxes.spec import DEFAULT_PATH, ExecResult, SandboxError, SandboxSpec
 from skyrl_sdk.sandboxes.workspace import chown_tree
 
 SERVER_SOURCE = (Path(__file__).with_name("_server.py")).read_text()
@@ -43,119 +44,8 @@ _BOOT = (
 _SERVER_CODE = marshal.dumps(compile(SERVER_SOURCE, "<sandbox-server>", "exec"))
 _bytecode_ok: dict[tuple[str, ...], bool] = {}
 SANDBOX_UID = 65534  # nobody: sandboxes started by root run as this real, unprivileged user
-_GRACE_S = 5.0  # how long past an exec's timeout the server may take to answer
 _LOG_TAIL = 2000
 _live: weakref.WeakSet[ServerSandbox] = weakref.WeakSet()
-
-# Errors the server reports that map onto the usual Python exceptions.
-_OS_ERRORS: dict[str, type[OSError]] = {
-    "FileNotFoundError": FileNotFoundError,
-    "IsADirectoryError": IsADirectoryError,
-    "NotADirectoryError": NotADirectoryError,
-    "PermissionError": PermissionError,
-    "FileExistsError": FileExistsError,
-}
-
-
-def _frame(obj: dict[str, Any]) -> bytes:
-    data = marshal.dumps(obj, 2)
-    return len(data).to_bytes(4, "big") + data
-
-
-# ---- replies from the server are untrusted ------------------------------------------------
-# Code inside the sandbox might take over the command server (the seccomp filter and its
-# non-dumpable state are there to stop that; this is the layer behind them). The host then
-# must not let a reply make it allocate beyond the output cap: a frame's announced length is
-# checked before any of it is read (`_read_frames`), and the payload is decoded by
-# `_safe_loads`, not `marshal.loads`, which allocates a container of the announced element
-# count (up to 2**31) before reading a single element.
-
-_OVERHEAD = 64 << 10  # keys, numbers, an error message: everything in a reply but the data
-_MAX_DEPTH = 4
-_I32 = struct.Struct("<i")
-_F64 = struct.Struct("<d")
-
-
-class _BadReply(ValueError):
-    """A reply that is not what the command server sends."""
-
-
-def _safe_loads(data: bytes) -> Any:
-    """Decode a marshal (version 2) reply made of dict, list, tuple, str, bytes, int, float,
-    bool and None, where no length can exceed the bytes that are actually there."""
-    value, pos = _decode(memoryview(data), 0, 0)
-    if pos != len(data):
-        raise _BadReply(f"{len(data) - pos} trailing bytes in a reply")
-    return value
-
-
-def _length(buf: memoryview, pos: int, unit: int) -> tuple[int, int]:
-    if pos + 4 > len(buf):
-        raise _BadReply("truncated reply")
-    n = _I32.unpack_from(buf, pos)[0]
-    if n < 0 or n * unit > len(buf) - pos - 4:
-        raise _BadReply(f"a reply announces {n} items with {len(buf) - pos - 4} bytes left")
-    return n, pos + 4
-
-
-def _decode(buf: memoryview, pos: int, depth: int) -> tuple[Any, int]:
-    if pos >= len(buf):
-        raise _BadReply("truncated reply")
-    code = buf[pos]
-    pos += 1
-    if code in (0x75, 0x74):  # "u" unicode, "t" interned
-        n, pos = _length(buf, pos, 1)
-        return str(buf[pos : pos + n], "utf-8", "surrogatepass"), pos + n
-    if code == 0x73:  # "s" bytes
-        n, pos = _length(buf, pos, 1)
-        return bytes(buf[pos : pos + n]), pos + n
-    if code == 0x69:  # "i" int32
-        if pos + 4 > len(buf):
-            raise _BadReply("truncated reply")
-        return _I32.unpack_from(buf, pos)[0], pos + 4
-    if code == 0x6C:  # "l" long: signed count of 15-bit digits, 2 bytes each
-        if pos + 4 > len(buf):
-            raise _BadReply("truncated reply")
-        count = _I32.unpack_from(buf, pos)[0]
-        digits = abs(count)
-        if digits > 8 or pos + 4 + 2 * digits > len(buf):
-            raise _BadReply("integer too large in a reply")
-        pos += 4
-        value = 0
-        for i in range(digits):
-            value |= int.from_bytes(buf[pos + 2 * i : pos + 2 * i + 2], "little") << (15 * i)
-        return (-value if count < 0 else value), pos + 2 * digits
-    if code == 0x67:  # "g" binary float
-        if pos + 8 > len(buf):
-            raise _BadReply("truncated reply")
-        return _F64.unpack_from(buf, pos)[0], pos + 8
-    if code == 0x54:  # "T"
-        return True, pos
-    if code == 0x46:  # "F"
-        return False, pos
-    if code == 0x4E:  # "N"
-        return None, pos
-    if depth >= _MAX_DEPTH:
-        raise _BadReply("a reply nests too deeply")
-    if code in (0x5B, 0x28):  # "[" list, "(" tuple: every element takes at least one byte
-        n, pos = _length(buf, pos, 1)
-        items = []
-        for _ in range(n):
-            item, pos = _decode(buf, pos, depth + 1)
-            items.append(item)
-        return (items if code == 0x5B else tuple(items)), pos
-    if code == 0x7B:  # "{" dict, up to a "0"
-        out: dict[Any, Any] = {}
-        while True:
-            if pos >= len(buf):
-                raise _BadReply("truncated reply")
-            if buf[pos] == 0x30:
-                return out, pos + 1
-            key, pos = _decode(buf, pos, depth + 1)
-            if not isinstance(key, str):
-                raise _BadReply("a reply has a non-str key")
-            out[key], pos = _decode(buf, pos, depth + 1)
-    raise _BadReply(f"unexpected type byte {code:#x} in a reply")
 
 
 class ServerSandbox(Sandbox):
@@ -166,12 +56,9 @@ class ServerSandbox(Sandbox):
 
     def __init__(self, spec=None):
         super().__init__(spec)
-        self._proc: asyncio.subprocess.Process | None = None
-        self._frames: asyncio.Queue[dict[str, Any] | None] | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
-        self._discard = 0  # replies still due for cancelled execs
-        self._broken: str | None = None
+        self._server: ServerProcess | None = None
+        # Requests and replies, once the server runs.
+        self._channel: ServerChannel | None = None
         self._record: tracking.SandboxRecord | None = None
         self._cgroups = CgroupSet({})
         self._workspace: Path | None = None
@@ -181,7 +68,6 @@ class ServerSandbox(Sandbox):
         # Descriptors `_server_argv` opened for the launcher to inherit (bwrap's seccomp
         # program); closed here once the server is spawned.
         self._pass_fds: tuple[int, ...] = ()
-        self._data_cap = 0  # bytes of file data the request in flight may return
         self._server_hardened = False  # the server said it made itself non-dumpable
         self._seccomp_loaded = False  # set by backends that load a seccomp filter
         self._userns_disabled = False  # set by backends that disable nested user namespaces
@@ -241,18 +127,7 @@ class ServerSandbox(Sandbox):
     @property
     def limits(self) -> dict[str, str]:
         """How each cap is enforced here (see `Sandbox.limits`)."""
-        spec = self.spec
-        memory = "cgroup" if self._cgroups.has("memory") else "rlimit"
-        return {
-            "memory": memory if spec.memory_bytes else "none",
-            "pids": "cgroup" if self._cgroups.has("pids") and spec.pids else "none",
-            "cpus": "cgroup" if self._cgroups.has("cpu") and spec.cpus else "none",
-            "cpu_time": "rlimit" if spec.cpu_time_s else "none",
-            "disk": self._disk,
-            "tmp": self._tmp_cap(),
-            "wall_time": "timeout",
-            "output": "truncate",
-        }
+        return _enforcement(self.spec, self._cgroups, self._disk, self._tmp_cap())
 
     def _tmp_cap(self) -> str:
         """How the sandbox's `/tmp` is size-capped (`tmpfs` or `none`)."""
@@ -268,6 +143,11 @@ class ServerSandbox(Sandbox):
             "seccomp": self._seccomp_loaded,
             "no_userns": self._seccomp_loaded or self._userns_disabled,
         }
+
+    @property
+    def _proc(self) -> asyncio.subprocess.Process | None:
+        """The command server's process (None until spawned)."""
+        return None if self._server is None else self._server.proc
 
     async def start(self) -> None:
         if self._started:
@@ -299,38 +179,14 @@ class ServerSandbox(Sandbox):
         state = root / self.id
         owned = spec.workspace_dir is None
         workspace = state / "ws" if owned else Path(spec.workspace_dir).resolve()  # type: ignore[arg-type]
-        mounts: tuple[str, ...] = ()
         tmpfs_disk = bool(spec.disk_bytes) and owned and os.geteuid() == 0
-        if tmpfs_disk:
-            mounts = (str(workspace),)
-        bases = controller_bases()
-        planned = [str(bases[c] / self.id) for c in ("memory", "pids", "cpu") if c in bases]
         # Recorded before anything exists, so a SIGKILL from here on still gets reaped.
-        self._record = tracking.SandboxRecord.for_current_process(
-            self.id,
-            self.backend,
-            workspace=str(workspace) if owned else None,
-            mounts=mounts,
-            cgroups=tuple(planned),
-        )
+        self._record = _record(self.id, self.backend, workspace, owned, tmpfs_disk)
         self._state_dir = tracking.save(self._record, root)
         workspace.mkdir(parents=True, exist_ok=True)
-        if tmpfs_disk:
-            tracking.mount_tmpfs(workspace, spec.disk_bytes, self._run_as)  # type: ignore[arg-type]
-            self._disk = "tmpfs"
-        elif not owned:
-            # A caller's workspace carries its own cap (a `Workspace` is a sized tmpfs).
-            self._disk = "tmpfs" if tracking.tmpfs_size(workspace) else "none"
-        elif spec.disk_bytes:
-            self._fsize_rlimit = spec.disk_bytes
-            self._disk = "rlimit"
+        self._disk, self._fsize_rlimit = _cap_disk(spec, workspace, owned, tmpfs_disk, self._run_as)
         self._workspace = workspace
-        for rel, content in spec.files:
-            target = workspace / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        if self._run_as is not None:
-            chown_tree(workspace, self._run_as)
+        _seed(workspace, spec.files, self._run_as)
         with contextlib.suppress(OSError):
             self._cgroups = CgroupSet.create(self.id, spec)
         if _native.settled():
@@ -343,19 +199,22 @@ class ServerSandbox(Sandbox):
         boot = _BOOT.format(size=len(_SERVER_CODE)) if use_bytecode else SERVER_SOURCE
         try:
             argv = self._server_argv(workspace, [] if native else ["-I", "-S", "-c", boot])
-            await self._spawn(argv, workspace, state)
+            self._server = await ServerProcess.spawn(
+                argv, self._cgroups, state, self._server_cwd(workspace), self._pass_fds
+            )
         finally:
             for fd in self._pass_fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._pass_fds = ()
-        assert self._proc is not None
+        proc = self._server.proc
         if use_bytecode:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(_SERVER_CODE)
-        self._frames = asyncio.Queue()
-        self._reader = asyncio.get_running_loop().create_task(self._read_frames())
-        hello = await self._frames.get()
+            assert proc.stdin is not None
+            proc.stdin.write(_SERVER_CODE)
+        self._channel = ServerChannel(
+            self.id, proc, self.spec.output_limit_bytes, self._kill_server, self._log_tail
+        )
+        hello = await self._channel.frames.get()
         if not hello or not hello.get("ready"):
             raise SandboxError(f"{self.backend} sandbox server did not start{self._log_tail()}")
         if not native:
@@ -363,107 +222,24 @@ class ServerSandbox(Sandbox):
         self._server_kind = "native" if hello.get("server") == "native" else "python"
         self._server_hardened = bool(hello.get("nondumpable"))
 
-    async def _spawn(self, argv: list[str], workspace: Path, state: Path) -> None:
-        if self._cgroups.paths:
-            # Join the cgroups before exec'ing the launcher, so every process it ever forks
-            # is inside them from its first instruction.
-            joins = " && ".join(
-                f"echo $$ > {shlex.quote(str(p))}" for p in self._cgroups.procs_files()
-            )
-            argv = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
-        log = open(state / "server.log", "wb")  # noqa: SIM115 - handed to the child
-        try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-                cwd=self._server_cwd(workspace),
-                # The sandbox's own PATH: `spec.python` must resolve inside it, not to a venv.
-                env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"},
-                limit=1 << 20,
-                pass_fds=self._pass_fds,
-            )
-        finally:
-            log.close()
-
-    def _frame_cap(self) -> int:
-        """The largest reply the server may legitimately send now.
-
-        An exec reply holds at most `output_limit_bytes` of each stream (any reply due for a
-        cancelled exec is one too); a `read` or `tar` reply at most its `max_bytes`.
-        """
-        return max(2 * self.spec.output_limit_bytes, self._data_cap) + _OVERHEAD
-
-    async def _read_frames(self) -> None:
-        """Move whole frames from the server's stdout into a queue (cancellation-safe reads).
-
-        A frame longer than `_frame_cap()` is refused from its 4-byte header, before a byte of
-        it is read: the server is killed and the sandbox marked broken.
-        """
-        assert self._proc is not None and self._proc.stdout is not None and self._frames
-        try:
-            while True:
-                size = int.from_bytes(await self._proc.stdout.readexactly(4), "big")
-                cap = self._frame_cap()
-                if size > cap:
-                    self._broken = (
-                        f"its server announced a {size}-byte reply where at most {cap} bytes "
-                        "can be legitimate (a compromised server?); the sandbox was killed"
-                    )
-                    self._kill_server()
-                    break
-                payload = await self._proc.stdout.readexactly(size)
-                self._frames.put_nowait(_safe_loads(payload))
-        except _BadReply as e:
-            self._broken = f"its server sent a malformed reply ({e}); the sandbox was killed"
-            self._kill_server()
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError, EOFError):
-            pass
-        self._frames.put_nowait(None)
-
     def _kill_server(self) -> None:
         """Kill the server and everything in the sandbox now (it is no longer trusted)."""
-        if self._proc is not None:
-            tracking.kill_quietly(self._proc.pid)
-            if self._proc.stdin is not None:
-                with contextlib.suppress(Exception):
-                    self._proc.stdin.close()
+        if self._server is not None:
+            self._server.kill()
         self._cgroups.kill_all(0.5)
 
     def _log_tail(self) -> str:
-        if self._state_dir is None:
-            return ""
-        try:
-            text = (self._state_dir / "server.log").read_bytes()[-_LOG_TAIL:]
-        except OSError:
-            return ""
-        text_s = text.decode("utf-8", "replace").strip()
-        return f"\n--- sandbox log ---\n{text_s}" if text_s else ""
+        return _log_tail(self._state_dir)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         _live.discard(self)
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            if not self._lock.locked() and self._broken is None and proc.stdin is not None:
-                with contextlib.suppress(Exception):
-                    proc.stdin.write(_frame({"op": "exit"}))
-            if proc.stdin is not None:
-                with contextlib.suppress(Exception):
-                    proc.stdin.close()  # EOF: the server exits even if it missed "exit"
-            try:
-                await asyncio.wait_for(proc.wait(), 1.0)
-            except TimeoutError:
-                tracking.kill_quietly(proc.pid)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(proc.wait(), 1.0)
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader
+        if self._server is not None:
+            await self._server.stop(ask=self._channel is None or self._channel.idle)
+        if self._channel is not None:
+            await self._channel.stop()
         if self._record is not None:
             record = self._record
             await asyncio.to_thread(tracking.release, record)
@@ -483,53 +259,10 @@ class ServerSandbox(Sandbox):
     async def _request(
         self, request: dict[str, Any], timeout: float, data_cap: int = 0
     ) -> dict[str, Any]:
-        """Send one request and wait for its reply; `data_cap`: the most file bytes it may
-        return (beyond the exec output cap), which bounds the reply frame."""
+        """Send one request and wait for its reply (`ServerChannel.request`)."""
         self._check_usable()
-        if self._broken:
-            raise SandboxError(f"sandbox {self.id} is broken: {self._broken}")
-        assert self._proc is not None and self._proc.stdin is not None and self._frames
-        async with self._lock:
-            while self._discard:
-                got = await self._next_frame(timeout + _GRACE_S)
-                self._discard -= 1
-                if got is None:
-                    break
-            self._data_cap = data_cap
-            try:
-                self._proc.stdin.write(_frame(request))
-                await self._proc.stdin.drain()
-            except (ConnectionError, RuntimeError) as e:
-                self._broken = f"its server is gone ({e})"
-                raise SandboxError(f"sandbox {self.id}: server is gone{self._log_tail()}") from e
-            try:
-                reply = await self._next_frame(timeout)
-            except asyncio.CancelledError:
-                if request.get("op") == "exec":
-                    # Kill the running command; its reply still comes and is discarded later.
-                    with contextlib.suppress(Exception):
-                        self._proc.stdin.write(_frame({"op": "cancel"}))
-                self._discard += 1
-                raise
-            finally:
-                self._data_cap = 0
-        if reply is None:
-            self._broken = self._broken or "its server exited"
-            raise SandboxError(f"sandbox {self.id}: {self._broken}{self._log_tail()}")
-        error = reply.get("error")
-        if error:
-            raise _OS_ERRORS.get(error, SandboxError)(f"{error}: {reply.get('message', '')}")
-        return reply
-
-    async def _next_frame(self, timeout: float) -> dict[str, Any] | None:
-        assert self._frames is not None
-        try:
-            return await asyncio.wait_for(self._frames.get(), timeout)
-        except TimeoutError:
-            self._broken = f"no answer within {timeout:.1f}s"
-            if self._proc is not None:
-                tracking.kill_quietly(self._proc.pid)
-            raise SandboxError(f"sandbox {self.id} stopped answering{self._log_tail()}") from None
+        assert self._channel is not None
+        return await self._channel.request(request, timeout, data_cap)
 
     async def exec(
         self,
@@ -566,27 +299,9 @@ class ServerSandbox(Sandbox):
             request["end_all"] = True
         ooms = self._cgroups.oom_kills()
         reply = await self._request(request, float(limit) + _GRACE_S)
-        try:
-            out, out_cut = decode_capped(reply["out_head"], reply["out_tail"], reply["out_total"])
-            err, err_cut = decode_capped(reply["err_head"], reply["err_tail"], reply["err_total"])
-            return ExecResult(
-                exit_code=int(reply["exit_code"]),
-                stdout=out,
-                stderr=err,
-                timed_out=bool(reply["timed_out"]),
-                truncated=out_cut or err_cut,
-                duration_s=float(reply["duration"]),
-                oom_killed=self._cgroups.oom_kills() > ooms,
-                cancelled=bool(reply.get("cancelled")),
-                stdout_bytes=int(reply["out_total"]),
-                stderr_bytes=int(reply["err_total"]),
-                left_running=_count(reply, "others") if end_all else None,
-                orphaned=_count(reply, "orphans") if end_all else None,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            self._broken = f"its server sent a malformed exec reply ({type(e).__name__}: {e})"
-            self._kill_server()
-            raise SandboxError(f"sandbox {self.id} is broken: {self._broken}") from None
+        assert self._channel is not None
+        oom_killed = self._cgroups.oom_kills() > ooms
+        return self._channel.exec_result(reply, end_all=end_all, oom_killed=oom_killed)
 
     async def read_file(self, path: str, *, max_bytes: int = DEFAULT_MAX_READ) -> bytes:
         reply = await self._request(
@@ -616,11 +331,7 @@ class ServerSandbox(Sandbox):
         """The native server does not implement tar: it runs this helper (the Python
         server's own tar code, by the sandbox's interpreter) with the request on stdin."""
         if self._server_binary is not None:
-            python = self._helper_python()
-            request["helper"] = [python, "-I", "-S", "-c", SERVER_SOURCE, "--archive"]
-            request["env"] = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
-            # Inside the host's own wait for the reply, so a stuck helper gets an error reply.
-            request["timeout"] = max(1.0, 0.9 * self.spec.timeout_s)
+            _add_archive_helper(request, self._helper_python(), self.spec.timeout_s)
         return request
 
     async def _get_archive(self, path: str) -> bytes:
@@ -638,10 +349,149 @@ class ServerSandbox(Sandbox):
         )
 
 
-def _count(reply: dict[str, Any], key: str) -> int | None:
-    """One of the server's process counts (`others`, `orphans`); None when it is not PID 1."""
-    value = int(reply.get(key, -1))
-    return None if value < 0 else value
+class ServerProcess:
+    """The command server's process on the host: spawned inside the sandbox's cgroups with
+    its stderr in the state directory's `server.log`, asked to exit, or killed."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: list[str],
+        cgroups: CgroupSet,
+        state: Path,
+        cwd: str | None,
+        pass_fds: tuple[int, ...],
+    ) -> ServerProcess:
+        """Start `argv` (the launcher of the server) with pipes to its stdin and stdout."""
+        if cgroups.paths:
+            # Join the cgroups before exec'ing the launcher, so every process it ever forks
+            # is inside them from its first instruction.
+            joins = " && ".join(f"echo $$ > {shlex.quote(str(p))}" for p in cgroups.procs_files())
+            argv = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
+        log = open(state / "server.log", "wb")  # noqa: SIM115 - handed to the child
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                cwd=cwd,
+                # The sandbox's own PATH: `spec.python` must resolve inside it, not to a venv.
+                env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"},
+                limit=1 << 20,
+                pass_fds=pass_fds,
+            )
+        finally:
+            log.close()
+        return cls(proc)
+
+    def kill(self) -> None:
+        """SIGKILL the server (PID 1 of its sandbox under bwrap) and close its stdin."""
+        tracking.kill_quietly(self.proc.pid)
+        if self.proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                self.proc.stdin.close()
+
+    async def stop(self, *, ask: bool) -> None:
+        """End the server: an `exit` request if `ask` (nothing in flight, still trusted),
+        then EOF, then SIGKILL if it has not exited within a second."""
+        proc = self.proc
+        if proc.returncode is not None:
+            return
+        if ask and proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.write(_frame({"op": "exit"}))
+        if proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()  # EOF: the server exits even if it missed "exit"
+        try:
+            await asyncio.wait_for(proc.wait(), 1.0)
+        except TimeoutError:
+            tracking.kill_quietly(proc.pid)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 1.0)
+
+
+def _record(
+    sandbox_id: str, backend: str, workspace: Path, owned: bool, tmpfs_disk: bool
+) -> tracking.SandboxRecord:
+    """The sandbox's record for the reaper: its owned workspace, mounts and planned cgroups."""
+    mounts: tuple[str, ...] = ()
+    if tmpfs_disk:
+        mounts = (str(workspace),)
+    bases = controller_bases()
+    planned = [str(bases[c] / sandbox_id) for c in ("memory", "pids", "cpu") if c in bases]
+    return tracking.SandboxRecord.for_current_process(
+        sandbox_id,
+        backend,
+        workspace=str(workspace) if owned else None,
+        mounts=mounts,
+        cgroups=tuple(planned),
+    )
+
+
+def _cap_disk(
+    spec: SandboxSpec, workspace: Path, owned: bool, tmpfs_disk: bool, run_as: int | None
+) -> tuple[str, int | None]:
+    """Cap the workspace's size; returns how (tmpfs, rlimit or none) and the RLIMIT_FSIZE
+    each command gets (None: none)."""
+    if tmpfs_disk:
+        tracking.mount_tmpfs(workspace, spec.disk_bytes, run_as)  # type: ignore[arg-type]
+        return "tmpfs", None
+    if not owned:
+        # A caller's workspace carries its own cap (a `Workspace` is a sized tmpfs).
+        return ("tmpfs" if tracking.tmpfs_size(workspace) else "none"), None
+    if spec.disk_bytes:
+        return "rlimit", spec.disk_bytes
+    return "none", None
+
+
+def _seed(workspace: Path, files: tuple[tuple[str, bytes], ...], run_as: int | None) -> None:
+    """Write the spec's files into the workspace and hand it to the sandbox's uid."""
+    for rel, content in files:
+        target = workspace / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    if run_as is not None:
+        chown_tree(workspace, run_as)
+
+
+def _enforcement(spec: SandboxSpec, cgroups: CgroupSet, disk: str, tmp: str) -> dict[str, str]:
+    """How each cap is enforced (see `Sandbox.limits`)."""
+    memory = "cgroup" if cgroups.has("memory") else "rlimit"
+    return {
+        "memory": memory if spec.memory_bytes else "none",
+        "pids": "cgroup" if cgroups.has("pids") and spec.pids else "none",
+        "cpus": "cgroup" if cgroups.has("cpu") and spec.cpus else "none",
+        "cpu_time": "rlimit" if spec.cpu_time_s else "none",
+        "disk": disk,
+        "tmp": tmp,
+        "wall_time": "timeout",
+        "output": "truncate",
+    }
+
+
+def _log_tail(state_dir: Path | None) -> str:
+    """The end of the server's log, for error messages ("" when there is none)."""
+    if state_dir is None:
+        return ""
+    try:
+        text = (state_dir / "server.log").read_bytes()[-_LOG_TAIL:]
+    except OSError:
+        return ""
+    text_s = text.decode("utf-8", "replace").strip()
+    return f"\n--- sandbox log ---\n{text_s}" if text_s else ""
+
+
+def _add_archive_helper(request: dict[str, Any], python: str, timeout_s: float) -> None:
+    """Have the native server run the Python server's archive code for `request`."""
+    request["helper"] = [python, "-I", "-S", "-c", SERVER_SOURCE, "--archive"]
+    request["env"] = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+    # Inside the host's own wait for the reply, so a stuck helper gets an error reply.
+    request["timeout"] = max(1.0, 0.9 * timeout_s)
 
 
 @atexit.register

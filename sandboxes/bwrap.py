@@ -61,7 +61,7 @@ from functools import cache
 from pathlib import Path
 
 from skyrl_sdk.sandboxes import _bwrap_argv, _native, network, seccomp
-from skyrl_sdk.sandboxes._bwrap_argv import (  # noqa: F401 - importable from here, as before
+from skyrl_sdk.sandboxes._bwrap_argv import (  # noqa: F401 - some only re-exported, as before
     _ETC_FILES,
     _ETC_NETWORK_FILES,
     BUILD_CAPS,

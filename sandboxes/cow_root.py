@@ -13,7 +13,7 @@ bwrap starts, in a private mount namespace of the sandbox's launcher (the host n
 - on the host's minimal system, one overlay per real system directory (`/usr`, and `/lib` and
   the like where they are not symlinks), whose lowest layer is the host's own directory, and
   one for `/etc`, whose lowest layer is `HostBase.etc`, a copy of the few host files programs
-  need (`bwrap._ETC_FILES`). Nothing else of the host is there.
+  need (`_bwrap_argv._ETC_FILES`). Nothing else of the host is there.
 
 Every upper layer lies in one directory (a trial's sized `Workspace` tmpfs: everything the
 sandbox writes anywhere counts against its disk cap); layers are named `root` and `sys/<name>`
@@ -42,7 +42,7 @@ ROOT_LAYER = "root"
 SYSTEM_LAYERS = "sys"
 """The directory holding one layer per system-directory overlay (`sys/usr`, `sys/etc`)."""
 HOST_SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-"""The host's system directories a sandbox sees (as `bwrap._SYSTEM_DIRS`)."""
+"""The host's system directories a sandbox sees (as `_bwrap_argv._SYSTEM_DIRS`)."""
 _SKELETON_DIRS = {
     "proc": 0o555,
     "dev": 0o755,
