@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from skyrl_sdk.agents.fairness import FairnessLimits, FairQueue, TenantQueueFull, rows_to_step
+from skyrl_sdk.agents.engine.fairness import (
+    FairnessLimits,
+    FairQueue,
+    TenantQueueFull,
+    rows_to_step,
+)
 from skyrl_sdk.agents.policy import GenerationContext, SamplingParams
 
 
@@ -99,7 +104,7 @@ def test_limits_must_be_positive() -> None:
 
 @pytest.fixture(scope="module")
 def engine(tiny_dir):
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
 
     engine = LocalEngine.from_pretrained(
         tiny_dir, max_batch_size=8, fairness=FairnessLimits(max_rows=3, max_queued=20)
@@ -165,7 +170,7 @@ def test_a_hogs_rows_sit_steps_out_beside_a_victim_and_their_tokens_do_not_chang
     (greedy and seeded rows: the same requests again with step_rows=None). A row that sat
     out is kept for prefix reuse without the columns it skipped: the next turn continues as
     it does from a row that never sat out."""
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
 
     async def run(step_rows: int | None) -> tuple[list[tuple[int, ...]], tuple[int, ...], int, Any]:
         limits = FairnessLimits(max_rows=3, max_queued=20, step_rows=step_rows)
@@ -217,7 +222,7 @@ def test_rows_that_sit_out_many_steps_keep_the_batch_narrow(tiny_dir) -> None:
     """Four hog rows beside a stream of victim requests advance a quarter as often, so their
     columns would span four times their length; the gaps are closed once the batch is twice
     as wide as its longest row, and the hog's greedy tokens are those of a plain run."""
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
 
     async def run(step_rows: int | None) -> tuple[list[tuple[int, ...]], int, int]:
         limits = FairnessLimits(max_rows=4, max_queued=20, step_rows=step_rows)

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from skyrl_sdk.agents.kv_slots import MIN_SPARE, KVSlots  # noqa: E402
-from skyrl_sdk.agents.local_engine import LocalEngine  # noqa: E402
+from skyrl_sdk.agents.engine import LocalEngine  # noqa: E402
+from skyrl_sdk.agents.engine.kv_slots import MIN_SPARE, KVSlots  # noqa: E402
 from skyrl_sdk.agents.policy import SamplingParams  # noqa: E402
 
 LAYERS, HEADS, DIM = 2, 3, 4

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 import skyrl_gym  # noqa: E402
 from skyrl_gym.envs.math.env import bundled_tasks  # noqa: E402
-from skyrl_sdk.agents.local_engine import LocalEngine  # noqa: E402
+from skyrl_sdk.agents.engine import LocalEngine  # noqa: E402
 from skyrl_sdk.agents.policy import FinishReason, SamplingParams  # noqa: E402
 from skyrl_sdk.agents.rollout import rollout  # noqa: E402
 from skyrl_sdk.agents.trajectory import StopReason  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from skyrl_sdk.agents.local_engine import LocalEngine, Scheduling  # noqa: E402
+from skyrl_sdk.agents.engine import LocalEngine, Scheduling  # noqa: E402
 from skyrl_sdk.agents.policy import (  # noqa: E402
     Completion,
     FinishReason,

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from skyrl_sdk.agents.kv_cache import PrefixCache, kv_bytes  # noqa: E402
-from skyrl_sdk.agents.local_engine import LocalEngine  # noqa: E402
+from skyrl_sdk.agents.engine import LocalEngine  # noqa: E402
+from skyrl_sdk.agents.engine.prefix_cache import PrefixCache, kv_bytes  # noqa: E402
 from skyrl_sdk.agents.policy import SamplingParams  # noqa: E402
 
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from skyrl_sdk.agents.local_engine import LocalEngine
+from skyrl_sdk.agents.engine import LocalEngine
 from skyrl_sdk.agents.policy import Completion, SamplingParams
 from skyrl_sdk.agents.tiny import tiny_model_dir
 

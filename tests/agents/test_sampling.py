@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from skyrl_sdk.agents import sampling
-from skyrl_sdk.agents.local_engine import _sample
+from skyrl_sdk.agents.engine import sampler as sampling
+from skyrl_sdk.agents.engine.sampler import _sample
 from skyrl_sdk.agents.policy import SamplingParams
 
 # Probabilities 1/2, 1/4, 1/8, 1/8: cumulative 0.5, 0.75, 0.875, 1.0, exact in binary, so the

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from skyrl_sdk.agents import split_linear as sl  # noqa: E402
+from skyrl_sdk.agents.engine import split_linear as sl  # noqa: E402
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def test_a_row_is_the_same_bits_whatever_it_is_multiplied_with(threads: int) -> 
 def test_engine_decodes_the_same_tokens_with_split_products(
     two_threads: None, counted: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
     from skyrl_sdk.agents.policy import SamplingParams
     from skyrl_sdk.agents.tiny import tiny_model_dir
 
