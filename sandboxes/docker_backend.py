@@ -393,7 +393,7 @@ def _container_options(
         "detach": True,
         "labels": labels,
         # Never the host's network, never a bridge: with network=True, pasta is attached
-        # to this empty namespace once the container runs (see `_start`).
+        # to this empty namespace once the container runs (see `DockerSandbox._start`).
         "network_mode": "none",
         "user": f"{uid}:{uid}",
         "working_dir": workdir,
