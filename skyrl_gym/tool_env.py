@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn, TaskEnv, coerce_action
 from skyrl_gym.step_info import StepInfo
@@ -83,6 +83,16 @@ class Tooling:
         return cls(toolset, fmt, {"role": "system", "content": system})
 
 
+class EpisodeMetrics(TypedDict):
+    """`ToolEnv.episode_metrics`: what `info["episode"]` holds when an episode ends with an
+    answer. Subclasses add fields in a `TypedDict` subclass (`SearchEpisodeMetrics`)."""
+
+    answer: str
+    """The final answer the model gave."""
+    correct: bool
+    """The env's verdict (the step protocol's `episode.correct`; `ToolEnv`'s: reward > 0)."""
+
+
 @dataclass(frozen=True)
 class ParsedTurn:
     """One assistant reply, interpreted against an env's tools."""
@@ -145,7 +155,7 @@ class ToolEnv(TaskEnv):
         """Execute the calls and render their results (errors included) as messages."""
         return [self.tool_format.render_result(self.toolset.execute(c)) for c in calls]
 
-    def episode_metrics(self, answer: str, reward: float) -> dict[str, Any]:
+    def episode_metrics(self, answer: str, reward: float) -> EpisodeMetrics:
         """Fields for `info["episode"]` when the episode ends with an answer."""
         return {"answer": answer, "correct": reward > 0}
 

@@ -24,7 +24,7 @@ from skyrl_gym.cache import build_once, cache_dir
 from skyrl_gym.core import Messages
 from skyrl_gym.envs.search.scoring import RewardKind, exact_match, f1_score, score_answer
 from skyrl_gym.tasks import TaskError, TaskRow, load_tasks
-from skyrl_gym.tool_env import ToolEnv, Tooling
+from skyrl_gym.tool_env import EpisodeMetrics, ToolEnv, Tooling
 from skyrl_sdk.tools import ToolCall, ToolFormat, ToolResult, XMLTagFormat
 from skyrl_sdk.tools.search import (
     BM25Index,
@@ -79,6 +79,19 @@ def gold_answers(task: TaskRow) -> list[str]:
     raise TaskError(
         f"search task {task.get('task_id')!r} needs gold answers in 'answers' (a list of strings)"
     )
+
+
+class SearchEpisodeMetrics(EpisodeMetrics):
+    """`SearchEnv.episode_metrics`: the answer's scores and the episode's search counts."""
+
+    exact_match: float
+    """1.0 when the answer matches a gold answer after normalisation, else 0.0."""
+    f1: float
+    """The best token F1 of the answer against the gold answers."""
+    searches: int
+    """Queries the episode sent."""
+    search_failures: int
+    """Queries whose retrieval failed (server unreachable, timeout, bad response)."""
 
 
 class SearchEnv(ToolEnv):
@@ -156,7 +169,7 @@ class SearchEnv(ToolEnv):
         """The reward for a final answer under the env's `reward_kind`."""
         return score_answer(given, gold_answers(task), self.reward_kind)
 
-    def episode_metrics(self, answer: str, reward: float) -> dict[str, Any]:
+    def episode_metrics(self, answer: str, reward: float) -> SearchEpisodeMetrics:
         golds = gold_answers(self.task or {})
         return {
             "answer": answer,

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from skyrl_gym.sandbox_env import SandboxToolEnv
 from skyrl_gym.tasks import TaskRow, load_tasks
@@ -62,6 +62,20 @@ SINGLE_UID_NOTE = (
     "backend), so the programs it ran from the workspace had the check's uid"
 )
 """The episode's note when its grading sandbox had `GradingIsolation.SINGLE_UID`."""
+
+
+class CheckResult(TypedDict):
+    """How the task's check ran on the final workspace (`TerminalEnv.last_check`, and
+    `info["episode"]["check"]`)."""
+
+    exit_code: int
+    """The check's exit status: 0 passes."""
+    output: str
+    """The last 2000 characters of its output."""
+    timed_out: bool
+    """The check ran past `check_timeout_s`."""
+    isolation: str
+    """The grading sandbox's `GradingIsolation` value (`two_uid`, `single_uid`)."""
 
 
 @cache
@@ -96,7 +110,8 @@ class TerminalEnv(SandboxToolEnv):
         self.disk_bytes = disk_bytes
         """Size cap of each episode's workspace (None: uncapped, still reaped)."""
         self._workspace: Workspace | None = None
-        self.last_check: dict[str, Any] | None = None
+        self.last_check: CheckResult | None = None
+        """How the last episode's check ran (None before the first graded episode)."""
         super().__init__(
             bundled_tasks() if tasks is None else tasks,
             spec=spec or SandboxSpec(memory_bytes=512 << 20, pids=128, timeout_s=timeout_s),
