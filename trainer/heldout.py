@@ -16,7 +16,6 @@ numbers, which make a before/after difference less noisy than two independent sa
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections import defaultdict
@@ -26,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import skyrl_gym
-from skyrl_gym.tasks import seed_tasks
+from skyrl_gym.tasks import TaskRow, seed_tasks
+from skyrl_sdk.agents.agent import PlayableEnv
 from skyrl_sdk.agents.policy import Policy, SamplingParams
-from skyrl_sdk.agents.rollout import RolloutLimits, rollout
+from skyrl_sdk.agents.rollout import LoopAgent, RolloutLimits, run_episodes
 from skyrl_sdk.agents.trajectory import Trajectory, TrajectoryWriter
 from skyrl_sdk.trainer.config import TrainConfig
 
@@ -146,7 +146,7 @@ def heldout_env_kwargs(
 
 def heldout_tasks(
     config: TrainConfig, env_kwargs: Mapping[str, Any] | None = None
-) -> list[dict[str, Any]]:
+) -> list[TaskRow]:
     """The episodes of every held-out evaluation: `heldout.episodes` rows cycling through the
     held-out env's tasks, or, for an env without tasks, the seed rows `heldout.seed_offset`
     up. Bad settings (rows, arguments the env rejects) are a `ConfigError` naming the field."""
@@ -174,7 +174,7 @@ class HeldoutEvaluator:
         sampling: SamplingParams,
         limits: RolloutLimits,
         *,
-        tasks: Sequence[dict[str, Any]] | None = None,
+        tasks: Sequence[TaskRow] | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
     ):
         """Held-out evaluation of the run `config` describes (`config.heldout.env_kwargs`
@@ -192,12 +192,12 @@ class HeldoutEvaluator:
         self.sampling = replace(sampling, temperature=temperature)
         self.limits = limits
         self.run_dir = run_dir
-        self.tasks: list[dict[str, Any]] = (
+        self.tasks: list[TaskRow] = (
             list(tasks) if tasks is not None else heldout_tasks(config, self.env_kwargs)
         )
         """The episodes of one evaluation, in order."""
 
-    def make_env(self) -> Any:
+    def make_env(self) -> PlayableEnv:
         """A fresh env serving the held-out tasks."""
         return skyrl_gym.make(self.env_id, max_turns=self.max_turns, **self.env_kwargs)
 
@@ -210,23 +210,14 @@ class HeldoutEvaluator:
         """Play the held-out episodes with `policy` (serving `version`), append the result
         to `heldout.jsonl` and the episodes to `heldout_trajectories.jsonl`."""
         chosen = self.tasks
-
-        async def play(i: int, task: dict[str, Any]) -> Trajectory:
-            env = self.make_env()
-            try:
-                return await rollout(
-                    env,
-                    policy,
-                    task,
-                    limits=self.limits,
-                    sampling=self.sampling,
-                    episode_id=f"heldout/{task.get('task_id', i)}#{i}",
-                    env_id=self.env_id,
-                )
-            finally:
-                await asyncio.to_thread(env.close)
-
-        trajectories = await asyncio.gather(*(play(i, t) for i, t in enumerate(chosen)))
+        # Every episode at once (concurrency: all of them), written in task order after.
+        trajectories = await run_episodes(
+            self.make_env,
+            LoopAgent(policy, self.limits, self.sampling),
+            [(f"heldout/{task.get('task_id', i)}#{i}", task) for i, task in enumerate(chosen)],
+            concurrency=len(chosen),
+            env_id=self.env_id,
+        )
         families = [str(t.get("family") or self.env_id) for t in chosen]
         result = summarize(
             trajectories,
