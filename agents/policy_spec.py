@@ -33,7 +33,7 @@ from skyrl_sdk.http_guard import API_KEY_ENV
 
 if TYPE_CHECKING:
     from skyrl_sdk.agents.chat import ChatRenderer
-    from skyrl_sdk.agents.fairness import FairnessLimits
+    from skyrl_sdk.agents.engine.fairness import FairnessLimits
     from skyrl_sdk.agents.openai_client import ApiMode
     from skyrl_sdk.agents.policy import Policy
 
@@ -225,7 +225,7 @@ def load_policy(
             tokenizer = TINY  # the server needs token ids for every turn it captures
         renderer = load_renderer(tokenizer, use=use)
         return LoadedPolicy(ScriptedPolicy.from_file(parsed.target, renderer), renderer, "scripted")
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
 
     engine_args = {"device": device, "max_batch_size": max_batch_size, "fairness": fairness}
     if parsed.kind is PolicyKind.TINY:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
 
-from skyrl_sdk.agents.fairness import TenantQueueFull
+from skyrl_sdk.agents.engine.fairness import TenantQueueFull
 from skyrl_sdk.agents.policy import (
     Completion,
     GenerationContext,

@@ -256,7 +256,7 @@ def _fairness(engine: Any, renderer: Any, body: dict[str, Any]) -> dict[str, flo
 def _fair_engine(step_rows: bool) -> tuple[Any, Any]:
     """The engine and renderer `skyrl serve --policy tiny` runs (its defaults); without
     `step_rows`, fairness at admission only (every row advances every step)."""
-    from skyrl_sdk.agents.fairness import FairnessLimits
+    from skyrl_sdk.agents.engine.fairness import FairnessLimits
     from skyrl_sdk.agents.policy_spec import PolicyUse, load_policy
 
     limits = None if step_rows else FairnessLimits(max_rows=8, step_rows=None)
@@ -290,7 +290,7 @@ class _Runs:
 
 
 def _measure_runs() -> _Runs:
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
     from skyrl_sdk.agents.policy import SamplingParams
     from skyrl_sdk.agents.scripted import ScriptedPolicy
     from skyrl_sdk.agents.tiny import tiny_model_dir, tiny_renderer

@@ -121,7 +121,7 @@ def test_serve_refuses_an_unknown_policy() -> None:
 def test_proxy_to_an_upstream_is_token_exact(tiny_dir) -> None:
     """`--policy URL --tokenizer DIR`: requests go upstream as token ids; the proxy's answer
     carries the upstream's sampled ids, equal to asking the upstream directly."""
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
     from skyrl_sdk.agents.policy_spec import PolicyUse, load_policy
     from skyrl_sdk.agents.serving import ServeConfig, start_server
     from skyrl_sdk.agents.tiny import tiny_renderer

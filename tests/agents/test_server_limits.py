@@ -20,7 +20,7 @@ MESSAGES = [{"role": "user", "content": "hello"}]
 
 @pytest.fixture(scope="module")
 def tiny(tiny_dir) -> Any:
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
     from skyrl_sdk.agents.tiny import tiny_renderer
 
     engine = LocalEngine.from_pretrained(tiny_dir, name="tiny")

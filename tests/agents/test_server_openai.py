@@ -389,7 +389,7 @@ def test_a_disconnect_cancels_the_generation(renderer) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_server(tiny_dir, renderer):
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
 
     engine = LocalEngine.from_pretrained(tiny_dir, name="tiny", max_batch_size=8)
     with serve(engine, renderer) as server:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from skyrl_sdk.agents import sampling
+from skyrl_sdk.agents.engine import sampler as sampling
 from skyrl_sdk.trainer import losses
 from skyrl_sdk.trainer.config import LoRAConfig, PolicyLoss
 from skyrl_sdk.trainer.learner import wrap_lora
