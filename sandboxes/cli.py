@@ -129,14 +129,7 @@ def exec_command(
     )
     command: str | list[str] = cmd[0] if len(cmd) == 1 else list(cmd)
     result, server = _run_once(spec, backend, command, timeout)
-    note = _server_note(server)
-    if as_json:
-        _print_json(result, backend, server, note)
-    else:
-        sys.stdout.write(result.stdout)
-        sys.stderr.write(result.stderr)
-        if verbose:
-            typer.echo(f"[server: {server or 'none'}{f' ({note})' if note else ''}]", err=True)
+    _print_result(result, backend, server, as_json=as_json, verbose=verbose)
     if result.timed_out:
         if not as_json:  # the JSON object says so in `timed_out`
             typer.echo(f"[timed out after {timeout:g}s]", err=True)
@@ -219,6 +212,20 @@ def _server_note(server: str | None) -> str | None:
         if note is None and _native.server_choice() is _native.ServerChoice.PYTHON:
             note = f"${_native.SERVER_ENV}=python"
     return note
+
+
+def _print_result(
+    result: ExecResult, backend: str, server: str | None, *, as_json: bool, verbose: bool
+) -> None:
+    """The command's output (and with `verbose` which server ran it), or the JSON object."""
+    note = _server_note(server)
+    if as_json:
+        _print_json(result, backend, server, note)
+    else:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        if verbose:
+            typer.echo(f"[server: {server or 'none'}{f' ({note})' if note else ''}]", err=True)
 
 
 def _print_json(result: ExecResult, backend: str, server: str | None, note: str | None) -> None:
