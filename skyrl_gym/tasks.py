@@ -70,7 +70,8 @@ class TaskRow(TypedDict):
     The optional keys below are the ones the SDK's own envs, dataset loaders and SkyRL adapter
     read; a row may carry any other key as well: it is a plain `dict` at runtime, and extra
     keys reach the env untouched (a type checker wants them declared in a `TaskRow` subclass,
-    as PEP 728's `extra_items` is not in `typing` before Python 3.15).
+    as PEP 728's `extra_items` is not in `typing` before Python 3.15). SWE rows are SWE-bench
+    instances: their fields are `skyrl_gym.envs.swe.instances.SWEInstance`'s.
     """
 
     task_id: str | int
@@ -112,7 +113,8 @@ class TaskRow(TypedDict):
     db_id: NotRequired[str]
     """The database the question is asked of (Spider, BIRD, SynSQL)."""
     db: NotRequired[str]
-    """An explicit database path (relative to the env's `db_root`) or URL."""
+    """The database's path (relative to the env's `db_root` unless absolute) or URL; without
+    it the database is found from `db_id`."""
     gold_sql: NotRequired[str]
     """The gold query; the reward compares results against its result."""
     sql: NotRequired[str]
