@@ -24,12 +24,25 @@ import platform
 import random
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:  # a standalone script: nothing of the SDK is imported to run it
     from skyrl_gym.tasks import TaskRow
+
+
+class CorpusRow(TypedDict):
+    """One line of `corpus.jsonl` (`{"id", "title", "text"}`, as `read_corpus` reads it)."""
+
+    id: str
+    """The document's stable id (its dotted name)."""
+    title: str
+    """Its title."""
+    text: str
+    """Its text."""
+
 
 DATA_DIR = Path(__file__).parent
 SEED = 8
@@ -358,7 +371,8 @@ def make_tasks(docs: list[Doc]) -> list[TaskRow]:
     return tasks
 
 
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_jsonl(path: Path, rows: Sequence[TaskRow] | Sequence[CorpusRow]) -> None:
+    """Write `rows` to `path`, one JSON object a line."""
     with path.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
