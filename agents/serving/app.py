@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
 
-from skyrl_sdk.agents.fairness import TenantQueueFull
+from skyrl_sdk.agents.engine.fairness import TenantQueueFull
 from skyrl_sdk.agents.policy import (
     Policy,
     PolicyError,
@@ -62,8 +62,6 @@ def create_app(
     policy's). `store` / `keys`: the sessions and session keys (default: new ones).
     """
     from fastapi import FastAPI
-    from fastapi.responses import JSONResponse, Response
-    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     config = config or ServeConfig()
     keys = keys or SessionKeys(config.session_token_budget)
@@ -90,6 +88,16 @@ def create_app(
         from skyrl_sdk.agents.serving.request_log import RequestLog
 
         app.add_middleware(RequestLog)
+
+    _add_error_handlers(app)
+    _add_routes(app, server)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as an OpenAI-style JSON body (a cancelled generation as a bare 499)."""
+    from fastapi.responses import JSONResponse, Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError) -> JSONResponse:
@@ -121,6 +129,11 @@ def create_app(
         log.exception("request failed")
         body = ApiError(500, f"internal server error: {type(e).__name__}").body()
         return JSONResponse(body, status_code=500)
+
+
+def _add_routes(app: FastAPI, server: Server) -> None:
+    """/health, the model list and the two completion endpoints, all answered by `server`."""
+    config = server.config
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -165,5 +178,3 @@ def create_app(
             first = await until_disconnect(request.receive, start_stream(server, plan))
         events = completion_events(server, req, plan, first)
         return EventStreamResponse(server.settled(plan, events))
-
-    return app
