@@ -1,9 +1,10 @@
 """Env workers as Ray actors: every episode's env lives in an `EnvActor`, not on the driver.
 
 `EnvPool.make()` leases one env to one episode: it picks an actor round robin and returns a
-`RayEnv`, a driver-side handle with the part of the env API the agent loop and the trainer
-use (`rollout` awaits `areset(options=...)` and `astep(text)`; `AsyncTrainer` calls
-`close()`). The env itself is built in the actor on the first `areset`, steps there, and is
+`RayEnv`, a driver-side handle that is a `skyrl_sdk.agents.agent.PlayableEnv` (`rollout`
+awaits `areset(options=...)` and `astep(text)`; the runner calls `close()`). The env itself
+is built in the actor on the first `areset`, steps there (the actor drives it through
+`skyrl_sdk.agents.agent.reset_env`/`step_env`: only the agents package plays envs), and is
 dropped by `close()`; the actor is an async actor, so the episodes leased to it run
 concurrently (blocking envs step in its worker threads, as `TextEnv.astep` does locally).
 
@@ -29,7 +30,9 @@ from typing import Any, TypeVar
 import ray
 
 import skyrl_gym
+from skyrl_gym.core import StepReturn
 from skyrl_gym.registry import EnvSpec
+from skyrl_sdk.agents.agent import PlayableEnv, reset_env, step_env
 
 T = TypeVar("T")
 
@@ -56,13 +59,13 @@ class EnvActor:
         self.spec = spec
         self.max_turns = max_turns
         self.kwargs = dict(kwargs)
-        self.envs: dict[int, Any] = {}
+        self.envs: dict[int, PlayableEnv] = {}
         self.made = 0
         self.close_errors = 0
         # Build (and drop) one env now, so a broken env fails the pool's start, not episodes.
         self._make().close()
 
-    def _make(self) -> Any:
+    def _make(self) -> PlayableEnv:
         return skyrl_gym.make(self.spec, max_turns=self.max_turns, **self.kwargs)
 
     async def reset(
@@ -72,13 +75,13 @@ class EnvActor:
         if env is None:
             env = self.envs[key] = self._make()
             self.made += 1
-        return await env.areset(seed=seed, options=options)
+        return await reset_env(env, seed=seed, options=options)
 
-    async def step(self, key: int, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    async def step(self, key: int, action: str) -> StepReturn:
         env = self.envs.get(key)
         if env is None:
             raise RuntimeError(f"env lease {key} is not open (reset first, or already closed)")
-        return await env.astep(action)
+        return await step_env(env, action)
 
     async def close(self, key: int) -> None:
         env = self.envs.pop(key, None)
@@ -120,7 +123,7 @@ class RayEnv:
         """Build the env in the actor (first call) and reset it there."""
         return await _unwrapped(self.actor.reset.remote(self.key, seed, options))
 
-    async def astep(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    async def astep(self, action: str) -> StepReturn:
         """Step the env in the actor."""
         return await _unwrapped(self.actor.step.remote(self.key, action))
 
