@@ -6,7 +6,6 @@ Each agent acts only through the trial's sandbox during the agent phase and repo
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -88,17 +87,13 @@ async def run_llm(
     max_tokens: int,
     sampling: SamplingParams | None = None,
 ) -> AgentOutcome:
-    """Play the task with `policy` in our agent loop (the env's reset starts the environment)."""
-    from skyrl_sdk.agents.rollout import RolloutLimits, rollout
+    """Play the task with `policy` in our agent loop, the loop agent (`LoopAgent`: the env's
+    reset starts the environment)."""
+    from skyrl_sdk.agents.rollout import LoopAgent, RolloutLimits
     from skyrl_sdk.agents.trajectory import StopReason
 
     limits = RolloutLimits(max_turns=max_turns, max_tokens=max_tokens, timeout=timeout_s)
-    try:
-        trajectory = await rollout(
-            env, policy, row, limits=limits, sampling=sampling, env_id="harbor"
-        )
-    except asyncio.CancelledError:
-        raise
+    trajectory = await LoopAgent(policy, limits, sampling).play(env, row, env_id="harbor")
     stop = trajectory.stop_reason
     if stop is StopReason.TIMEOUT:
         return AgentOutcome(AgentFailure.TIMEOUT, trajectory.error or "", trajectory)
