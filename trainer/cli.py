@@ -60,45 +60,62 @@ def train_command(
     from rich.console import Console
     from rich.markup import escape
 
-    from skyrl_sdk.trainer.config import (
-        Backend,
-        ConfigError,
-        DistributedStrategy,
-        EngineKind,
-        load_config,
+    console = Console()
+    try:
+        cfg = _load_config(config, overrides or [], print_config=print_config)
+        if print_config:
+            typer.echo(cfg.to_yaml(), nl=False)
+            return
+        _check_env(cfg, imports, console)
+        _check_mode(cfg, ray=ray)
+        trainer = _build_or_refuse(cfg, resume=resume, ray=ray, console=console)
+    except _Refused as e:
+        console.print(f"[red]error: {escape(str(e))}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    result = trainer.run()
+    console.print(
+        f"trained {result.steps} steps (policy version {result.version}); run in {result.run_dir}"
     )
 
-    console = Console()
 
-    def die(message: str) -> None:
-        console.print(f"[red]error: {escape(message)}[/red]", soft_wrap=True)
-        raise typer.Exit(2)
+class _Refused(Exception):
+    """What `skyrl train` refuses to run, said in one line (exit status 2)."""
 
-    path, overrides = _split_config(config, overrides or [])
+
+def _load_config(config: str | None, overrides: list[str], *, print_config: bool) -> TrainConfig:
+    """The config file (or the defaults) with `overrides`, validated."""
+    from skyrl_sdk.trainer.config import ConfigError, load_config
+
+    path, overrides = _split_config(config, overrides)
     if config is None and not overrides and not print_config:
-        die("missing CONFIG: a YAML file, or '-' for the defaults (--print-config shows them)")
+        raise _Refused(
+            "missing CONFIG: a YAML file, or '-' for the defaults (--print-config shows them)"
+        )
     try:
-        cfg = load_config(path, overrides)
+        return load_config(path, overrides)
     except ConfigError as e:
-        die(str(e))
+        raise _Refused(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:  # unreadable: a directory, no permission, binary
-        die(f"cannot read config file {path}: {e}")
-    if print_config:
-        typer.echo(cfg.to_yaml(), nl=False)
-        return
+        raise _Refused(f"cannot read config file {path}: {e}") from None
+
+
+def _check_env(cfg: TrainConfig, imports: list[str], console: Console) -> None:
+    """`env.id` names an env (after `--import`s); warn when `env.max_turns` raises its
+    registered turn limit."""
+    from rich.markup import escape
 
     from skyrl_gym.registry import EntryPointError, UnknownEnvError, resolve
-    from skyrl_sdk.trainer.checkpoint import ResumeConfigError
-    from skyrl_sdk.trainer.loop import require_env_id, resolve_env_kwargs
+    from skyrl_sdk.trainer.config import ConfigError
+    from skyrl_sdk.trainer.run_env import require_env_id
 
     try:
         env_id = require_env_id(cfg)  # no default: say so before anything loads
     except ConfigError as e:
-        die(str(e))
+        raise _Refused(str(e)) from None
     try:
         spec = resolve(env_id, imports=imports, from_cwd=True)
     except (UnknownEnvError, EntryPointError) as e:
-        die(f"env.id: {e}")
+        raise _Refused(f"env.id: {e}") from None
     if spec.max_turns is not None and cfg.env.max_turns > spec.max_turns:
         # `make` raises the env's registered limit to env.max_turns; say so, since the env's
         # author chose that limit (and may word prompts around it).
@@ -107,50 +124,66 @@ def train_command(
             f"env {escape(repr(cfg.env.id))} ({spec.max_turns}); raising it to "
             f"{cfg.env.max_turns}[/yellow]"
         )
+
+
+def _check_mode(cfg: TrainConfig, *, ray: bool) -> None:
+    """The settings that `--ray` (or its absence) and the backend cannot run together; the
+    command agent's venv, binds and env, before any model loads."""
+    from skyrl_sdk.trainer.config import Backend, DistributedStrategy, EngineKind
+
     if cfg.distributed.strategy is not DistributedStrategy.NONE and not ray:
-        die(
+        raise _Refused(
             f"distributed.strategy={cfg.distributed.strategy.value} needs --ray "
             "(the learner ranks are Ray actors)"
         )
     if cfg.agent.spec.strip() != "loop":
-        from skyrl_sdk.agents.command_agent import CommandAgentError, parse_agent
-
         if ray:
-            die("agent.spec 'command:CMD' runs in one process: drop --ray")
-        import skyrl_gym
-        from skyrl_sdk.agents.command_agent import host_env
-
-        # The venv, the binds and the env, checked before any model loads.
-        probe = None
-        try:
-            parse_agent(cfg.agent.spec, venv=cfg.agent.venv, binds=cfg.agent.binds)
-            kwargs = resolve_env_kwargs(cfg)
-            probe = skyrl_gym.make(env_id, max_turns=cfg.env.max_turns, **kwargs)
-            host_env(probe)
-        except CommandAgentError as e:
-            die(f"agent: {e}")
-        except ConfigError as e:
-            die(str(e))
-        finally:
-            if probe is not None:
-                probe.close()
+            raise _Refused("agent.spec 'command:CMD' runs in one process: drop --ray")
+        _check_command_agent(cfg)
     if ray and cfg.rollout.engine is not EngineKind.LOCAL:
-        die(
+        raise _Refused(
             f"rollout.engine={cfg.rollout.engine.value} is not available with --ray "
             "(Ray mode's engine actors run the local engine)"
         )
     if cfg.backend is Backend.TINKER and ray:
-        die("--ray runs the local backend; backend 'tinker' has no actors")
+        raise _Refused("--ray runs the local backend; backend 'tinker' has no actors")
+
+
+def _check_command_agent(cfg: TrainConfig) -> None:
+    """The command agent's venv, binds and env, checked before any model loads."""
+    import skyrl_gym
+    from skyrl_sdk.agents.command_agent import CommandAgentError, host_env, parse_agent
+    from skyrl_sdk.trainer.config import ConfigError
+    from skyrl_sdk.trainer.run_env import require_env_id, resolve_env_kwargs
+
+    probe = None
     try:
-        trainer = _build_trainer(cfg, resume=resume, ray=ray, console=console)
+        parse_agent(cfg.agent.spec, venv=cfg.agent.venv, binds=cfg.agent.binds)
+        kwargs = resolve_env_kwargs(cfg)
+        probe = skyrl_gym.make(require_env_id(cfg), max_turns=cfg.env.max_turns, **kwargs)
+        host_env(probe)
+    except CommandAgentError as e:
+        raise _Refused(f"agent: {e}") from None
+    except ConfigError as e:
+        raise _Refused(str(e)) from None
+    finally:
+        if probe is not None:
+            probe.close()
+
+
+def _build_or_refuse(
+    cfg: TrainConfig, *, resume: bool, ray: bool, console: Console
+) -> TrainingLoop:
+    """`_build_trainer`, with what the backend refuses said in one line."""
+    from skyrl_sdk.trainer.checkpoint import ResumeConfigError
+    from skyrl_sdk.trainer.config import ConfigError
+
+    try:
+        return _build_trainer(cfg, resume=resume, ray=ray, console=console)
     except (ResumeConfigError, ConfigError, ImportError) as e:
         # A changed config under --resume, a setting the backend cannot honour, or a missing
         # extra (the message names it): one line, for every backend alike.
-        die(str(e))
-    result = trainer.run()
-    console.print(
-        f"trained {result.steps} steps (policy version {result.version}); run in {result.run_dir}"
-    )
+        raise _Refused(str(e)) from None
 
 
 def _build_trainer(cfg: TrainConfig, *, resume: bool, ray: bool, console: Console) -> TrainingLoop:
@@ -163,7 +196,8 @@ def _build_trainer(cfg: TrainConfig, *, resume: bool, ray: bool, console: Consol
 
         return TinkerTrainer(cfg, resume=resume, console=console)
     if ray:
-        from skyrl_sdk.trainer.ray_mode import RayTrainer, init_local_ray
+        from skyrl_sdk.trainer.backends.ray import init_local_ray
+        from skyrl_sdk.trainer.ray_mode import RayTrainer
 
         init_local_ray()
         return RayTrainer(cfg, resume=resume)

@@ -3,7 +3,7 @@
 Both subclass `trainer.learner.Learner` and reuse its loss code unchanged (logprobs,
 truncated IS, PPO/IS loss, KL, entropy, micro-batch reduction); only sharding, backward and
 the optimizer step differ. Run one process per rank: `torchrun --nproc_per_node N`, or Ray
-actors (`trainer.ray_mode`, `distributed.strategy`); on CPU the process group is gloo, on
+actors (`trainer.backends.ray`, `distributed.strategy`); on CPU the process group is gloo, on
 GPUs NCCL.
 
 Data: with `train_step` every rank passes the same global batch and `shard_batch` gives each
@@ -40,7 +40,7 @@ from skyrl_sdk.trainer.learner import Learner, LearnerSettings, LearnerStats, lr
 
 def init_process_group(backend: str | None = None, timeout_s: float = 120.0) -> tuple[int, int]:
     """Join the process group from the environment (`MASTER_ADDR`, `MASTER_PORT`, `RANK`,
-    `WORLD_SIZE`, as torchrun or `trainer.ray_mode` set them): gloo on CPU, NCCL with CUDA.
+    `WORLD_SIZE`, as torchrun or `trainer.backends.ray` set them): gloo on CPU, NCCL with CUDA.
     Returns (rank, world size)."""
     if not dist.is_initialized():
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")

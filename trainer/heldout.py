@@ -133,7 +133,7 @@ def heldout_env_kwargs(
     """The held-out env's constructor arguments: `heldout.env_kwargs` over the run's
     (`env_kwargs`, default `env.kwargs`), task rows of a path in `heldout.env_kwargs.tasks`
     read once (a `ConfigError` naming that field)."""
-    from skyrl_sdk.trainer.loop import TASKS_FIELD, read_task_rows
+    from skyrl_sdk.trainer.run_env import TASKS_FIELD, read_task_rows
 
     if config.heldout.env_kwargs is None:
         raise ValueError("heldout.env_kwargs is not set: there is no held-out split")
@@ -150,7 +150,7 @@ def heldout_tasks(
     """The episodes of every held-out evaluation: `heldout.episodes` rows cycling through the
     held-out env's tasks, or, for an env without tasks, the seed rows `heldout.seed_offset`
     up. Bad settings (rows, arguments the env rejects) are a `ConfigError` naming the field."""
-    from skyrl_sdk.trainer.loop import build_env, require_env_id
+    from skyrl_sdk.trainer.run_env import build_env, require_env_id
 
     settings = config.heldout
     kwargs = heldout_env_kwargs(config, env_kwargs)

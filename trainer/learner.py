@@ -221,21 +221,7 @@ class Learner:
                 normalizer=self.algorithm.normalizer,
                 is_weights=is_weights if proximal_loss else None,
             )
-            loss = pg
-            kl_ref = torch.zeros(())
-            if self.algorithm.kl_coef > 0:
-                ref = self._ref_logprobs(batch)
-                kl_tok = losses.kl_penalty(logprobs, ref, self.kl_estimator)
-                kl_ref = losses.reduce(kl_tok, mask, self.reduction, self.algorithm.normalizer)
-                loss = loss + self.algorithm.kl_coef * kl_ref
-            if self.algorithm.entropy_coef > 0:
-                entropy_tok = losses.entropy_from_logits(logits)
-                loss = loss - self.algorithm.entropy_coef * losses.reduce(
-                    entropy_tok, mask, self.reduction, self.algorithm.normalizer
-                )
-            else:
-                with torch.no_grad():
-                    entropy_tok = losses.entropy_from_logits(logits.detach())
+            loss, kl_ref, entropy_tok = self._regularised(pg, logits, logprobs, batch)
             # Micro-batches are parts of one batch: weight each by its share, so the sum is
             # the batch-level reduction (token mean over all tokens, or mean over sequences).
             n_tok = float(mask.sum())
@@ -263,6 +249,29 @@ class Learner:
                     tis=tis_hits,
                     versions=batch.versions[mask.bool()],
                 )
+
+    def _regularised(
+        self, pg: torch.Tensor, logits: torch.Tensor, logprobs: torch.Tensor, batch: _Padded
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A micro-batch's loss: the policy loss `pg` plus the KL penalty to the reference
+        policy, minus the entropy bonus; with the reduced KL and the per-token entropy."""
+        mask = batch.mask
+        loss = pg
+        kl_ref = torch.zeros(())
+        if self.algorithm.kl_coef > 0:
+            ref = self._ref_logprobs(batch)
+            kl_tok = losses.kl_penalty(logprobs, ref, self.kl_estimator)
+            kl_ref = losses.reduce(kl_tok, mask, self.reduction, self.algorithm.normalizer)
+            loss = loss + self.algorithm.kl_coef * kl_ref
+        if self.algorithm.entropy_coef > 0:
+            entropy_tok = losses.entropy_from_logits(logits)
+            loss = loss - self.algorithm.entropy_coef * losses.reduce(
+                entropy_tok, mask, self.reduction, self.algorithm.normalizer
+            )
+        else:
+            with torch.no_grad():
+                entropy_tok = losses.entropy_from_logits(logits.detach())
+        return loss, kl_ref, entropy_tok
 
     def _backward(self, loss: torch.Tensor) -> None:
         """Backward of one micro-batch's share of the loss (DeepSpeed overrides this)."""

@@ -3,8 +3,9 @@
 import json
 
 from skyrl_sdk.trainer.async_trainer import AsyncTrainer
+from skyrl_sdk.trainer.backends.base import PolicyEngine
 from skyrl_sdk.trainer.config import build_config
-from skyrl_sdk.trainer.loop import PolicyEngine, TrainingLoop
+from skyrl_sdk.trainer.loop import TrainingLoop
 
 STEPS, GROUPS, GROUP_SIZE = 3, 2, 4
 

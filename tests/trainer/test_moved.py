@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import skyrl_gym
-from skyrl_sdk.trainer._moved import MOVES
+from skyrl_sdk.trainer._moved import MOVES, NAME_MOVES
 
 REPO = Path(skyrl_gym.__file__).resolve().parents[1]
 OURS = ("agents", "benchmarks", "sandboxes", "skyrl_gym", "skyrl_sdk", "tools", "trainer", "tests")
@@ -114,3 +114,55 @@ def test_lookup_is_a_built_in_env_not_an_entry_point_of_ours():
     assert key in ("a", "b", "c", "d")
     _, reward, terminated, _, _ = env.step("lookup")
     assert (reward, terminated) == (0.0, False)
+
+
+def test_every_moved_name_warns_at_its_old_path_and_is_the_new_object():
+    """Backends by composition moved names out of `loop`, `async_trainer`, `ray_mode` and
+    `tinker_trainer`, which stay: `from OLD import NAME` still works, with one warning."""
+    code = f"""
+import importlib, json, warnings
+out = []
+for old, name, new in {[(m.old, m.name, m.new) for m in NAME_MOVES]!r}:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scope = {{}}
+        exec(compile(f"from {{old}} import {{name}} as got", "user.py", "exec"), scope)
+    same = scope["got"] is getattr(importlib.import_module(new), name)
+    deprecations = [(str(w.message), w.filename) for w in caught if w.category is DeprecationWarning]
+    out.append([old, name, new, same, deprecations])
+print(json.dumps(out))
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    for old, name, new, same, deprecations in json.loads(done.stdout):
+        assert same, (old, name)
+        ours = [d for d in deprecations if f"`{old}.{name}` moved to `{new}.{name}`" in d[0]]
+        assert len(ours) == 1, (old, name, deprecations)
+        assert ours[0][1] == "user.py", (old, name, ours)  # the importer's line, not ours
+
+
+def test_a_name_that_never_was_there_is_still_an_attribute_error():
+    import pytest
+
+    from skyrl_sdk.trainer import loop
+
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        loop.no_such_name  # noqa: B018
+
+
+def test_no_module_of_ours_imports_a_moved_name_from_its_old_module():
+    moved = {(m.old, m.name) for m in NAME_MOVES}
+    offenders = []
+    for folder in OURS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path == Path(__file__).resolve():
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    offenders += [
+                        f"{path.relative_to(REPO)}: {node.module}.{a.name}"
+                        for a in node.names
+                        if (node.module, a.name) in moved
+                    ]
+    assert offenders == []

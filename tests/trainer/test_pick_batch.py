@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from skyrl_sdk.trainer.async_trainer import pick_batch
+from skyrl_sdk.trainer.batch import pick_batch
 
 
 def test_waits_rather_than_strand_two_old_groups():

@@ -33,7 +33,7 @@ TINY_RUN = [
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from skyrl_sdk.trainer.ray_mode import init_local_ray
+    from skyrl_sdk.trainer.backends.ray import init_local_ray
 
     init_local_ray(num_cpus=2)
     yield

@@ -192,7 +192,7 @@ def test_config_defaults_to_the_local_backend() -> None:
     ],
 )
 def test_settings_tinker_cannot_honour_are_rejected(override: str, names: str) -> None:
-    from skyrl_sdk.trainer.tinker_trainer import check_config
+    from skyrl_sdk.trainer.backends.tinker import check_config
 
     base = ["backend=tinker", "tinker.base_url=http://h:1", "tinker.base_model=m"]
     check_config(build_config({}, base))
@@ -257,7 +257,7 @@ def _sample(mask: list[int]) -> TrainingSample:
 def test_reduction_becomes_per_token_advantage_weights(
     reduction: str, expected: list[list[float]]
 ) -> None:
-    from skyrl_sdk.trainer.tinker_trainer import reduction_weights
+    from skyrl_sdk.trainer.backends.tinker import reduction_weights
 
     samples = [_sample([0, 0, 1, 1, 0]), _sample([0, 1, 1, 1])]
     algorithm = AlgorithmConfig(reduction=reduction, normalizer=4.0)
@@ -304,9 +304,9 @@ def test_every_tinker_loss_the_trainer_sends_is_its_local_loss(
     shifted off the endpoint's)."""
     tinker = pytest.importorskip("tinker")
     from skyrl_sdk.trainer import losses
+    from skyrl_sdk.trainer.backends.tinker import _reduce_locally, build_datums
     from skyrl_sdk.trainer.tinker.cli import TINY_NAME, default_models
     from skyrl_sdk.trainer.tinker.server import ServerConfig, ServerThread
-    from skyrl_sdk.trainer.tinker_trainer import _reduce_locally, build_datums
 
     monkeypatch.setenv("TINKER_TELEMETRY", "0")
     algorithm = AlgorithmConfig(loss=loss, reduction=reduction, normalizer=4.0, clip_high=0.1)

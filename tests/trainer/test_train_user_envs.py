@@ -22,9 +22,11 @@ from skyrl_gym import TextEnv
 from skyrl_gym.registry import resolve
 from skyrl_sdk.agents.trajectory import read_trajectories
 from skyrl_sdk.trainer.async_trainer import AsyncTrainer
+from skyrl_sdk.trainer.batch import flat_groups
 from skyrl_sdk.trainer.checkpoint import ResumeConfigError
 from skyrl_sdk.trainer.config import ConfigError, ModelSource, build_config
-from skyrl_sdk.trainer.loop import SeedStream, TrainingLoop, flat_groups, unknown_tokens
+from skyrl_sdk.trainer.loop import TrainingLoop, unknown_tokens
+from skyrl_sdk.trainer.run_env import SeedStream
 
 REPO = Path(__file__).resolve().parents[2]
 SKYRL = Path(sys.executable).with_name("skyrl")
@@ -387,7 +389,7 @@ def test_a_step_without_reward_variance_says_no_learning_signal_once(
 
 
 def test_flat_groups_names_each_group_without_variance() -> None:
-    from skyrl_sdk.trainer.loop import Group
+    from skyrl_sdk.trainer.batch import Group
 
     class T:
         def __init__(self, reward: float):

@@ -76,7 +76,8 @@ def test_async_training_with_vllm_engine(tmp_path) -> None:
     from skyrl_sdk.agents.policy import FinishReason
     from skyrl_sdk.agents.trajectory import read_trajectories
     from skyrl_sdk.agents.vllm_engine import VLLMEngine
-    from skyrl_sdk.trainer.async_trainer import ENGINE_MODEL_DIR, AsyncTrainer
+    from skyrl_sdk.trainer.async_trainer import AsyncTrainer
+    from skyrl_sdk.trainer.backends.local import ENGINE_MODEL_DIR
 
     trainer = AsyncTrainer(_config(tmp_path))
     assert isinstance(trainer.engine, VLLMEngine)

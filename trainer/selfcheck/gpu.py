@@ -380,8 +380,9 @@ def check_logprobs(
     import torch
 
     from skyrl_sdk.agents.rollout import rollout
-    from skyrl_sdk.trainer.async_trainer import SeededPolicy, make_env
     from skyrl_sdk.trainer.learner import Learner
+    from skyrl_sdk.trainer.loop import SeededPolicy
+    from skyrl_sdk.trainer.run_env import make_env
 
     config = trainer.config
     policy = SeededPolicy(engine, config.seed + 1)
