@@ -33,7 +33,7 @@ import numbers
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
@@ -585,16 +585,17 @@ class LoopAgent:
         """The policy's name (each trajectory's `policy`)."""
         return self.policy.name
 
-    async def play(
+    def play(
         self,
         env: PlayableEnv,
         task: TaskRow,
         *,
         episode_id: str | None = None,
         env_id: str = "",
-    ) -> Trajectory:
-        """`rollout(env, policy, task, ...)`; never raises for episode failures."""
-        return await rollout(
+    ) -> Coroutine[Any, Any, Trajectory]:
+        """`rollout(env, policy, task, ...)`; never raises for episode failures. (Awaited
+        like an `async def`: it returns `rollout`'s coroutine itself, no frame per episode.)"""
+        return rollout(
             env,
             self.policy,
             task,
@@ -648,18 +649,14 @@ async def run_episodes(
         return []
     results: list[Trajectory | None] = [None] * n
 
-    async def one(i: int) -> None:
-        episode_id, task = episodes[i]
-        trajectory = await play_episode(
-            make_env, player, task, episode_id=episode_id, env_id=env_id
-        )
+    def done(i: int, trajectory: Trajectory) -> None:
         results[i] = trajectory
         if writer is not None:
             writer.write(trajectory)
         if on_done is not None:
             on_done(trajectory)
 
-    await _worker_pool(n, concurrency, one)
+    await _worker_pool(make_env, player, episodes, concurrency, env_id, done)
     return [r for r in results if r is not None]
 
 
@@ -676,12 +673,21 @@ def _as_agent(
     return LoopAgent(agent, limits or RolloutLimits(), sampling)
 
 
-async def _worker_pool(n: int, concurrency: int, job: Callable[[int], Awaitable[None]]) -> None:
-    """`job(0)`, ..., `job(n - 1)`, at most `concurrency` at once, in that order of start.
+async def _worker_pool(
+    make_env: EnvFactory,
+    agent: Agent,
+    episodes: Sequence[tuple[str, TaskRow]],
+    concurrency: int,
+    env_id: str,
+    done: Callable[[int, Trajectory], None],
+) -> None:
+    """Play every episode (`play_episode`), at most `concurrency` at once, started in input
+    order; `done(i, trajectory)` as each one finishes.
 
-    Each worker runs one job after another: no task or semaphore per job. The first job that
-    raises ends the run at once (the other workers are cancelled), like `gather`.
+    Each worker plays one episode after another: no task or semaphore per episode. The first
+    `done` that raises ends the run at once (the other workers are cancelled), like `gather`.
     """
+    n = len(episodes)
     limit = min(max(1, concurrency), n)
     next_index = 0
     workers: list[asyncio.Task[None]] = []
@@ -695,11 +701,12 @@ async def _worker_pool(n: int, concurrency: int, job: Callable[[int], Awaitable[
         while next_index < n and not stopped:
             i = next_index
             next_index += 1
-            await job(i)
+            episode_id, task = episodes[i]
+            done(i, await play_episode(make_env, agent, task, episode_id=episode_id, env_id=env_id))
 
     def spawn() -> None:
-        # One more worker per pass of the event loop, up to `concurrency`, while jobs
-        # remain: the others are then waiting on something (the env, the policy). Jobs
+        # One more worker per pass of the event loop, up to `concurrency`, while episodes
+        # remain: the others are then waiting on something (the env, the policy). Episodes
         # that never wait (an instant env and policy) all run in the first worker.
         nonlocal running
         if stopped or len(workers) >= limit or next_index >= n:
@@ -718,13 +725,13 @@ async def _worker_pool(n: int, concurrency: int, job: Callable[[int], Awaitable[
             return
         if error is not None:
             finished.set_exception(error)
-        elif running == 0:  # workers end only when no job is left (or on a failure)
+        elif running == 0:  # workers end only when no episode is left (or on a failure)
             finished.set_result(None)
 
     spawn()
     try:
         await finished
-    except BaseException:  # a failing job (writer, on_done), or we were cancelled
+    except BaseException:  # a failing writer or on_done, or we were cancelled
         stopped = True
         for w in workers:
             w.cancel()
