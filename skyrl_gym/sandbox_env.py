@@ -4,13 +4,17 @@
 survives into the next episode. The sandboxes live on the process-wide background loop
 (`sandboxes.background_loop()`): the async `areset`/`astep` await it without blocking the
 caller's event loop, and the sync `reset`/`step` wait for it, so both paths share one sandbox.
+
+When an episode ends with an answer, `info["episode"]` holds `episode_metrics` (`answer`,
+`correct`) and then `episode_info`: the env's own end-of-episode record, typed as an
+`EpisodeInfo` subclass per env (`TerminalEpisodeInfo`, `HarborEpisodeInfo`, ...).
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import gymnasium as gym
 
@@ -20,6 +24,21 @@ from skyrl_gym.tasks import TaskRow
 from skyrl_gym.tool_env import ToolEnv, Tooling, answer, resolve_format
 from skyrl_sdk.sandboxes import Backend, Sandbox, SandboxSpec, background_loop, create_sandbox
 from skyrl_sdk.tools import Tool, ToolFormat, Toolset, XMLTagFormat
+
+
+class EpisodeInfo(TypedDict, total=False):
+    """`SandboxToolEnv.episode_info`: what a sandboxed env adds to `info["episode"]` when an
+    episode ends (merged after `episode_metrics`' `answer` and `correct`, so a key here wins).
+
+    Each env declares its own fields in a subclass (`TerminalEpisodeInfo`,
+    `HarborEpisodeInfo`, `TerminalGenEpisodeInfo`, `SWEEpisodeInfo`). Readers outside the env
+    treat the record as free-form JSON (`StepInfo.episode`; the agent loop reads only
+    `correct`); a `TypedDict` is a plain dict at runtime, so it is written as it is.
+    """
+
+    notes: list[str]
+    """Caveats about how the episode was graded, for whoever reads the record (terminal: the
+    `single_uid` note when the grading sandbox had no second uid)."""
 
 
 class SandboxToolEnv(ToolEnv):
@@ -138,6 +157,6 @@ class SandboxToolEnv(ToolEnv):
             observations.append(self.tool_format.render_result(result))
         return observations, 0.0, False, False, turn.info
 
-    def episode_info(self) -> dict[str, Any]:
-        """Extra fields for `info["episode"]` at the end of an episode."""
+    def episode_info(self) -> EpisodeInfo:
+        """Extra fields for `info["episode"]` at the end of an episode (none by default)."""
         return {}

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import gymnasium as gym
 
@@ -49,7 +49,7 @@ from skyrl_gym.envs.harbor.task import (
     load_task,
     roll_up_rewards,
 )
-from skyrl_gym.sandbox_env import SandboxToolEnv
+from skyrl_gym.sandbox_env import EpisodeInfo, SandboxToolEnv
 from skyrl_gym.step_info import StepInfo
 from skyrl_gym.tasks import TaskRow
 from skyrl_gym.tool_env import ParsedTurn, Tooling, answer
@@ -83,6 +83,54 @@ class StepEnd(enum.StrEnum):
     the step it was in."""
 
 
+class StepOutcomeJSON(TypedDict):
+    """`StepOutcome.to_json`: one step's record (`info["harbor_step"]`, and an entry of
+    `info["episode"]["steps"]`)."""
+
+    name: str
+    """The step's name (`[[steps]].name`)."""
+    reward: float | None
+    """The step's primary reward; None when its verifier gave none."""
+    rewards: dict[str, float] | None
+    """Every reward the step's verifier wrote; None without a reward."""
+    verifier_error: str | None
+    """Why the step has no reward (a `VerifierError` value), or None."""
+    verifier_message: str
+    """Details of that error ("" without one)."""
+    agent_s: float
+    """Seconds of the step's agent phase (`StepOutcome.agent_s`)."""
+    verifier_s: float
+    """Seconds of the step's verifier phase."""
+    ended_by: str
+    """What ended the step (a `StepEnd` value)."""
+    below_min_reward: bool
+    """The step's reward was below its `min_reward`."""
+    stopped_episode: bool
+    """The episode ended after this step."""
+
+
+class HarborEpisodeInfo(EpisodeInfo, total=False):
+    """`HarborEnv.episode_info`: the verifier's outcome (in `info["episode"]`).
+
+    Empty before the episode is graded; the four verifier fields once it is; `steps` and
+    `step_setup_error` as well for a multi-step task."""
+
+    rewards: dict[str, float] | None
+    """Every reward the verifier wrote (a multi-step task: the steps' roll-up); None without
+    a reward."""
+    verifier_error: str | None
+    """Why there is no reward (a `VerifierError` value), or None."""
+    verifier_message: str
+    """Details of that error ("" without one)."""
+    grading_isolation: str | None
+    """The verifier sandbox's `GradingIsolation` value (`two_uid`, `single_uid`); None when it
+    did not start."""
+    steps: list[StepOutcomeJSON]
+    """A multi-step task's verified steps, in order."""
+    step_setup_error: str | None
+    """A multi-step task's failed `workdir/setup.sh`, if one failed."""
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     """One verified step of a multi-step episode (`HarborEnv.step_outcomes`)."""
@@ -101,7 +149,7 @@ class StepOutcome:
     """The episode ended after this step: its verifier failed, its reward was below its
     `min_reward`, or it was the last."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StepOutcomeJSON:
         result = self.result
         return {
             "name": self.name,
@@ -199,7 +247,7 @@ class HarborEnv(SandboxToolEnv):
         shell = self.runtime.shell if self.runtime is not None else "bash"
         return [bash_tool(sandbox, timeout_s=self.timeout_s, shell=shell), *file_tools(sandbox)]
 
-    def prompt(self, task: dict[str, Any]) -> str:
+    def prompt(self, task: TaskRow) -> str:
         assert self.runtime is not None
         return self.runtime.task.instruction
 
@@ -372,17 +420,17 @@ class HarborEnv(SandboxToolEnv):
             await self._verify_step(StepEnd.EPISODE_END)
         return self._finish_steps()
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> float:
+    async def ascore(self, task: TaskRow, answer: str) -> float:
         assert self.runtime is not None
         result = await self.runtime.verify()
         self.verifier_result = result
         return result.reward if result.reward is not None else 0.0
 
-    def episode_info(self) -> dict[str, Any]:
+    def episode_info(self) -> HarborEpisodeInfo:
         result = self.verifier_result
         if result is None:
             return {}
-        info: dict[str, Any] = {
+        info: HarborEpisodeInfo = {
             "rewards": result.rewards,
             "verifier_error": result.error.value if result.error else None,
             "verifier_message": result.message,

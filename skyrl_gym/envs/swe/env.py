@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
-from skyrl_gym.core import ResetNeeded, StepReturn, coerce_action
+from skyrl_gym.core import Messages, ResetNeeded, StepReturn, coerce_action
 from skyrl_gym.envs.swe.harness import (
     HarnessConfig,
     InstanceResult,
@@ -50,8 +50,9 @@ from skyrl_gym.envs.swe.instances import (
     split_patch,
 )
 from skyrl_gym.envs.swe.repos import snapshot_git_dir, workspace_patch
-from skyrl_gym.sandbox_env import SandboxToolEnv
+from skyrl_gym.sandbox_env import EpisodeInfo, SandboxToolEnv
 from skyrl_gym.step_info import StepInfo
+from skyrl_gym.tasks import TaskRow
 from skyrl_gym.tool_env import Tooling, answer
 from skyrl_sdk.sandboxes import DEFAULT_DISK_BYTES, Backend, Sandbox, SandboxSpec, Workspace
 from skyrl_sdk.tools import ParseError, ParseErrorKind, Tool, ToolFormat, Toolset, tool
@@ -62,11 +63,35 @@ SUBMIT = "submit"
 MAX_SEARCH_LINES = 200
 
 
-def bundled_rows() -> list[dict[str, Any]]:
+def bundled_rows() -> list[TaskRow]:
     """The bundled instances as task rows."""
     from skyrl_gym.envs.swe.bundled.build import INSTANCES_FILE
 
-    return [i.to_row() for i in load_instances(INSTANCES_FILE)]
+    return _instance_rows(load_instances(INSTANCES_FILE))
+
+
+def _instance_rows(instances: Sequence[SWEInstance]) -> list[TaskRow]:
+    """SWE-bench instances as task rows (`task_id` = `instance_id`; the other fields are
+    `SWEInstance`'s, which `TaskRow` leaves undeclared)."""
+    return [cast(TaskRow, i.to_row()) for i in instances]
+
+
+class SWEEpisodeInfo(EpisodeInfo):
+    """`SWEEnv.episode_info`: how the harness graded the submitted patch (in
+    `info["episode"]`)."""
+
+    outcome: str | None
+    """The instance's `Outcome` value (`resolved`, `unresolved`, `error`, ...); None before
+    grading."""
+    error: str | None
+    """What went wrong, for errors, timeouts, skips and failed applies."""
+    model_patch: str | None
+    """The patch that was graded (test-file changes dropped when `strip_tests`)."""
+    stripped_test_files: list[str]
+    """The test files whose changes were dropped from the patch."""
+    tests_status: dict[str, dict[str, list[str]]]
+    """SWE-bench's per-test report (`FAIL_TO_PASS`, `PASS_TO_PASS`, ... -> the `success` and
+    `failure` test lists); {} when the tests never ran."""
 
 
 def search_tool(sandbox: Sandbox, *, timeout_s: float = 30.0) -> Tool:
@@ -107,7 +132,8 @@ def submit() -> str:
 
 def strip_test_changes(patch: str) -> tuple[str, list[str]]:
     """The patch without its changes to test files, and the paths dropped."""
-    kept, dropped = [], []
+    kept: list[tuple[str, str]] = []
+    dropped: list[tuple[str, str]] = []
     for path, chunk in split_patch(patch):
         (dropped if is_test_path(path) else kept).append((path, chunk))
     return "".join(chunk for _, chunk in kept), [p for p, _ in dropped]
@@ -127,7 +153,7 @@ class SWEEnv(SandboxToolEnv):
 
     def __init__(
         self,
-        tasks: Sequence[dict[str, Any]] | None = None,
+        tasks: Sequence[TaskRow] | None = None,
         *,
         instances: str | None = None,
         repos: str | None = None,
@@ -144,7 +170,7 @@ class SWEEnv(SandboxToolEnv):
         disk_bytes: int | None = DEFAULT_DISK_BYTES,
     ):
         if tasks is None:
-            tasks = [i.to_row() for i in load_instances(instances)] if instances else None
+            tasks = _instance_rows(load_instances(instances)) if instances else None
         self._bundled = tasks is None
         self.timeout_s = timeout_s
         self.strip_tests = strip_tests
@@ -191,14 +217,15 @@ class SWEEnv(SandboxToolEnv):
             submit,
         ]
 
-    def prompt(self, task: dict[str, Any]) -> str:
+    def prompt(self, task: TaskRow) -> str:
+        row: Mapping[str, Any] = task  # SWEInstance's fields, which TaskRow leaves undeclared
         return (
-            f"Repository: {task['repo']} (checked out in /testbed)\n\n"
-            f"<issue>\n{task.get('problem_statement', '').strip()}\n</issue>\n\n"
+            f"Repository: {row['repo']} (checked out in /testbed)\n\n"
+            f"<issue>\n{row.get('problem_statement', '').strip()}\n</issue>\n\n"
             "Change the source code so that the issue is resolved, then call submit."
         )
 
-    def sandbox_spec(self, task: dict[str, Any]) -> SandboxSpec:
+    def sandbox_spec(self, task: TaskRow) -> SandboxSpec:
         # The workspace belongs to the env: it outlives the agent's sandbox so the grading
         # phase can read it; the pristine git directory next to it is never mounted.
         self._drop_workspace()
@@ -241,7 +268,7 @@ class SWEEnv(SandboxToolEnv):
         info = StepInfo(tuple(calls), error).write()
         if error is not None:
             return [self.tool_format.error_message(error)], 0.0, False, False, info
-        observations = []
+        observations: Messages = []
         for call in calls:
             if call.name == SUBMIT:
                 reward = float(await self.ascore(self.task, ""))
@@ -253,7 +280,7 @@ class SWEEnv(SandboxToolEnv):
 
     # ---- grading ----------------------------------------------------------------------------
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> float:
+    async def ascore(self, task: TaskRow, answer: str) -> float:
         """Evaluate the agent's changes in a fresh phase; 1.0 when the instance is resolved."""
         import asyncio
 
@@ -286,7 +313,7 @@ class SWEEnv(SandboxToolEnv):
             )
         return 1.0 if result.resolved else 0.0
 
-    def episode_info(self) -> dict[str, Any]:
+    def episode_info(self) -> SWEEpisodeInfo:
         result = self.last_result
         return {
             "outcome": result.outcome.value if result else None,

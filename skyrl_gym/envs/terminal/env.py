@@ -37,9 +37,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, TypedDict
+from typing import ClassVar, TypedDict
 
-from skyrl_gym.sandbox_env import SandboxToolEnv
+from skyrl_gym.sandbox_env import EpisodeInfo, SandboxToolEnv
 from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
@@ -76,6 +76,15 @@ class CheckResult(TypedDict):
     """The check ran past `check_timeout_s`."""
     isolation: str
     """The grading sandbox's `GradingIsolation` value (`two_uid`, `single_uid`)."""
+
+
+class TerminalEpisodeInfo(EpisodeInfo):
+    """`TerminalEnv.episode_info`: how the check graded the final workspace (in
+    `info["episode"]`); `notes` holds `SINGLE_UID_NOTE` when the grading sandbox had no second
+    uid."""
+
+    check: CheckResult | None
+    """The check's run (`TerminalEnv.last_check`); None before the first graded episode."""
 
 
 @cache
@@ -173,8 +182,8 @@ class TerminalEnv(SandboxToolEnv):
         }
         return 1.0 if result.ok else 0.0
 
-    def episode_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"check": self.last_check}
+    def episode_info(self) -> TerminalEpisodeInfo:
+        info: TerminalEpisodeInfo = {"check": self.last_check}
         if self.last_check and self.last_check["isolation"] == GradingIsolation.SINGLE_UID.value:
             info["notes"] = [SINGLE_UID_NOTE]
         return info

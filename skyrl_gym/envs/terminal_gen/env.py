@@ -26,10 +26,10 @@ import tempfile
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn
-from skyrl_gym.envs.harbor.env import HarborEnv
+from skyrl_gym.envs.harbor.env import HarborEnv, HarborEpisodeInfo
 from skyrl_gym.envs.harbor.runtime import HarborRuntime
 from skyrl_gym.envs.terminal_gen.families import make_spec
 from skyrl_gym.envs.terminal_gen.generate import SPLITS, resolve_families, write_task
@@ -79,6 +79,18 @@ def family_success(episodes: Iterable[tuple[str, float]]) -> dict[str, dict[str,
         f: {"episodes": float(len(v)), "success": sum(v) / len(v)}
         for f, v in sorted(counts.items())
     }
+
+
+class TerminalGenEpisodeInfo(HarborEpisodeInfo, total=False):
+    """`TerminalGenEnv.episode_info`: Harbor's verifier fields plus the generated task's
+    family card (once the episode has a task)."""
+
+    family: str
+    """The task's generator family (`echo-word`, ...)."""
+    difficulty: int
+    """The task's difficulty: 1 (one obvious command) to 3 (several steps or a program)."""
+    category: str
+    """The kind of shell work the task exercises (a `Category` value)."""
 
 
 class TerminalGenEnv(HarborEnv):
@@ -176,12 +188,17 @@ class TerminalGenEnv(HarborEnv):
         reward = result.reward  # None unless test.sh exited 0 (require_exit_zero)
         return 0.0 if reward is None else reward
 
-    def episode_info(self) -> dict[str, Any]:
-        info = super().episode_info()
+    def episode_info(self) -> TerminalGenEpisodeInfo:
+        # Harbor's own dict, with the task's card added (a cast, not a copy: the same object).
+        info = cast(TerminalGenEpisodeInfo, super().episode_info())
         if self.task is not None:
             spec = make_spec(self.task["family"], int(self.task["seed"]))
             info.update(
-                family=spec.family, difficulty=spec.difficulty, category=spec.category.value
+                {
+                    "family": spec.family,
+                    "difficulty": spec.difficulty,
+                    "category": spec.category.value,
+                }
             )
         return info
 
