@@ -55,10 +55,13 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
+from skyrl_gym.tasks import TaskRow
+from skyrl_sdk.agents.agent import Agent
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.command_agent import CommandAgentRunner
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
-from skyrl_sdk.agents.rollout import RolloutLimits, rollout
+from skyrl_sdk.agents.rollout import LoopAgent, RolloutLimits
+from skyrl_sdk.agents.rollout import play_episode as play_agent_episode
 from skyrl_sdk.agents.trajectory import Trajectory, TrajectoryWriter
 from skyrl_sdk.trainer import heldout
 from skyrl_sdk.trainer._moved import moved_name
@@ -148,6 +151,9 @@ class TrainingLoop:
     """Plays every episode instead of `rollout` when `agent.spec` is `command:CMD` (set by
     `train`: an external program in the episode's sandbox, against `policy` served over
     OpenAI's API; its captured tokens are the trajectory)."""
+    agent: Agent
+    """What plays every episode (set by `train`): `command_agent`, or the loop agent
+    (`LoopAgent`: `policy` through `rollout`, with `limits` and `sampling`)."""
 
     def __init__(
         self,
@@ -216,6 +222,7 @@ class TrainingLoop:
         self.command_agent = CommandAgentRunner.for_training(
             self.config.agent, self.policy, self.run_dir
         )
+        self.agent = self.command_agent or LoopAgent(self.policy, self.limits, self.sampling)
         history: list[dict[str, Any]] = []
         outcome = RunOutcome.ERRORED
         evaluator = self._heldout_evaluator()
@@ -370,27 +377,16 @@ class TrainingLoop:
             self._check_prompt_tokens(trajectories[0])
         return Group(index, str(task.get("task_id", "")), version, tuple(trajectories))
 
-    async def play_episode(self, index: int, k: int, task: dict[str, Any]) -> Trajectory:
-        """Episode `k` of group `index` on a fresh env, recorded to the run's trajectory file."""
-        env = self.make_env()
-        episode_id = f"g{index}/{task.get('task_id', '')}#{k}"
-        try:
-            if self.command_agent is not None:
-                trajectory = await self.command_agent.run(
-                    env, task, episode_id=episode_id, env_id=self.config.env.id
-                )
-            else:
-                trajectory = await rollout(
-                    env,
-                    self.policy,
-                    task,
-                    limits=self.limits,
-                    sampling=self.sampling,
-                    episode_id=episode_id,
-                    env_id=self.config.env.id,
-                )
-        finally:
-            env.close()
+    async def play_episode(self, index: int, k: int, task: TaskRow) -> Trajectory:
+        """Episode `k` of group `index` on a fresh env, played by the run's agent through
+        `agents.rollout.play_episode`, recorded to the run's trajectory file."""
+        trajectory = await play_agent_episode(
+            self.make_env,
+            self.agent,
+            task,
+            episode_id=f"g{index}/{task.get('task_id', '')}#{k}",
+            env_id=self.config.env.id or "",
+        )
         if self.writer is not None:
             self.writer.write(trajectory)
         return trajectory
