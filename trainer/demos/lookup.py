@@ -48,6 +48,7 @@ from skyrl_sdk.trainer.demos.report import (
 
 if TYPE_CHECKING:
     from skyrl_sdk.trainer.config import TrainConfig
+    from skyrl_sdk.trainer.heldout import HeldoutResult
 
 
 @dataclass(frozen=True)
@@ -213,47 +214,10 @@ def run_demo(
     with Heartbeat(trainer, console, steps=steps, heldout_episodes=heldout_episodes):
         result = trainer.run()
     rows = list(result.history)
-    rewards = [r["reward/mean"] for r in rows]
-    window = max(1, min(10, len(rows) // 4 or 1))
     evaluations = read_results(out)
-    summary: dict[str, Any] = {
-        "model": preset.name,
-        "env": preset.env_id,
-        "seed": seed,
-        "steps": result.steps,
-        "reward_start": sum(rewards[:window]) / window,
-        "reward_end": sum(rewards[-window:]) / window,
-        "success_start": sum(r["success/rate"] for r in rows[:window]) / window,
-        "success_end": sum(r["success/rate"] for r in rows[-window:]) / window,
-        "window": window,
-        "train_s": sum(r["time/step_s"] for r in rows),
-        "wall_s": time.perf_counter() - started,
-        "rewards": rewards,
-    }
-    if evaluations:
-        first, last = evaluations[0], evaluations[-1]
-        summary.update(
-            heldout_success_start=first.success,
-            heldout_success_end=last.success,
-            heldout_ci_start=[first.ci_low, first.ci_high],
-            heldout_ci_end=[last.ci_low, last.ci_high],
-            heldout_episodes=last.episodes,
-            heldout_temperature=last.temperature,
-        )
-    table = Table(title="learning curve" + (" (every ~10th step)" if len(rows) > 20 else ""))
-    for column in ("step", "reward", "success", "entropy", "staleness max", "step s"):
-        table.add_column(column, justify="right")
-    stride = max(1, len(rows) // 10)
-    table_rows = rows[::stride] + ([rows[-1]] if (len(rows) - 1) % stride else [])
-    for r in table_rows:
-        table.add_row(
-            str(r["step"]),
-            f"{r['reward/mean']:.3f}",
-            f"{r['success/rate']:.0%}",
-            f"{r['policy/entropy']:.2f}",
-            str(r["staleness/max"]),
-            f"{r['time/step_s']:.1f}",
-        )
+    summary = _summary(preset, seed, result.steps, rows, evaluations, started)
+    rewards, window = summary["rewards"], summary["window"]
+    table, table_rows = _curve_table(rows)
     console.print(table)
     title = f"{preset.env_id} env, {preset.label}, GRPO"
     picture = write_curve(rewards, out, title=title, heldout=evaluations)
@@ -273,6 +237,64 @@ def run_demo(
     )
     print_outputs(console, report, viewer, out / "trajectories.jsonl")
     return summary
+
+
+def _summary(
+    preset: DemoPreset,
+    seed: int,
+    steps: int,
+    rows: list[dict[str, Any]],
+    evaluations: list[HeldoutResult],
+    started: float,
+) -> dict[str, Any]:
+    """The run's `results.json`: reward and success over the first and last steps (a window of
+    up to 10), and the first and last held-out evaluations."""
+    rewards = [r["reward/mean"] for r in rows]
+    window = max(1, min(10, len(rows) // 4 or 1))
+    summary: dict[str, Any] = {
+        "model": preset.name,
+        "env": preset.env_id,
+        "seed": seed,
+        "steps": steps,
+        "reward_start": sum(rewards[:window]) / window,
+        "reward_end": sum(rewards[-window:]) / window,
+        "success_start": sum(r["success/rate"] for r in rows[:window]) / window,
+        "success_end": sum(r["success/rate"] for r in rows[-window:]) / window,
+        "window": window,
+        "train_s": sum(r["time/step_s"] for r in rows),
+        "wall_s": time.perf_counter() - started,
+        "rewards": rewards,
+    }
+    if evaluations:
+        first, last = evaluations[0], evaluations[-1]
+        summary.update(
+            heldout_success_start=first.success,
+            heldout_success_end=last.success,
+            heldout_ci_start=[first.ci_low, first.ci_high],
+            heldout_ci_end=[last.ci_low, last.ci_high],
+            heldout_episodes=last.episodes,
+            heldout_temperature=last.temperature,
+        )
+    return summary
+
+
+def _curve_table(rows: list[dict[str, Any]]) -> tuple[Table, list[dict[str, Any]]]:
+    """The learning curve as a table of about ten steps, and the rows it shows."""
+    table = Table(title="learning curve" + (" (every ~10th step)" if len(rows) > 20 else ""))
+    for column in ("step", "reward", "success", "entropy", "staleness max", "step s"):
+        table.add_column(column, justify="right")
+    stride = max(1, len(rows) // 10)
+    table_rows = rows[::stride] + ([rows[-1]] if (len(rows) - 1) % stride else [])
+    for r in table_rows:
+        table.add_row(
+            str(r["step"]),
+            f"{r['reward/mean']:.3f}",
+            f"{r['success/rate']:.0%}",
+            f"{r['policy/entropy']:.2f}",
+            str(r["staleness/max"]),
+            f"{r['time/step_s']:.1f}",
+        )
+    return table, table_rows
 
 
 def _available(preset: DemoPreset, console: Console) -> DemoPreset:

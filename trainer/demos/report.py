@@ -21,6 +21,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,41 @@ def _xml(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+@dataclass(frozen=True)
+class _Plot:
+    """The chart's plot area, in pixels, and how steps and values map onto it."""
+
+    left: int
+    """x of the plot area's left edge."""
+    top: int
+    """y of its top edge."""
+    width: int
+    """Its width."""
+    height: int
+    """Its height."""
+    first: int
+    """The step at the left end (0 with a held-out evaluation of the untrained policy)."""
+    span: int
+    """Steps from the left end to the right end (at least 1)."""
+    inset: int = 10
+    """The first and last points clear the plot's edges by this much."""
+
+    def x(self, step: float) -> float:
+        """The x of `step`."""
+        return (
+            self.left + self.inset + (step - self.first) * (self.width - 2 * self.inset) / self.span
+        )
+
+    def y(self, value: float) -> float:
+        """The y of `value`, clipped to [0, 1]."""
+        return self.top + self.height - max(0.0, min(1.0, value)) * self.height
+
+    @property
+    def bottom(self) -> int:
+        """y of the x axis."""
+        return self.top + self.height
+
+
 def reward_chart_svg(
     rewards: Sequence[float],
     heldout: Sequence[HeldoutResult] = (),
@@ -87,40 +123,43 @@ def reward_chart_svg(
     (`grid`, `ytick`, `xtick`, `reward`, `heldout`, `heldout-ci`, `axis-label`) that tests and
     stylesheets can find."""
     left, right, top, bottom = 48, 20, 34, 48
-    plot_w, plot_h = width - left - right, height - top - bottom
-    n = len(rewards)
     first = 0 if heldout else 1  # the untrained policy's evaluation is at step 0
-    last = max([n, first, *(r.step for r in heldout)])
-    span = max(last - first, 1)
-
-    inset = 10  # the first and last points clear the plot's edges
-
-    def x(step: float) -> float:
-        return left + inset + (step - first) * (plot_w - 2 * inset) / span
-
-    def y(value: float) -> float:
-        return top + plot_h - max(0.0, min(1.0, value)) * plot_h
-
+    last = max([len(rewards), first, *(r.step for r in heldout)])
+    plot = _Plot(
+        left, top, width - left - right, height - top - bottom, first, max(last - first, 1)
+    )
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         'font-family="sans-serif">',
         '<rect width="100%" height="100%" fill="white"/>',
+        *_chart_axes(plot, last, height, bool(heldout)),
+        *_chart_rewards(plot, rewards),
+        *_chart_heldout(plot, heldout),
+        *_chart_legend(plot, bool(heldout)),
+        f'<text x="{width / 2}" y="20" font-size="13" text-anchor="middle">'
+        f"mean reward per step: {_xml(title)}</text></svg>",
     ]
-    for t in Y_TICKS:
-        parts.append(
-            f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{y(t):.1f}" '
-            f'y2="{y(t):.1f}" stroke="#ddd"/>'
-            f'<text class="ytick" x="{left - 6}" y="{y(t):.1f}" dy="4" font-size="11" '
-            f'text-anchor="end">{t:g}</text>'
-        )
-    axis_y = top + plot_h
-    for step in step_ticks(first, last):
-        parts.append(
-            f'<line x1="{x(step):.1f}" x2="{x(step):.1f}" y1="{axis_y}" y2="{axis_y + 4}" '
-            'stroke="#888"/>'
-            f'<text class="xtick" x="{x(step):.1f}" y="{axis_y + 16}" font-size="11" '
-            f'text-anchor="middle">{step}</text>'
-        )
+    return "".join(parts)
+
+
+def _chart_axes(plot: _Plot, last: int, height: int, heldout: bool) -> list[str]:
+    """The grid with its value ticks, the step ticks and the two axis labels."""
+    x, y, left, top = plot.x, plot.y, plot.left, plot.top
+    plot_w, plot_h, axis_y = plot.width, plot.height, plot.bottom
+    parts = [
+        f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{y(t):.1f}" '
+        f'y2="{y(t):.1f}" stroke="#ddd"/>'
+        f'<text class="ytick" x="{left - 6}" y="{y(t):.1f}" dy="4" font-size="11" '
+        f'text-anchor="end">{t:g}</text>'
+        for t in Y_TICKS
+    ]
+    parts += [
+        f'<line x1="{x(step):.1f}" x2="{x(step):.1f}" y1="{axis_y}" y2="{axis_y + 4}" '
+        'stroke="#888"/>'
+        f'<text class="xtick" x="{x(step):.1f}" y="{axis_y + 16}" font-size="11" '
+        f'text-anchor="middle">{step}</text>'
+        for step in step_ticks(plot.first, last)
+    ]
     parts.append(
         f'<text class="axis-label" x="{left + plot_w / 2:.1f}" y="{height - 8}" font-size="12" '
         'text-anchor="middle">step</text>'
@@ -130,43 +169,56 @@ def reward_chart_svg(
         f'<text class="axis-label" x="12" y="{top + plot_h / 2:.1f}" font-size="12" '
         f'text-anchor="middle" transform="rotate(-90 12 {top + plot_h / 2:.1f})">{y_label}</text>'
     )
-    xy = [(x(i), y(v)) for i, v in enumerate(rewards, 1)]
-    if xy:
-        points = " ".join(f"{px:.1f},{py:.1f}" for px, py in xy)
-        smooth = " ".join(
-            f"{px:.1f},{y(v):.1f}"
-            for (px, _), v in zip(xy, moving_average(list(rewards)), strict=True)
-        )
-        parts.append(f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{points}"/>')
-        if n <= 30:
-            parts += [
-                f'<circle class="reward" cx="{px:.1f}" cy="{py:.1f}" r="3" fill="#1f77b4"/>'
-                for px, py in xy
-            ]
-        parts.append(f'<polyline fill="none" stroke="#d62728" stroke-width="2" points="{smooth}"/>')
+    return parts
+
+
+def _chart_rewards(plot: _Plot, rewards: Sequence[float]) -> list[str]:
+    """The reward per step (with a dot per step when there are at most 30) and its moving
+    average."""
+    xy = [(plot.x(i), plot.y(v)) for i, v in enumerate(rewards, 1)]
+    if not xy:
+        return []
+    points = " ".join(f"{px:.1f},{py:.1f}" for px, py in xy)
+    smooth = " ".join(
+        f"{px:.1f},{plot.y(v):.1f}"
+        for (px, _), v in zip(xy, moving_average(list(rewards)), strict=True)
+    )
+    parts = [f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{points}"/>']
+    if len(rewards) <= 30:
+        parts += [
+            f'<circle class="reward" cx="{px:.1f}" cy="{py:.1f}" r="3" fill="#1f77b4"/>'
+            for px, py in xy
+        ]
+    parts.append(f'<polyline fill="none" stroke="#d62728" stroke-width="2" points="{smooth}"/>')
+    return parts
+
+
+def _chart_heldout(plot: _Plot, heldout: Sequence[HeldoutResult]) -> list[str]:
+    """Each held-out evaluation: its success rate and 95% interval."""
+    parts = []
     for r in heldout:
-        cx = x(r.step)
+        cx = plot.x(r.step)
         parts.append(
-            f'<line class="heldout-ci" x1="{cx:.1f}" x2="{cx:.1f}" y1="{y(r.ci_low):.1f}" '
-            f'y2="{y(r.ci_high):.1f}" stroke="#2ca02c" stroke-width="2"/>'
+            f'<line class="heldout-ci" x1="{cx:.1f}" x2="{cx:.1f}" y1="{plot.y(r.ci_low):.1f}" '
+            f'y2="{plot.y(r.ci_high):.1f}" stroke="#2ca02c" stroke-width="2"/>'
         )
         parts.append(
-            f'<circle class="heldout" cx="{cx:.1f}" cy="{y(r.success):.1f}" r="5" '
+            f'<circle class="heldout" cx="{cx:.1f}" cy="{plot.y(r.success):.1f}" r="5" '
             'fill="#2ca02c" stroke="white"/>'
         )
+    return parts
+
+
+def _chart_legend(plot: _Plot, heldout: bool) -> list[str]:
+    """The legend, right-aligned above the x axis."""
     legend = [("#1f77b4", "mean reward per step"), ("#d62728", "moving average")]
     if heldout:
         legend.append(("#2ca02c", "held-out success (95% interval)"))
-    for i, (colour, label) in enumerate(legend):
-        parts.append(
-            f'<text x="{left + plot_w}" y="{axis_y - 8 - 14 * (len(legend) - 1 - i)}" '
-            f'font-size="11" text-anchor="end" fill="{colour}">{label}</text>'
-        )
-    parts.append(
-        f'<text x="{width / 2}" y="20" font-size="13" text-anchor="middle">'
-        f"mean reward per step: {_xml(title)}</text></svg>"
-    )
-    return "".join(parts)
+    return [
+        f'<text x="{plot.left + plot.width}" y="{plot.bottom - 8 - 14 * (len(legend) - 1 - i)}" '
+        f'font-size="11" text-anchor="end" fill="{colour}">{label}</text>'
+        for i, (colour, label) in enumerate(legend)
+    ]
 
 
 def write_curve(

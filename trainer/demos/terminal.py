@@ -36,12 +36,16 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import skyrl_gym
 from skyrl_gym.core import Messages
 from skyrl_gym.envs.terminal_gen.env import TerminalGenEnv
 from skyrl_sdk.trainer.demos.lookup import half_the_cores, smollm2_lora_model
+
+if TYPE_CHECKING:
+    from skyrl_sdk.trainer.config import TrainConfig
+    from skyrl_sdk.trainer.heldout import HeldoutResult
 
 ENV_ID = "terminal-gen-demo"
 """The demo's env id (registered when this module is imported)."""
@@ -124,22 +128,13 @@ def run_terminal_demo(
     from rich.console import Console
 
     from skyrl_sdk.trainer.async_trainer import AsyncTrainer
-    from skyrl_sdk.trainer.config import build_config
     from skyrl_sdk.trainer.demos.lookup import write_curve
     from skyrl_sdk.trainer.heldout import read_results
 
     console = Console()
     started = time.perf_counter()
     out = Path(out_dir)
-    data = _merge(json.loads(json.dumps(PRESET)), overrides or {})
-    if data["model"].get("source") == "smollm2":
-        _fetch_smollm2(console)
-    data["out_dir"] = str(out)
-    data["seed"] = seed
-    data["trainer"] = {**data.get("trainer", {}), "steps": STEPS if steps is None else steps}
-    cfg = build_config(data)
-    if cfg.heldout.env_kwargs is None:
-        raise ValueError("the terminal demo needs heldout.env_kwargs (its headline)")
+    cfg = _terminal_config(steps, out, seed, overrides, console)
     families = ", ".join(cfg.env.kwargs.get("families") or ["all"])
     console.print(
         f"[bold]skyrl demo --task terminal[/bold]: GRPO on generated shell tasks ({families}), "
@@ -154,15 +149,66 @@ def run_terminal_demo(
     evaluations = read_results(out)
     if not evaluations:
         raise RuntimeError(f"the run recorded no held-out evaluation in {out}")
+    summary = _terminal_summary(cfg, seed, result.steps, rows, evaluations, started)
+    first, last = evaluations[0], evaluations[-1]
+    title = f"{cfg.env.id} ({families}), GRPO"
+    reward_picture = write_curve(summary["rewards"], out, title=title)
+    heldout_picture = out / "heldout_curve.svg"
+    heldout_picture.write_text(heldout_svg(evaluations))
+    viewer = write_terminal_viewer(out, trainer.tokenizer, title=title)
+    (out / "report.md").write_text(
+        report_markdown(summary, evaluations, reward_picture, heldout_picture, viewer)
+    )
+    (out / "results.json").write_text(json.dumps(summary, indent=2))
+    console.print(
+        f"held-out success {_pct(first)} -> {_pct(last)} ({last.episodes} episodes on tasks "
+        f"never trained on, temperature {last.temperature:g}); {summary['wall_s']:.0f} s in "
+        f"all.\nReport: {out / 'report.md'}; viewer: {viewer}"
+    )
+    return summary
+
+
+def _terminal_config(
+    steps: int | None,
+    out: Path,
+    seed: int,
+    overrides: Mapping[str, Any] | None,
+    console: Any,
+) -> TrainConfig:
+    """`PRESET` deep-merged with `overrides`, for this run (fetching SmolLM2 when it runs it)."""
+    from skyrl_sdk.trainer.config import build_config
+
+    data = _merge(json.loads(json.dumps(PRESET)), overrides or {})
+    if data["model"].get("source") == "smollm2":
+        _fetch_smollm2(console)
+    data["out_dir"] = str(out)
+    data["seed"] = seed
+    data["trainer"] = {**data.get("trainer", {}), "steps": STEPS if steps is None else steps}
+    cfg = build_config(data)
+    if cfg.heldout.env_kwargs is None:
+        raise ValueError("the terminal demo needs heldout.env_kwargs (its headline)")
+    return cfg
+
+
+def _terminal_summary(
+    cfg: TrainConfig,
+    seed: int,
+    steps: int,
+    rows: list[dict[str, Any]],
+    evaluations: list[HeldoutResult],
+    started: float,
+) -> dict[str, Any]:
+    """The run's `results.json`: the held-out evaluations first to last, overall and per family,
+    the settings and the rewards per step."""
     rewards = [r["reward/mean"] for r in rows]
     first, last = evaluations[0], evaluations[-1]
-    summary: dict[str, Any] = {
+    return {
         "task": "terminal",
         "env": cfg.env.id,
         "families": list(first.families),
         "model": _model_label(cfg),
         "seed": seed,
-        "steps": result.steps,
+        "steps": steps,
         "heldout_success_start": first.success,
         "heldout_success_end": last.success,
         "heldout_ci_start": [first.ci_low, first.ci_high],
@@ -188,21 +234,6 @@ def run_terminal_demo(
         "heldout_s": sum(r.get("time/heldout_s", 0.0) for r in rows),
         "wall_s": time.perf_counter() - started,
     }
-    title = f"{cfg.env.id} ({families}), GRPO"
-    reward_picture = write_curve(rewards, out, title=title)
-    heldout_picture = out / "heldout_curve.svg"
-    heldout_picture.write_text(heldout_svg(evaluations))
-    viewer = write_terminal_viewer(out, trainer.tokenizer, title=title)
-    (out / "report.md").write_text(
-        report_markdown(summary, evaluations, reward_picture, heldout_picture, viewer)
-    )
-    (out / "results.json").write_text(json.dumps(summary, indent=2))
-    console.print(
-        f"held-out success {_pct(first)} -> {_pct(last)} ({last.episodes} episodes on tasks "
-        f"never trained on, temperature {last.temperature:g}); {summary['wall_s']:.0f} s in "
-        f"all.\nReport: {out / 'report.md'}; viewer: {viewer}"
-    )
-    return summary
 
 
 def _fetch_smollm2(console: Any) -> None:
