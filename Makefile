@@ -56,7 +56,7 @@ test: install lint side-venvs
 # against, and mini-swe-agent and openai-agents, which tests run as command agents. A test
 # whose venv could not be built skips and says how to build it.
 side-venvs: install
-	@$(BIN)/python -c "from skyrl_sdk.benchmarks.peer_venv import peer_python; peer_python('skyrl-gym')" \
+	@$(BIN)/python -c "from skyrl_sdk.benchmarks.perf.peer_venv import peer_python; peer_python('skyrl-gym')" \
 	  || echo "warning: could not build .venvs/skyrl-gym; the SkyRL comparison test will skip"
 	@$(BIN)/python -m skyrl_sdk.benchmarks.harness_venv \
 	  || echo "warning: could not build the harness venvs; the harness tests will skip"
