@@ -1,12 +1,14 @@
-"""The agent loop: policies, token-first trajectories, append-only chat rendering.
+"""The agent loop: agents, policies, token-first trajectories, append-only chat rendering.
 
-    from skyrl_sdk.agents import rollout, ScriptedPolicy, ChatRenderer
-    trajectory = await rollout(env, policy, task, max_turns=8, max_tokens=256)
+    from skyrl_sdk.agents import LoopAgent, RolloutLimits, ScriptedPolicy
+    agent = LoopAgent(ScriptedPolicy(["42"]), RolloutLimits(max_turns=8))
+    trajectory = await agent.play(env, task)
 
-Heavy backends import torch / transformers / vllm only when built: `agents.local_engine`
+Heavy backends import torch / transformers / vllm only when built: `agents.engine`
 (`LocalEngine`), `agents.openai_client` (`OpenAIClient`), `agents.vllm_engine` (`VLLMEngine`).
 """
 
+from skyrl_sdk.agents.agent import Agent, PlayableEnv
 from skyrl_sdk.agents.chat import (
     ChatRenderer,
     RenderedPrompt,
@@ -21,7 +23,14 @@ from skyrl_sdk.agents.policy import (
     PolicyError,
     SamplingParams,
 )
-from skyrl_sdk.agents.rollout import ContextPolicy, RolloutLimits, rollout, run_episodes
+from skyrl_sdk.agents.rollout import (
+    ContextPolicy,
+    LoopAgent,
+    RolloutLimits,
+    play_episode,
+    rollout,
+    run_episodes,
+)
 from skyrl_sdk.agents.scripted import ScriptedPolicy
 from skyrl_sdk.agents.trajectory import (
     Segment,
@@ -36,11 +45,14 @@ from skyrl_sdk.agents.trajectory import (
 )
 
 __all__ = [
+    "Agent",
     "ChatRenderer",
     "Completion",
     "ContextPolicy",
     "FinishReason",
     "GenerationContext",
+    "LoopAgent",
+    "PlayableEnv",
     "Policy",
     "PolicyError",
     "RenderedPrompt",
@@ -56,6 +68,7 @@ __all__ = [
     "TrajectoryWriter",
     "Turn",
     "latest_by_episode",
+    "play_episode",
     "read_trajectories",
     "retokenize_conversation",
     "rollout",
