@@ -28,6 +28,7 @@ class Move:
 MOVES: tuple[Move, ...] = (
     Move("skyrl_sdk.benchmarks.async_bench", "skyrl_sdk.benchmarks.perf.async_rl"),
     Move("skyrl_sdk.benchmarks.cli", "skyrl_sdk.benchmarks.perf.cli"),
+    Move("skyrl_sdk.benchmarks.engine_bench", "skyrl_sdk.benchmarks.perf.engine"),
     Move("skyrl_sdk.benchmarks.env_step", "skyrl_sdk.benchmarks.perf.env"),
     Move("skyrl_sdk.benchmarks.peer_venv", "skyrl_sdk.benchmarks.perf.peer_venv"),
     Move("skyrl_sdk.benchmarks.report", "skyrl_sdk.benchmarks.perf.report"),

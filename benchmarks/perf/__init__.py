@@ -18,5 +18,5 @@ BENCHMARKS: dict[str, str] = {
     "trainer": "skyrl_sdk.benchmarks.perf.trainer:run",
     "serve": "skyrl_sdk.benchmarks.perf.serve:run",
     # Moves into this package later (issue 26); it is being reworked in place.
-    "engine": "skyrl_sdk.benchmarks.engine_bench:run",
+    "engine": "skyrl_sdk.benchmarks.perf.engine:run",
 }

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 from skyrl_sdk.benchmarks import BENCHMARKS
-from skyrl_sdk.benchmarks.engine_bench import EngineBenchSettings, run
+from skyrl_sdk.benchmarks.perf.engine import EngineBenchSettings, run
 
 SMALL = EngineBenchSettings(
     turns=4,
@@ -28,7 +28,7 @@ SMALL = EngineBenchSettings(
 
 
 def test_engine_bench_reports_every_key_with_its_baselines(capsys) -> None:
-    assert BENCHMARKS["engine"] == "skyrl_sdk.benchmarks.engine_bench:run"
+    assert BENCHMARKS["engine"] == "skyrl_sdk.benchmarks.perf.engine:run"
     report = run(SMALL, models=("tiny",))
     report.print(json_line=True)
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -55,7 +55,7 @@ def test_the_vllm_row_is_skipped_without_its_venv(tmp_path, monkeypatch, capsys)
     and the bench builds nothing."""
     from collections import defaultdict
 
-    from skyrl_sdk.benchmarks import engine_bench
+    from skyrl_sdk.benchmarks.perf import engine as engine_bench
 
     missing = tmp_path / "vllm-cpu" / "bin" / "python"
     monkeypatch.setattr(engine_bench, "VLLM_PYTHON", missing)

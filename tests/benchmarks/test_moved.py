@@ -17,8 +17,6 @@ from skyrl_sdk.benchmarks.perf import BENCHMARKS
 REPO = Path(skyrl_gym.__file__).resolve().parents[1]
 OURS = ("agents", "benchmarks", "sandboxes", "skyrl_gym", "skyrl_sdk", "tools", "trainer", "tests")
 SHIMS = {REPO / "benchmarks" / f"{m.old.rsplit('.', 1)[1]}.py" for m in MOVES}
-# Moves into `perf/` next (issue 26); until then it imports `BenchReport` from the old path.
-NOT_YET_MOVED = {REPO / "benchmarks" / "engine_bench.py"}
 
 
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -89,8 +87,6 @@ print(bench.__module__, BENCHMARKS is skyrl_sdk.benchmarks.BENCHMARKS)
 def test_every_benchmark_of_perf_lives_in_perf():
     for name, target in BENCHMARKS.items():
         module = target.partition(":")[0]
-        if REPO / "benchmarks" / f"{module.rsplit('.', 1)[1]}.py" in NOT_YET_MOVED:
-            continue
         assert module.startswith("skyrl_sdk.benchmarks.perf."), name
 
 
@@ -99,7 +95,7 @@ def test_no_module_of_ours_imports_an_old_path():
     offenders = []
     for folder in OURS:
         for path in sorted((REPO / folder).rglob("*.py")):
-            if path in SHIMS | NOT_YET_MOVED or path == Path(__file__).resolve():
+            if path in SHIMS or path == Path(__file__).resolve():
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             for node in ast.walk(tree):

@@ -267,7 +267,7 @@ def check_model(config: Any) -> tuple[str, tuple[Any, Any]]:
 
 def new_engine(model: Any, tokenizer: Any, device: Any, name: str) -> Any:
     """A `LocalEngine` on a private copy of `model`, moved to `device`."""
-    from skyrl_sdk.agents.local_engine import LocalEngine
+    from skyrl_sdk.agents.engine import LocalEngine
 
     copy_ = copy.deepcopy(model).eval().requires_grad_(False).to(device)
     return LocalEngine(copy_, tokenizer, max_batch_size=64, name=name, policy_version=0)
