@@ -565,6 +565,40 @@ class Big:
 '''
 
 
+END_TO_END = "e2e"
+"""The tests folder for features that cross packages (the red-team suite, the wheel)."""
+
+
+def folders_without_their_package(root: Path) -> list[str]:
+    """Test folders (packages holding `test_*.py`) under `root/tests` whose path names no
+    package folder of `root`: tests mirror the packages, apart from the end-to-end folder."""
+    tests = root / "tests"
+    stray = []
+    for init in sorted(tests.rglob("__init__.py")):
+        folder = init.parent
+        rel = folder.relative_to(tests)
+        if not rel.parts or rel.parts[0] == END_TO_END or not any(folder.glob("test_*.py")):
+            continue
+        if not (root.joinpath(*rel.parts) / "__init__.py").is_file():
+            stray.append(str(rel))
+    return stray
+
+
+def test_tests_mirror_the_packages() -> None:
+    assert folders_without_their_package(ROOT) == []
+
+
+def test_a_test_folder_without_its_package_is_found(tmp_path: Path) -> None:
+    for folder in ("agents/engine", "tests/agents/engine", "tests/agents/feature", "tests/e2e/x"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    for folder in ("tests/agents/engine", "tests/agents/feature", "tests/e2e/x"):
+        (tmp_path / folder / "test_it.py").write_text("")
+    (tmp_path / "agents" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "agents" / "__init__.py").write_text("")
+    assert folders_without_their_package(tmp_path) == ["agents/feature"]
+
+
 def test_the_ratchet_fails_on_a_bad_module_and_on_stale_entries(
     today: Scan, tmp_path: Path
 ) -> None:

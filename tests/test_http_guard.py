@@ -1,7 +1,7 @@
 """`skyrl_sdk.http_guard`: the API key, body limit and bind check every skyrl server uses.
 
 The servers' own behaviour (real processes, 100 MB bodies, the SDKs) is tested in
-`tests/security/test_servers.py`; here, the guard's rules, on a small app under real uvicorn.
+`tests/e2e/security/test_servers.py`; here, the guard's rules, on a small app under real uvicorn.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the sandbox off the host's addresses, forwarded ports, DNS, lifetime, and what it costs.
 
 The red-team side (host loopback, interface address, abstract sockets) is in
-tests/security/test_network_escape.py; this file checks each layer on its own, with real
+tests/e2e/security/test_network_escape.py; this file checks each layer on its own, with real
 pasta, nft and bwrap.
 """
 

@@ -9,7 +9,7 @@ import pytest
 import skyrl_gym
 from skyrl_gym.checker import CHECKS, EnvCheckError, run_checks
 
-from . import envs
+from . import user_envs as envs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import pytest
 
 from skyrl_gym.checker import CHECKS
 
-ENV_MODULE = "tests.skyrl_gym.envs"
+ENV_MODULE = "tests.skyrl_gym.user_envs"
 
 
 def skyrl(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -90,7 +90,7 @@ def test_text_env_cannot_be_instantiated_without_step():
 def test_inline_async_runs_cheap_steps_on_the_event_loop_thread():
     import threading
 
-    from tests.skyrl_gym.envs import CountdownEnv
+    from tests.skyrl_gym.user_envs import CountdownEnv
 
     class Recording(CountdownEnv):
         def step(self, action):

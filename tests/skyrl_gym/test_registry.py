@@ -9,7 +9,7 @@ import skyrl_gym
 from skyrl_gym import EntryPointError, RegistrationError, ResetNeeded, UnknownEnvError
 from skyrl_gym.wrappers import EpisodeGuard
 
-from .envs import CountdownEnv
+from .user_envs import CountdownEnv
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_unknown_id_suggests_close_matches():
         ("skyrl_gym.nonexistent_module:Env", "cannot import module 'skyrl_gym.nonexistent_module'"),
         ("skyrl_gym.core:Missing", "has no attribute 'Missing'"),
         ("skyrl_gym.core:ROLES", "is not callable"),
-        ("tests.skyrl_gym.envs:not_an_env", "not a TextEnv"),
+        ("tests.skyrl_gym.user_envs:not_an_env", "not a TextEnv"),
     ],
 )
 def test_broken_entry_points_fail_with_a_specific_message(temp_id, entry_point, message):
@@ -55,13 +55,13 @@ def test_reregistering_the_same_spec_is_a_noop_but_a_different_one_raises(temp_i
     skyrl_gym.register(temp_id("count"), CountdownEnv, max_turns=3)
     skyrl_gym.register("count", CountdownEnv, max_turns=3)
     with pytest.raises(RegistrationError, match="already registered"):
-        skyrl_gym.register("count", "tests.skyrl_gym.envs:CountdownEnv")
+        skyrl_gym.register("count", "tests.skyrl_gym.user_envs:CountdownEnv")
     with pytest.raises(RegistrationError, match="non-empty string"):
         skyrl_gym.register("has space", CountdownEnv)
 
 
 def test_make_merges_spec_defaults_with_call_kwargs(temp_id):
-    skyrl_gym.register(temp_id("count"), "tests.skyrl_gym.envs:CountdownEnv", length=2)
+    skyrl_gym.register(temp_id("count"), "tests.skyrl_gym.user_envs:CountdownEnv", length=2)
     assert skyrl_gym.make("count").unwrapped.length == 2
     assert skyrl_gym.make("count", length=7).unwrapped.length == 7
 

@@ -12,7 +12,7 @@ from skyrl_gym.envs.math.env import bundled_tasks
 from skyrl_gym.step_info import InfoKey, StepInfo, StepInfoError, TruncatedBy
 from skyrl_sdk.tools.calls import ParseError, ParseErrorKind, ToolCall
 
-from . import envs
+from . import user_envs as envs
 
 
 def test_write_then_read_round_trips_and_info_stays_a_plain_dict():

@@ -55,7 +55,7 @@ def _tinker_args(url: str, run_dir: Path, steps: int) -> list[str]:
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`skyrl tinker serve` in its own process (one torch thread: the box is shared)."""
     pytest.importorskip("tinker")
-    from tests.tinker.conftest import _free_port
+    from tests.trainer.tinker.conftest import _free_port
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -209,7 +209,7 @@ def test_cli_reports_config_errors_with_exit_code_2() -> None:
 
 def test_endpoint_problems_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("tinker")
-    from tests.tinker.conftest import _free_port
+    from tests.trainer.tinker.conftest import _free_port
 
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     runner = CliRunner()
