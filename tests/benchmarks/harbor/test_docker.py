@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from skyrl_sdk.benchmarks.harbor.job import JobConfig, TrialError, run_job
+from tests.benchmarks.harbor.docker_images import import_host_slice
 from tests.conftest import _BWRAP_PROBLEM as BWRAP_PROBLEM
 from tests.skyrl_gym.envs.harbor.conftest import arun, make_task
-from tests.benchmarks.harbor.docker_images import import_host_slice
 
 pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("docker")]
 
