@@ -8,11 +8,14 @@ as there are threads and multiplying the blocks as one batched product (`torch.b
 torch spreads over the batch) puts every core to work: on this repository's 2-core machine
 the weight products of a bs1 step take 33 ms instead of 45, of a bs8 step 63 instead of 90
 (`skyrl bench engine` measures the effect end to end). For whole row tiles (below) the result
-equals `F.linear`'s bit for bit; rows beyond `MAX_SPLIT_ROWS` (prefill) keep `F.linear`,
-which threads well there.
+equals `F.linear`'s bit for bit; rows beyond `MAX_SPLIT_ROWS` (prefill, or a few rows padded to a
+wider tile) keep `F.linear`, which threads well there.
 
-Row tiles. MKL computes a product's rows in tiles of `ROW_TILE`; the rows left over past the
-last full tile take another kernel, whose sums round differently. So the same token's row
+Row tiles. MKL computes a product's rows in tiles; the rows left over past the last full tile
+take another kernel, whose sums round differently. The tile depends on the CPU (4 rows with
+AVX2; 16 on an AVX-512 Xeon where a 4-row padding still differed), so `row_tile()` measures
+it once per thread count: the smallest of `ROW_TILES` for which padded products equal a long
+product's rows bit for bit. So the same token's row
 would come out of a 3-row decoding step a few float32 ulps away from the same row inside a
 600-row prefill, and a reused prefix's keys and values would drift from a full recompute's.
 In the engine's worker every product of more than one row is padded with zero rows to a whole
@@ -41,8 +44,11 @@ MAX_SPLIT_ROWS = 8
 """Products with more rows than this keep `F.linear` (MKL threads those well)."""
 MIN_SPLIT_WEIGHTS = 1 << 16
 """Weight matrices smaller than this keep `F.linear` (the split's own overhead would win)."""
-ROW_TILE = 4
-"""Rows per tile of MKL's float32 matrix product on x86 (see the module docstring)."""
+ROW_TILES = (4, 8, 16, 32)
+"""Candidate row tiles of MKL's float32 matrix product, smallest first (`row_tile`)."""
+_CALIBRATION_SHAPES = ((256, 512), (576, 576), (576, 1536))
+"""(in, out) features of the products `row_tile` checks (SmolLM2's, and a small one)."""
+_CALIBRATION_ROWS = 300
 
 _thread = threading.local()
 
@@ -51,6 +57,43 @@ def use_split_linears(enabled: bool = True) -> None:
     """Let the calling thread's forward passes take the split path (`LocalEngine`'s worker
     calls this once)."""
     _thread.enabled = enabled
+
+
+def row_tile() -> int:
+    """Rows to pad a product of two or more rows to, so that each row's result does not depend
+    on how many rows it was multiplied with (measured on this CPU; see the module docstring)."""
+    import torch
+
+    return _measured_row_tile(torch.get_num_threads())
+
+
+@functools.cache
+def _measured_row_tile(threads: int) -> int:
+    """The smallest tile of `ROW_TILES` whose padded products of 2 to 2 * tile + 3 rows equal
+    a `_CALIBRATION_ROWS`-row product's rows bit for bit, for every calibration shape, with
+    `threads` threads (the caller's count); the largest when none does."""
+    import torch
+    from torch.nn import functional
+
+    generator = torch.Generator().manual_seed(0)
+    cases = []
+    for in_features, out_features in _CALIBRATION_SHAPES:
+        w = torch.randn(out_features, in_features, generator=generator)
+        b = torch.randn(out_features, generator=generator)
+        x = torch.randn(_CALIBRATION_ROWS, in_features, generator=generator)
+        with torch.no_grad():
+            cases.append((x, w, b, functional.linear(x, w, b)))
+
+    def padded_rows_match(tile: int) -> bool:
+        for x, w, b, full in cases:
+            for rows in range(2, 2 * tile + 4):
+                padded = torch.cat([x[:rows], x.new_zeros(-rows % tile, x.shape[1])])
+                with torch.no_grad():
+                    if not torch.equal(functional.linear(padded, w, b)[:rows], full[:rows]):
+                        return False
+        return True
+
+    return next((tile for tile in ROW_TILES if padded_rows_match(tile)), ROW_TILES[-1])
 
 
 def weight_blocks(weight: torch.Tensor) -> torch.Tensor | None:
@@ -116,7 +159,7 @@ def _split_linear_class() -> type:
                 return functional.linear(x, self.weight, self.bias)
             in_features = x.shape[-1]
             rows = x.numel() // in_features if in_features else 0
-            pad = -rows % ROW_TILE if rows > 1 else 0
+            pad = -rows % row_tile() if rows > 1 else 0
             flat = x
             if pad:
                 flat = x.reshape(rows, in_features)
