@@ -39,14 +39,17 @@ def lookup_tiny_dir(seed: int = 0) -> Path:
     from skyrl_gym.cache import build_once, cache_dir
 
     def build(staging: Path) -> None:
-        from skyrl_sdk.trainer.config import ModelConfig
+        from skyrl_sdk.trainer.config import ModelConfig, ModelSource
         from skyrl_sdk.trainer.models import load_model
 
-        model, tokenizer = load_model(ModelConfig(pretrain_steps=0), seed=seed)
+        # The source is named: `model.source` defaults to `tiny` (a BPE model) since issue 24.
+        config = ModelConfig(source=ModelSource.LOOKUP_TINY, pretrain_steps=0)
+        model, tokenizer = load_model(config, seed=seed)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging / "tokenizer")
 
-    return build_once(cache_dir() / f"lookup-tiny-v1-s{seed}", build)
+    # v2: v1 directories built after that default changed hold the tiny model instead.
+    return build_once(cache_dir() / f"lookup-tiny-v2-s{seed}", build)
 
 
 def default_models() -> list:
