@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from typing import Any, Protocol, runtime_checkable
 
 from skyrl_gym.core import Messages, StepReturn
 from skyrl_gym.tasks import TaskRow
 from skyrl_sdk.agents.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
 
 
 class PlayableEnv(Protocol):
@@ -98,5 +101,6 @@ async def close_env(env: PlayableEnv) -> None:
             closing = await asyncio.to_thread(env.close)
         if closing is not None and inspect.isawaitable(closing):
             await closing
-    except Exception:  # the episode is over: its trajectory is what counts
-        pass
+    except Exception as e:  # the episode is over: its trajectory is what counts
+        # Said, not raised: a close that keeps failing (a sandbox not torn down) must show.
+        log.warning("closing %s failed: %s: %s", type(env).__name__, type(e).__name__, e)

@@ -150,7 +150,9 @@ def test_limits_and_sampling_belong_to_the_loop_agent() -> None:
         )
 
 
-def test_close_env_closes_cheap_envs_on_the_loop_and_others_in_a_thread() -> None:
+def test_close_env_closes_cheap_envs_on_the_loop_and_others_in_a_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def close(env: _Closing) -> int:
         await close_env(env)
         return threading.get_ident()
@@ -161,6 +163,7 @@ def test_close_env_closes_cheap_envs_on_the_loop_and_others_in_a_thread() -> Non
     assert len(blocking.closed_on) == 1 and blocking.closed_on[0] != loop_thread
     asyncio.run(close(failing))  # a failing close is swallowed: the trajectory is what counts
     assert len(failing.closed_on) == 1
+    assert "closing _Closing failed: OSError: close failed" in caplog.text  # but it is said
 
 
 def test_close_env_awaits_an_async_close() -> None:
