@@ -12,6 +12,7 @@ from skyrl_sdk.agents.policy import (
     Policy,
     PolicyError,
 )
+from skyrl_sdk.agents.serving import messages_api, responses_api
 from skyrl_sdk.agents.serving.auth import SessionGate, SessionKeys
 from skyrl_sdk.agents.serving.capture import SessionStore
 from skyrl_sdk.agents.serving.chat_api import chat_events, chat_response, plan_chat
@@ -91,6 +92,8 @@ def create_app(
 
     _add_error_handlers(app)
     _add_routes(app, server)
+    responses_api.add_routes(app, server)
+    messages_api.add_routes(app, server)
     return app
 
 
