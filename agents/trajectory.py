@@ -69,6 +69,10 @@ class SegmentStart(enum.Enum):
     HISTORY_EDITED = "history_edited"
     """`skyrl serve` capture: the client's next prompt did not extend the previous turn's ids
     (it edited the history); the segment starts from that prompt exactly as it was sampled."""
+    AUXILIARY = "auxiliary"
+    """`skyrl serve` capture: a side conversation the harness opened next to its main one (a
+    title or topic request, a sub-agent). Kept for inspection, left out of training samples
+    unless asked for (`Trajectory.training_samples(auxiliary=True)`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +220,15 @@ class Trajectory:
                 ids.extend(t.observation_ids)
         return ids
 
-    def training_samples(self) -> list[TrainingSample]:
-        """One aligned sample per segment (raises for text-only trajectories)."""
+    def training_samples(self, *, auxiliary: bool = False) -> list[TrainingSample]:
+        """One aligned sample per segment (raises for text-only trajectories); segments of
+        side conversations (`SegmentStart.AUXILIARY`) only with `auxiliary=True`."""
         if self.text_only:
             raise ValueError(f"episode {self.episode_id} is text-only: it has no sampled ids")
         samples = []
         for index, seg in enumerate(self.segments):
+            if seg.start is SegmentStart.AUXILIARY and not auxiliary:
+                continue
             n = len(seg.prompt_ids)
             ids, mask = list(seg.prompt_ids), [0] * n
             logprobs, versions = [0.0] * n, [-1] * n

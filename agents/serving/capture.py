@@ -89,6 +89,9 @@ class Answer:
     """Set when the reply tried to call a tool and could not be parsed."""
     llm_s: float = 0.0
     """Seconds the policy took."""
+    auxiliary: bool = False
+    """A side conversation (`SessionStore.is_auxiliary`): captured in segments of its own,
+    marked `SegmentStart.AUXILIARY`, that never continue or break the main one."""
 
 
 @dataclass
@@ -105,13 +108,20 @@ class _Session:
     one the client took. At most `MAX_N - 1`: a client repeating one request keeps only the
     latest choices, never a growing list."""
     calls: int = 0
+    main: int = -1
+    """The main conversation's last turn (-1: none yet); side conversations' turns may follow it."""
+    thread: str | None = None
+    """What names the main conversation (`SessionStore.is_auxiliary`)."""
+    side_tails: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    """Per auxiliary segment: its last turn and the ids a continuation must start with."""
     updated_at: float = 0.0
     written: int = 0
     """Turns in the capture file."""
     write_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def trajectory(self) -> Trajectory:
-        first = self.segments[0].prompt_messages if self.segments else ()
+        main = [s for s in self.segments if s.start is not SegmentStart.AUXILIARY]
+        first = (main or self.segments)[0].prompt_messages if self.segments else ()
         return Trajectory(
             episode_id=self.id,
             task_id=self.id,
@@ -201,9 +211,11 @@ class SessionStore:
         session.turns = list(trajectory.turns)
         session.segments = list(trajectory.segments)
         session.calls = len(trajectory.turns)
-        last = trajectory.turns[-1] if trajectory.turns else None
+        side = {k for k, s in enumerate(trajectory.segments) if s.start is SegmentStart.AUXILIARY}
+        last = next((t for t in reversed(trajectory.turns) if t.segment not in side), None)
         if last is not None:
             session.tail = (*trajectory.segment_ids(last.segment),)
+            session.main = last.index
         for turn in trajectory.turns:
             if turn.parse_error is None:
                 content = parse(turn.action).content if turn.tool_calls else turn.action
@@ -239,6 +251,16 @@ class SessionStore:
         with self._lock:
             self._get(session_id).replies[key] = SampledReply(tuple(token_ids))
 
+    def is_auxiliary(self, session_id: str, thread: str) -> bool:
+        """Whether a request of conversation `thread` (what tells a harness's conversations
+        apart, e.g. a digest of the system prompt) is a side conversation of the session: the
+        first thread a session captures is its main one, any other is auxiliary."""
+        with self._lock:
+            session = self._get(session_id)
+            if session.thread is None:
+                session.thread = thread
+            return session.thread != thread
+
     def record(self, session_id: str, answer: Answer) -> Callable[[], None]:
         """Capture one answered request as the session's next turn.
 
@@ -250,16 +272,19 @@ class SessionStore:
             session = self._get(session_id)
             c = answer.completion
             prompt = answer.prompt_ids
-            if session.turns and not _extends(prompt, session.tail):
+            if answer.auxiliary:
+                self._record_side(session, answer)
+                return self._writer(session)
+            if session.main >= 0 and not _extends(prompt, session.tail):
                 self._take_alternative(session, prompt)
             # Keep only this request's other choices (streamed, they may come first).
             session.alternatives = [a for a in session.alternatives if a.prompt_ids == prompt][
                 -(MAX_N - 1) :
             ]
             tail = session.tail
-            if session.turns and _extends(prompt, tail):
-                last = session.turns[-1]
-                session.turns[-1] = replace(
+            if session.main >= 0 and _extends(prompt, tail):
+                last = session.turns[session.main]
+                session.turns[session.main] = replace(
                     last,
                     observation=_observation(answer.messages),  # type: ignore[arg-type]
                     observation_ids=prompt[len(tail) :],
@@ -267,21 +292,48 @@ class SessionStore:
                 segment = last.segment
             else:
                 segment = len(session.segments)
-                start = (
-                    SegmentStart.EPISODE if not session.segments else SegmentStart.HISTORY_EDITED
-                )
+                start = SegmentStart.EPISODE if session.main < 0 else SegmentStart.HISTORY_EDITED
                 session.segments.append(
                     Segment(prompt, answer.messages, len(session.turns), start)  # type: ignore[arg-type]
                 )
+            session.main = len(session.turns)
             session.turns.append(_turn(answer, len(session.turns), segment))
             session.tail = prompt + c.token_ids
             session.updated_at = time.time()
             if answer.reply_key is not None:
                 session.replies[answer.reply_key] = SampledReply(c.token_ids)
-            if self.capture_dir is None:
-                return lambda: None
-            snapshot = session.trajectory()
-            return lambda: self._write(session, snapshot)
+            return self._writer(session)
+
+    def _writer(self, session: _Session) -> Callable[[], None]:
+        if self.capture_dir is None:
+            return lambda: None
+        snapshot = session.trajectory()
+        return lambda: self._write(session, snapshot)
+
+    @staticmethod
+    def _record_side(session: _Session, answer: Answer) -> None:
+        """A side conversation's turn: it continues the auxiliary segment whose ids its prompt
+        extends, else starts one (marked `SegmentStart.AUXILIARY`)."""
+        prompt = answer.prompt_ids
+        found = [k for k, (_, tail) in session.side_tails.items() if _extends(prompt, tail)]
+        if found:
+            segment = max(found, key=lambda k: len(session.side_tails[k][1]))
+            last, tail = session.side_tails[segment]
+            session.turns[last] = replace(
+                session.turns[last],
+                observation=_observation(answer.messages),  # type: ignore[arg-type]
+                observation_ids=prompt[len(tail) :],
+            )
+        else:
+            segment = len(session.segments)
+            session.segments.append(
+                Segment(prompt, answer.messages, len(session.turns), SegmentStart.AUXILIARY)  # type: ignore[arg-type]
+            )
+        session.side_tails[segment] = (len(session.turns), prompt + answer.completion.token_ids)
+        session.turns.append(_turn(answer, len(session.turns), segment))
+        session.updated_at = time.time()
+        if answer.reply_key is not None:
+            session.replies[answer.reply_key] = SampledReply(answer.completion.token_ids)
 
     def alternative(self, session_id: str, answer: Answer) -> None:
         """Keep another choice of a request whose choice 0 is (or will be) `record`ed: if the
@@ -295,12 +347,12 @@ class SessionStore:
     def _take_alternative(session: _Session, prompt: tuple[int, ...]) -> None:
         """Make the last turn the choice that `prompt` continues from, if it is one of the
         last request's other choices (else `prompt` starts a new segment, as any edit does)."""
-        last = session.turns[-1]
+        last = session.turns[session.main]
         asked = session.tail[: len(session.tail) - len(last.token_ids)]
         for other in session.alternatives:
             taken = other.prompt_ids + other.completion.token_ids
             if other.prompt_ids == asked and _extends(prompt, taken):
-                session.turns[-1] = _turn(other, last.index, last.segment)
+                session.turns[session.main] = _turn(other, last.index, last.segment)
                 session.tail = taken
                 return
 

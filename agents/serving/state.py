@@ -58,6 +58,8 @@ class Plan:
     """Stop strings (cut from the text)."""
     tool_format: ToolOutputFormat | None
     """How to read tool calls (None: tools not offered)."""
+    auxiliary: bool = False
+    """A side conversation of the session (captured apart, not trained on by default)."""
     ticket: Ticket = field(default_factory=lambda: Ticket(None, 0), compare=False)
     """Its reservation of the session's token budget (`Server.admit`); counts what it
     generates."""
@@ -258,6 +260,7 @@ class Server:
             tool_calls=r.output.calls,
             parse_error=r.output.error,
             llm_s=llm_s,
+            auxiliary=plan.auxiliary,
         )
         if index > 0:
             if key is not None:
