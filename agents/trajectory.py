@@ -172,6 +172,9 @@ class Trajectory:
     seed: int | None = None
     """The seed the episode reset with, for an env played by seeds (task `seed-<n>`);
     None when a task row picked the episode."""
+    trial: int = 0
+    """Which of the task's trials this episode is (0..K-1 with `--trials K`): the sampling
+    seed is derived from it, the env's seed stays the task's."""
     schema: int = SCHEMA_VERSION
     """Version of the JSON layout."""
 
@@ -265,6 +268,7 @@ class Trajectory:
             "duration_s": self.duration_s,
             "error": self.error,
             "seed": self.seed,
+            "trial": self.trial,
             "prompt_messages": [dict(m) for m in self.prompt_messages],
             "segments": [
                 {
@@ -304,6 +308,7 @@ class Trajectory:
             duration_s=float(data.get("duration_s", 0.0)),
             error=data.get("error"),
             seed=data.get("seed"),
+            trial=int(data.get("trial", 0)),
             schema=int(data.get("schema", SCHEMA_VERSION)),
         )
 
