@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
+from skyrl_gym.envs.harbor.healthcheck import STEP_HEALTHCHECK, HealthcheckError, run_healthcheck
 from skyrl_gym.envs.harbor.task import StepSetupError, TaskStep
 from skyrl_gym.envs.harbor.trial_paths import (
     AGENT_LOGS,
@@ -78,8 +79,22 @@ async def run_step_setup(rt: HarborRuntime, step: TaskStep) -> None:
     steps/<name>/workdir/ is copied into the working directory (setup.sh included, as
     Harbor uploads it), then `bash <workdir>/setup.sh` runs there as the agent's user,
     within `[environment].build_timeout_sec`. The copy is made by the sandbox itself, so a
-    link the agent left in the working directory leads nowhere outside it. Raises
-    `StepSetupError` naming the step when the copy or setup.sh fails."""
+    link the agent left in the working directory leads nowhere outside it. Then the step's
+    `[steps.healthcheck]` runs (`healthcheck`). Raises `StepSetupError` naming the step when
+    the copy, setup.sh or the healthcheck fails."""
+    await _copy_and_run_setup(rt, step)
+    if step.healthcheck is None or rt.sandbox is None:
+        return
+    try:
+        await run_healthcheck(
+            rt.sandbox, step.healthcheck, shell=rt.shell, cwd=rt.workdir, where=STEP_HEALTHCHECK
+        )
+    except HealthcheckError as e:
+        raise StepSetupError(step.name, str(e)) from None
+
+
+async def _copy_and_run_setup(rt: HarborRuntime, step: TaskStep) -> None:
+    """The step's workdir/ copied in and its setup.sh run (`run_step_setup`)."""
     source, sandbox = step.workdir_dir, rt.sandbox
     if source is None or sandbox is None:
         return

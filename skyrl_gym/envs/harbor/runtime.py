@@ -122,6 +122,7 @@ from skyrl_gym.envs.harbor import multi_step, verifier_phase
 from skyrl_gym.envs.harbor.bwrap_setup import ROOT_MODE_ENV, start_bwrap
 from skyrl_gym.envs.harbor.docker_setup import copy_out_logs, start_docker
 from skyrl_gym.envs.harbor.errors import TaskEnvironmentError
+from skyrl_gym.envs.harbor.healthcheck import ENV_HEALTHCHECK, run_healthcheck
 from skyrl_gym.envs.harbor.host import HostMaxima, clamp_task_sizes
 from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode, TaskStep
 from skyrl_gym.envs.harbor.task_root import BuiltRoot
@@ -359,7 +360,12 @@ class HarborRuntime:
             sandbox = await start_bwrap(self, with_solution)
         else:
             sandbox = await start_docker(self, with_solution)
-        self.sandbox = sandbox
+        self.sandbox = sandbox  # closed by `close` even when the healthcheck fails
+        check = self.task.environment.healthcheck
+        if check is not None:  # Harbor: after the environment starts, before the agent
+            await run_healthcheck(
+                sandbox, check, shell=self._shell, cwd=self.workdir, where=ENV_HEALTHCHECK
+            )
         return sandbox
 
     async def _detect_shell(self, sandbox: Sandbox) -> None:

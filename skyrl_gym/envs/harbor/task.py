@@ -39,7 +39,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,36 @@ class NetworkMode(enum.StrEnum):
     """Only `allowed_hosts` (not supported by our sandboxes: treated as no network)."""
 
 
+class VerifierMode(enum.StrEnum):
+    """`[verifier].environment_mode`: where Harbor runs the verifier."""
+
+    SHARED = "shared"
+    """In the agent's environment (Harbor's default; here: a fresh grading sandbox on it)."""
+    SEPARATE = "separate"
+    """In an environment of its own, built from tests/ with only the task's artifacts copied
+    in (Harbor; implied by a `[verifier.environment]` table). Not built here: the trial runs
+    the verifier as `shared`, with a note (`SEPARATE_VERIFIER_NOTE`)."""
+
+
+@dataclass(frozen=True)
+class HealthcheckSettings:
+    """`[environment.healthcheck]` or `[steps.healthcheck]`: a command that must pass before
+    the agent starts (Harbor mirrors Docker's HEALTHCHECK)."""
+
+    command: str
+    """Shell command; exit status 0 means healthy."""
+    interval_s: float = 5.0
+    """Seconds between attempts after the start period."""
+    timeout_s: float = 30.0
+    """Limit of one attempt (one that runs past it failed)."""
+    start_period_s: float = 0.0
+    """Grace period from the first attempt: failures in it do not count toward `retries`."""
+    start_interval_s: float = 5.0
+    """Seconds between attempts during the start period."""
+    retries: int = 3
+    """Consecutive failures (after the start period) that fail the check."""
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     """`[agent]` of task.toml."""
@@ -104,6 +134,9 @@ class VerifierSettings:
     exit status; a task whose test.sh runs the agent's programs sets this (and waits for or
     kills what they start before its verdict), so a program that detaches to rewrite the
     reward file after the verdict earns nothing."""
+    mode: VerifierMode = VerifierMode.SHARED
+    """`environment_mode` (`separate` also when `[verifier.environment]` is given); a step's
+    view of the task carries the step's own (`[steps.verifier]`) when it sets one."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +163,9 @@ class EnvironmentSettings:
     """Working directory of every command; overrides the Dockerfile's WORKDIR."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Environment variables of every command in the environment."""
+    healthcheck: HealthcheckSettings | None = None
+    """`[environment.healthcheck]`: run after the environment starts, before the agent (a
+    multi-step task: once, before the first step's setup)."""
 
 
 class StepRewardStrategy(enum.StrEnum):
@@ -160,6 +196,15 @@ class TaskStep:
     the step's rewards lack is below). None: never."""
     path: Path = Path()
     """steps/<name>/ of the task folder."""
+    verifier_env: Mapping[str, str] = field(default_factory=dict)
+    """`[steps.verifier.env]`: merged over the task's `[verifier].env` for this step's
+    test.sh (the same `${VAR}` rules: from the host only with `--pass-env NAME`)."""
+    verifier_mode: VerifierMode | None = None
+    """`[steps.verifier].environment_mode` (or implied by `[steps.verifier.environment]`);
+    None: the task's."""
+    healthcheck: HealthcheckSettings | None = None
+    """`[steps.healthcheck]`: run after the step's setup hook, before its agent phase (on top
+    of the task's `[environment.healthcheck]`, as in Harbor)."""
 
     def below_min_reward(self, reward: float | None, rewards: Mapping[str, float] | None) -> bool:
         """True when a verified step's `reward` (its primary reward) and `rewards` (every
@@ -263,11 +308,17 @@ class HarborTask:
     def for_step(self, step: TaskStep, tests_dir: Path) -> HarborTask:
         """This task as one of its steps runs it: the step's instruction, timeouts, tests
         (`tests_dir`, already layered) and solution."""
+        verifier = replace(
+            self.verifier,
+            timeout_s=step.verifier_timeout_s,
+            env={**self.verifier.env, **step.verifier_env},  # the step's keys win, as in Harbor
+            mode=step.verifier_mode or self.verifier.mode,
+        )
         return replace(
             self,
             instruction=step.instruction,
             agent=replace(self.agent, timeout_s=step.agent_timeout_s or self.agent.timeout_s),
-            verifier=replace(self.verifier, timeout_s=step.verifier_timeout_s),
+            verifier=verifier,
             tests_override=tests_dir,
             solution_override=step.solution_dir or self.path / "steps" / step.name / "solution",
         )
@@ -508,10 +559,10 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
     notes: list[str] = []
     withheld: set[str] = set()
 
-    def section(name: str) -> _Section:
-        return _Section(
-            task_dir, name, data.get(name), pass_env=allowed, notes=notes, withheld=withheld
-        )
+    def section(name: str, raw: Any = None) -> _Section:
+        """A table of task.toml (`raw`: a nested one, named `name`) with the task's rules."""
+        table = data.get(name) if raw is None else raw
+        return _Section(task_dir, name, table, pass_env=allowed, notes=notes, withheld=withheld)
 
     agent = section("agent")
     verifier = section("verifier")
@@ -525,7 +576,7 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
     verifier_timeout = (
         verifier.timeout("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S) or DEFAULT_VERIFIER_TIMEOUT_S
     )
-    steps = _read_steps(task_dir, data, verifier_timeout, notes)
+    steps = _read_steps(task_dir, data, verifier_timeout, notes, section)
     strategy = _reward_strategy(task_dir, data, bool(steps))
     instruction = _instruction(task_dir, steps)
     _check_task_files(task_dir, steps, notes)
@@ -538,7 +589,9 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
         env=verifier.env(),
         user=verifier.string("user"),
         require_exit_zero=verifier.boolean("require_exit_zero", False),
+        mode=_verifier_mode(verifier) or VerifierMode.SHARED,
     )
+    _note_separate_verifier(verifier_settings.mode, steps, notes)
     task = HarborTask(
         name=task_dir.name,
         path=task_dir,
@@ -582,7 +635,78 @@ def _environment_settings(task_dir: Path, environment: _Section) -> EnvironmentS
         network_mode=_network_mode(environment),
         workdir=workdir,
         env=environment.env(),
+        healthcheck=_healthcheck(environment),
     )
+
+
+def _healthcheck(parent: _Section) -> HealthcheckSettings | None:
+    """`healthcheck` of `parent` (`[environment]` or a step): a table with a `command`, as
+    Harbor's HealthcheckConfig (its defaults for the other keys)."""
+    raw = parent.data.get("healthcheck")
+    if raw is None:
+        return None
+    hc = _Section(parent.task_dir, f"{parent.name}.healthcheck", raw, notes=parent.notes)
+    command = hc.string("command")
+    if not command or not command.strip():
+        raise hc._fail("command", "must be a non-empty shell command")
+
+    def seconds(key: str, default: float) -> float:
+        value = hc.number(key, default, positive=False)
+        assert value is not None
+        if value < 0:
+            raise hc._fail(key, f"must not be negative, got {value!r}")
+        return min(value, MAX_TIMEOUT_S)
+
+    return HealthcheckSettings(
+        command=command,
+        interval_s=seconds("interval_sec", 5.0),
+        timeout_s=hc.timeout("timeout_sec", 30.0) or 30.0,
+        start_period_s=seconds("start_period_sec", 0.0),
+        start_interval_s=seconds("start_interval_sec", 5.0),
+        retries=hc.integer("retries", 3) or 0,
+    )
+
+
+def _verifier_mode(verifier: _Section) -> VerifierMode | None:
+    """`environment_mode` of a `[verifier]` table (a step's too); a `[verifier.environment]`
+    table implies `separate`, and contradicts an explicit `shared` (as in Harbor). None: not
+    set at this level."""
+    has_env = verifier.data.get("environment") is not None
+    raw = verifier.data.get("environment_mode")
+    if raw is None:
+        return VerifierMode.SEPARATE if has_env else None
+    try:
+        mode = VerifierMode(raw)
+    except ValueError:
+        choices = ", ".join(m.value for m in VerifierMode)
+        raise verifier._fail("environment_mode", f"must be one of {choices}, got {raw!r}") from None
+    if mode is VerifierMode.SHARED and has_env:
+        raise verifier._fail(
+            "environment_mode",
+            f"'shared' contradicts [{verifier.name}.environment] (which implies 'separate')",
+        )
+    return mode
+
+
+SEPARATE_VERIFIER_NOTE = (
+    "environment_mode=separate ({where}): not applied; Harbor builds the verifier its own "
+    "environment from tests/ (its Dockerfile, or [verifier.environment]) and copies in only "
+    "the task's artifacts. Here test.sh runs as in 'shared' mode: in a fresh grading sandbox "
+    "on the agent's environment (the agent's files, none of its processes), tests/ uploaded"
+)
+"""The note of a task whose verifier (or a step's) is `separate` (`{where}` names it)."""
+
+
+def _note_separate_verifier(
+    mode: VerifierMode, steps: tuple[TaskStep, ...], notes: list[str]
+) -> None:
+    """One note naming every verify pass that Harbor would run in a separate environment."""
+    if steps:
+        where = [s.name for s in steps if (s.verifier_mode or mode) is VerifierMode.SEPARATE]
+        if where:
+            notes.append(SEPARATE_VERIFIER_NOTE.format(where="steps " + ", ".join(where)))
+    elif mode is VerifierMode.SEPARATE:
+        notes.append(SEPARATE_VERIFIER_NOTE.format(where="[verifier]"))
 
 
 def _instruction(task_dir: Path, steps: tuple[TaskStep, ...]) -> str:
@@ -625,10 +749,15 @@ _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def _read_steps(
-    task_dir: Path, data: dict[str, Any], verifier_timeout: float, notes: list[str]
+    task_dir: Path,
+    data: dict[str, Any],
+    verifier_timeout: float,
+    notes: list[str],
+    task_section: Callable[[str, Any], _Section],
 ) -> tuple[TaskStep, ...]:
     """`[[steps]]`: each a table with a `name` whose folder steps/<name>/ holds
-    instruction.md, and tests/test.sh there or in the task's tests/."""
+    instruction.md, and tests/test.sh there or in the task's tests/. `task_section` gives
+    a nested table of task.toml with the task's `${VAR}` rules (its `pass_env`)."""
     raw = data.get("steps")
     if raw is None:
         return ()
@@ -648,7 +777,7 @@ def _read_steps(
             raise TaskFormatError(task_dir, "task.toml", f"duplicate step {name!r}", where)
         section = _Section(task_dir, where, entry, notes=notes)
         agent = _Section(task_dir, f"{where}.agent", entry.get("agent"), notes=notes)
-        verifier = _Section(task_dir, f"{where}.verifier", entry.get("verifier"), notes=notes)
+        verifier = task_section(f"{where}.verifier", entry.get("verifier"))
         min_reward = _min_reward(section, entry.get("min_reward"))
         rel = f"steps/{name}"
         text = read_task_text(task_dir, f"{rel}/instruction.md", f"step {name}'s instruction")
@@ -671,6 +800,9 @@ def _read_steps(
                 or verifier_timeout,
                 min_reward=min_reward,
                 path=task_dir / rel,
+                verifier_env=verifier.env(),
+                verifier_mode=_verifier_mode(verifier),
+                healthcheck=_healthcheck(section),
             )
         )
     return tuple(steps)
