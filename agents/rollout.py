@@ -21,29 +21,30 @@ message naming the bad key; that turn is not recorded.
 one runner of many episodes: it plays `(episode_id, task)` rows with any `Agent` (this one, or
 a command agent) concurrently on one event loop, each on a fresh env closed one way
 (`close_env`).
+
+What keeps the loop cheap lives beside it: the policy's view of the ids (`token_view`), the
+prompts and sampling parameters remembered across episodes (`prompt_cache`), and the checked
+read of a step (`step_check`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
-import math
-import numbers
-import threading
 import time
-import weakref
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, overload
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from skyrl_gym.core import TextEnv
-from skyrl_gym.step_info import StepInfo, StepInfoError
 from skyrl_gym.tasks import TaskRow, reset_kwargs, task_seed
 from skyrl_gym.wrappers import EpisodeGuard
 from skyrl_sdk.agents.agent import Agent, PlayableEnv, close_env
 from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
+from skyrl_sdk.agents.prompt_cache import DEFAULT_SAMPLING, cached_prompt, episode_sampling
+from skyrl_sdk.agents.step_check import MalformedStep, read_step
+from skyrl_sdk.agents.token_view import TokenView
 from skyrl_sdk.agents.trajectory import (
     Segment,
     SegmentStart,
@@ -56,7 +57,7 @@ from skyrl_sdk.agents.trajectory import (
     sampled_turn,
 )
 from skyrl_sdk.fast_frozen import fast_constructor
-from skyrl_sdk.tools.messages import ROLES, Message, is_message
+from skyrl_sdk.tools.messages import Message
 
 
 class ContextPolicy(enum.Enum):
@@ -95,55 +96,6 @@ class _EpisodeEnd(Exception):
         self.message = message
 
 
-class TokenView(Sequence[int]):
-    """The exact ids so far, as `rollout` hands them to `Policy.generate`, without copying
-    the conversation: a read-only view of the segment's prompt ids (a tuple) followed by
-    the first ids of the episode's append-only list of later ids. That list only ever
-    grows (a compacted context starts a new one), so the view never changes. Iterate it,
-    or call `list(view)` for a list."""
-
-    __slots__ = ("_n", "_prefix", "_tail")
-
-    def __init__(self, prefix: tuple[int, ...], tail: list[int], n: int):
-        self._prefix = prefix
-        self._tail = tail
-        self._n = n
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __iter__(self) -> Iterator[int]:
-        return itertools.chain(
-            self._prefix, itertools.islice(self._tail, self._n - len(self._prefix))
-        )
-
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> tuple[int, ...]: ...
-    def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
-        if isinstance(index, slice):
-            return tuple(self)[index]
-        n = self._n
-        if not -n <= index < n:
-            raise IndexError("token index out of range")
-        if index < 0:
-            index += n
-        k = len(self._prefix)
-        return self._prefix[index] if index < k else self._tail[index - k]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, TokenView | tuple | list):
-            return len(other) == self._n and tuple(self) == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"TokenView({list(self)!r})"
-
-
 class _Episode:
     """Mutable state of one running episode; frozen into a `Trajectory` at the end."""
 
@@ -176,7 +128,7 @@ class _Episode:
         self.opening = tuple(messages)
         self.history = list(messages)
         if self.renderer is not None:
-            self.prompt = _prompt(self.renderer, messages)
+            self.prompt = cached_prompt(self.renderer, messages)
             self.prefix = self.prompt.token_ids
             self.segments.append(new_segment(self.prompt.token_ids, self.opening, 0))
 
@@ -224,8 +176,8 @@ async def rollout(
     """
     limits = limits or RolloutLimits(max_turns=max_turns, max_tokens=max_tokens, timeout=timeout)
     renderer = policy.renderer
-    sampling = _episode_sampling(
-        sampling or _DEFAULT_SAMPLING,
+    sampling = episode_sampling(
+        sampling or DEFAULT_SAMPLING,
         limits.max_tokens,
         renderer.stop_token_ids if renderer is not None else (),
     )
@@ -269,97 +221,6 @@ _now = time.perf_counter
 _new_context = fast_constructor(GenerationContext)
 
 
-class _PromptMemo:
-    """Recently rendered prompts of one renderer, by the opening messages' contents.
-
-    A GRPO group plays the same task several times, and evaluations repeat tasks, so the
-    same opening is rendered again and again; this keeps the `RenderedPrompt` (holding
-    copies of the messages, so an env that mutates what it returned changes nothing here).
-    Only openings whose fields are all strings are kept (`1`, `1.0` and `True` are equal
-    keys but may render differently). Bounded by `max_ids` prompt ids in all (oldest
-    first out); thread-safe. Not used when the renderer verifies every render
-    (`verify_incremental`)."""
-
-    __slots__ = ("_entries", "_ids", "_lock", "max_ids")
-
-    def __init__(self, max_ids: int = 1_000_000):
-        self.max_ids = max_ids
-        self._entries: dict[tuple[Any, ...], RenderedPrompt] = {}
-        self._ids = 0
-        self._lock = threading.Lock()
-
-    def get(self, renderer: ChatRenderer, messages: Sequence[Message]) -> RenderedPrompt:
-        key = _string_items(messages)
-        if key is None:
-            return renderer.prompt(messages)
-        prompt = self._entries.get(key)
-        if prompt is not None:
-            return prompt
-        prompt = renderer.prompt(messages)
-        n = len(prompt.token_ids)
-        if n <= self.max_ids // 16:
-            kept = RenderedPrompt(
-                tuple([dict(m) for m in messages]), prompt.text, prompt.token_ids, prompt.shape
-            )
-            with self._lock:
-                if key not in self._entries:
-                    self._entries[key] = kept
-                    self._ids += n
-                    while self._ids > self.max_ids:
-                        oldest = next(iter(self._entries))
-                        self._ids -= len(self._entries.pop(oldest).token_ids)
-        return prompt
-
-
-def _string_items(messages: Sequence[Message]) -> tuple[tuple[tuple[str, str], ...], ...] | None:
-    """The messages' fields as a hashable key, or None unless every field is a string."""
-    key = []
-    for m in messages:
-        if type(m) is not dict:
-            return None
-        items = tuple(m.items())
-        for name, value in items:
-            if type(value) is not str or type(name) is not str:
-                return None
-        key.append(items)
-    return tuple(key)
-
-
-_PROMPTS: weakref.WeakKeyDictionary[ChatRenderer, _PromptMemo] = weakref.WeakKeyDictionary()
-
-
-def _prompt(renderer: ChatRenderer, messages: Sequence[Message]) -> RenderedPrompt:
-    """`renderer.prompt(messages)`, remembered per renderer (see `_PromptMemo`)."""
-    if renderer.verify_incremental:
-        return renderer.prompt(messages)
-    memo = _PROMPTS.get(renderer)
-    if memo is None:
-        memo = _PROMPTS.setdefault(renderer, _PromptMemo())
-    return memo.get(renderer, messages)
-
-
-_DEFAULT_SAMPLING = SamplingParams()
-
-
-_SAMPLINGS: dict[tuple[int, int, int], tuple[SamplingParams, tuple[int, ...], SamplingParams]] = {}
-
-
-def _episode_sampling(
-    sampling: SamplingParams, max_tokens: int, stop_token_ids: tuple[int, ...]
-) -> SamplingParams:
-    """The episode's sampling: `max_tokens` from the limits, the renderer's stop tokens
-    added. Cached by identity (the same few objects recur for every episode of a run)."""
-    key = (id(sampling), max_tokens, id(stop_token_ids))
-    cached = _SAMPLINGS.get(key)
-    if cached is not None and cached[0] is sampling and cached[1] is stop_token_ids:
-        return cached[2]
-    result = replace(sampling, max_tokens=max_tokens).with_stop_tokens(stop_token_ids)
-    if len(_SAMPLINGS) >= 64:
-        _SAMPLINGS.clear()
-    _SAMPLINGS[key] = (sampling, stop_token_ids, result)  # holds both: ids are not reused
-    return result
-
-
 async def _play(
     env: PlayableEnv,
     policy: Policy,
@@ -401,7 +262,12 @@ async def _play(
             raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: {type(e).__name__}: {e}") from e
         env_s = _now() - t_env
         # 4. Read the step protocol; a malformed step ends the episode as an env error.
-        step, terminated, truncated = _read_step(observation, reward, terminated, truncated, info)
+        try:
+            step, terminated, truncated = read_step(
+                observation, reward, terminated, truncated, info
+            )
+        except MalformedStep as e:
+            raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: malformed result: {e}") from None
         # 5. Append: sampled ids as they are, then the template's delta for the observation
         #    (only when another turn follows; the last turn ends at the sampled ids).
         goes_on = not (terminated or truncated) and index + 1 < max_turns
@@ -506,60 +372,6 @@ def _steps_inline(env: PlayableEnv) -> bool:
         and type(inner).astep is TextEnv.astep
         and type(inner).areset is TextEnv.areset
     )
-
-
-def _read_step(
-    observation: object, reward: object, terminated: object, truncated: object, info: object
-) -> tuple[StepInfo, bool, bool]:
-    """The step's typed info and end flags, after checking the rest of the 5-tuple;
-    `_EpisodeEnd` with `ENV_ERROR` and a message naming what is wrong when the env broke
-    the protocol."""
-    if (
-        type(terminated) is bool
-        and type(truncated) is bool
-        and type(reward) is float
-        and math.isfinite(reward)
-        and type(observation) is list
-        and all(map(_is_message, observation))
-    ):  # the common, well-typed step
-        try:
-            return StepInfo.read(info), terminated, truncated
-        except StepInfoError as e:
-            raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: malformed result: {e}") from None
-    problem = None
-    flags = []
-    for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        try:
-            flags.append(bool(flag))
-        except Exception:  # e.g. a numpy array of several values
-            problem = f"{name} must be a bool, got {type(flag).__name__} {flag!r:.40}"
-    if problem is not None:
-        pass
-    elif not isinstance(observation, list | tuple):
-        problem = f"observation must be a list of messages, got {type(observation).__name__}"
-    elif (
-        bad := next((i for i, m in enumerate(observation) if not is_message(m)), None)
-    ) is not None:
-        problem = f"observation message {bad} is not a chat message: {observation[bad]!r:.120}"
-    elif (type(reward) is not float and not isinstance(reward, numbers.Real)) or not math.isfinite(
-        reward  # type: ignore[arg-type]
-    ):
-        problem = f"reward must be a finite number, got {type(reward).__name__} {reward!r:.40}"
-    else:
-        try:
-            return StepInfo.read(info), flags[0], flags[1]
-        except StepInfoError as e:
-            problem = str(e)
-    raise _EpisodeEnd(StopReason.ENV_ERROR, f"step: malformed result: {problem}")
-
-
-def _is_message(value: object) -> bool:
-    """`is_message`, with a shortcut for the usual `{"role", "content"}` dict."""
-    if type(value) is dict and len(value) == 2:
-        content = value.get("content")
-        if type(content) is str and value.get("role") in ROLES:
-            return True  # both keys and values are strings
-    return is_message(value)
 
 
 # -- the loop agent and many episodes -----------------------------------------------------

@@ -1,5 +1,6 @@
 """What makes the agent loop cheap keeps what it records: fast frozen records, the policy's
-view of the ids, inline steps, the prompt memo, and run_episodes' worker pool."""
+view of the ids, inline steps, and run_episodes' worker pool (the prompt memo:
+test_prompt_cache.py; the view itself: test_token_view.py)."""
 
 from __future__ import annotations
 
@@ -128,21 +129,6 @@ def test_trajectories_pickle_and_round_trip_through_json(chatml_renderer: ChatRe
 # -- the policy's view of the ids ---------------------------------------------------------
 
 
-def test_token_view_is_an_immutable_sequence_of_prefix_and_tail() -> None:
-    tail = [4, 5]
-    view = TokenView((1, 2, 3), tail, 5)
-    tail.extend([6, 7])  # later turns append; the view does not change
-    assert len(view) == 5 and list(view) == [1, 2, 3, 4, 5] and tuple(view) == (1, 2, 3, 4, 5)
-    assert [view[i] for i in range(5)] == [1, 2, 3, 4, 5] and view[-1] == 5 and view[-5] == 1
-    for bad in (5, -6):
-        with pytest.raises(IndexError):
-            view[bad]
-    assert view[1:4] == (2, 3, 4) and view[::-2] == (5, 3, 1)
-    assert view == (1, 2, 3, 4, 5) and view == [1, 2, 3, 4, 5] and view != (1, 2, 3, 4, 5, 6)
-    assert hash(view) == hash((1, 2, 3, 4, 5)) and 4 in view and view.index(4) == 3
-    assert TokenView((1,), [], 1) == TokenView((1,), [9], 1)
-
-
 def test_policy_sees_the_exact_ids_without_a_copy_of_the_prompt(
     chatml_renderer: ChatRenderer,
 ) -> None:
@@ -216,50 +202,6 @@ def test_cheap_sync_steps_run_inline_and_record_the_same_trajectory(
     slow = play(False)
     assert _Callers.callers == [slow_caller] * 2
     assert fast.success and _without_times(fast) == _without_times(slow)
-
-
-# -- prompt memo --------------------------------------------------------------------------
-
-
-def test_remembered_prompts_do_not_follow_mutations_of_the_messages(
-    chatml_renderer: ChatRenderer,
-) -> None:
-    def opening() -> list[dict]:
-        return [{"role": "system", "content": "s"}, {"role": "user", "content": "memo test"}]
-
-    first_messages = opening()
-    first = rollout_module._prompt(chatml_renderer, first_messages)
-    first_messages[1]["content"] = "changed by the env after reset"
-    again = rollout_module._prompt(chatml_renderer, opening())
-    assert again.messages == tuple(opening())
-    assert again.token_ids == first.token_ids == chatml_renderer.prompt(opening()).token_ids
-    changed = rollout_module._prompt(chatml_renderer, first_messages)
-    assert changed.token_ids == chatml_renderer.prompt(first_messages).token_ids != first.token_ids
-
-
-def test_prompt_memo_keeps_only_all_string_openings(chatml_renderer: ChatRenderer) -> None:
-    memo = rollout_module._PromptMemo()
-    for value in (1, True, ["a"]):
-        messages = [{"role": "user", "content": "c", "extra": value}]
-        memo.get(chatml_renderer, messages)
-    assert memo._entries == {}
-    memo.get(chatml_renderer, [{"role": "user", "content": "c"}])
-    assert len(memo._entries) == 1
-
-
-def test_prompt_memo_is_bounded_and_off_when_verifying(chatml_renderer: ChatRenderer) -> None:
-    memo = rollout_module._PromptMemo(max_ids=2000)
-    for i in range(200):
-        messages = [{"role": "user", "content": f"question number {i}"}]
-        assert memo.get(chatml_renderer, messages) == chatml_renderer.prompt(messages)
-        assert memo._ids <= 2000
-    assert 0 < len(memo._entries) < 200
-    verifying = ChatRenderer(chatml_renderer.tokenizer, verify_incremental=True)
-    messages = [{"role": "user", "content": "x"}]
-    assert rollout_module._prompt(verifying, messages) is not rollout_module._prompt(
-        verifying, messages
-    )
-    assert verifying not in rollout_module._PROMPTS
 
 
 # -- run_episodes -------------------------------------------------------------------------
