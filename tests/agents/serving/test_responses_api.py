@@ -1,0 +1,518 @@
+"""`POST /v1/responses` against real clients over real HTTP on 127.0.0.1: the official `openai`
+SDK (streamed and not, function and custom tools, `previous_response_id`), openai-agents with
+its default (Responses) provider and `codex exec` (Codex CLI 0.171.0, `wire_api =
+"responses"`), each with a scripted policy whose replies include non-canonical token ids, each
+session captured as one segment of exactly the scripted ids; and the limits chat completions
+has (keys, body and stop caps, header deadline, token budget, queue cap and fair share).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.agents.serving import ServeConfig, responses_api, start_server
+from skyrl_sdk.agents.trajectory import SegmentStart
+from skyrl_sdk.benchmarks import harness_venv
+
+HARNESSES = Path(__file__).parents[1] / "harnesses"
+MAIN = "sk-responses-main"
+TOOLS = [
+    {
+        "type": "function",
+        "name": "calc",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
+    }
+]
+TEXT_EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
+CALL_EVENTS = [
+    "response.output_item.added",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.output_item.done",
+]
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_dir):
+    from skyrl_sdk.agents.tiny import tiny_renderer
+
+    return tiny_renderer(tiny_dir)
+
+
+def call(name: str, **arguments: Any) -> str:
+    """A scripted tool-call reply in the tiny template's Hermes/Qwen format."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def non_canonical(renderer, text: str) -> list[int]:
+    """`text` tokenized one character at a time: same text, not the tokenizer's own ids."""
+    ids = [i for ch in text for i in renderer.encode(ch)]
+    assert ids != list(renderer.encode(text)) and renderer.decode(ids) == text
+    return ids
+
+
+def sampled(renderer, action: str | Sequence[int]) -> tuple[int, ...]:
+    """The ids the scripted policy samples for an action (it appends end-of-turn)."""
+    ids = renderer.encode(action) if isinstance(action, str) else tuple(action)
+    return (*ids, renderer.end_of_turn_id)
+
+
+def check_one_segment(server, session: str, renderer, script: Sequence) -> None:
+    """The session is one segment whose turns are exactly the scripted ids, each prompt the
+    previous prompt + its sampled ids + the harness's new ids."""
+    t = server.session_trajectory(session)
+    assert t is not None, f"no capture for session {session!r}"
+    assert len(t.segments) == 1, [s.start for s in t.segments]
+    assert t.segments[0].start is SegmentStart.EPISODE
+    assert [turn.token_ids for turn in t.turns] == [sampled(renderer, a) for a in script]
+    (sample,) = t.training_samples()
+    assert sum(sample.loss_mask) == sum(len(turn.token_ids) for turn in t.turns)
+
+
+def serve(policy, renderer, **config: Any):
+    return start_server(
+        policy, ServeConfig(model_name="tiny", api_key=MAIN, **config), renderer=renderer
+    )
+
+
+def client(server, session: str, **issue: Any) -> openai.OpenAI:
+    key = server.issue_session_key(session, **issue)
+    return openai.OpenAI(base_url=server.session_url(session), api_key=key, max_retries=0)
+
+
+def sent_back(output) -> list[dict]:
+    """Output items as a client sends them back."""
+    return [item.model_dump(exclude_none=True) for item in output]
+
+
+# -- the openai SDK -------------------------------------------------------------------------
+
+
+def test_sdk_tool_round_trip_streamed_and_not_is_one_segment(renderer) -> None:
+    """`responses.create` with a function tool: a call (text before it), the call sent back
+    as items, a streamed call scripted as non-canonical ids, continued by
+    `previous_response_id`, and a final text; one segment of exactly the scripted ids."""
+    odd = non_canonical(renderer, call("calc", expr="6*7"))
+    script = ["Let me compute.\n" + call("calc", expr="6*7"), odd, "The answer is 42."]
+    with serve(ScriptedPolicy(script, renderer=renderer), renderer) as server:
+        api = client(server, "sdk")
+        first = api.responses.create(
+            model="tiny", instructions="Be brief.", input="What is 6*7?", tools=TOOLS
+        )
+        assert first.status == "completed" and first.object == "response"
+        message, fn = first.output
+        assert message.type == "message" and message.content[0].text == "Let me compute."
+        assert fn.type == "function_call" and fn.name == "calc"
+        assert json.loads(fn.arguments) == {"expr": "6*7"} and fn.call_id
+        assert first.usage.input_tokens > 0
+        assert first.usage.output_tokens == len(sampled(renderer, script[0]))
+        items = [
+            {"role": "user", "content": "What is 6*7?"},
+            *sent_back(first.output),
+            {"type": "function_call_output", "call_id": fn.call_id, "output": "42"},
+        ]
+        events = list(
+            api.responses.create(
+                model="tiny", instructions="Be brief.", input=items, tools=TOOLS, stream=True
+            )
+        )
+        assert [e.type for e in events] == [*TEXT_EVENTS[:2], *CALL_EVENTS, "response.completed"]
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        second = events[-1].response
+        (streamed_call,) = second.output
+        assert events[3].delta == streamed_call.arguments == events[4].arguments
+        assert json.loads(streamed_call.arguments) == {"expr": "6*7"}
+        third = api.responses.create(
+            model="tiny",
+            instructions="Be brief.",
+            previous_response_id=second.id,
+            input=[
+                {"type": "function_call_output", "call_id": streamed_call.call_id, "output": "42"}
+            ],
+            tools=TOOLS,
+        )
+        assert third.output_text == "The answer is 42." and third.previous_response_id == second.id
+        check_one_segment(server, "sdk", renderer, script)
+
+
+def test_streamed_text_events_add_up_to_the_reply(renderer) -> None:
+    """A streamed text reply: the documented event order, deltas adding up to the final text;
+    the SDK's `responses.stream` helper accumulates the same response."""
+    text = "Hello there, general Kenobi."
+    policy = ScriptedPolicy([text, non_canonical(renderer, text)], renderer=renderer)
+    with serve(policy, renderer) as server:
+        api = client(server, "s")
+        events = list(api.responses.create(model="tiny", input="hi", stream=True))
+        kinds = [e.type for e in events]
+        deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+        assert [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]] == TEXT_EVENTS
+        assert "".join(deltas) == text and events[-1].response.output_text == text
+        item_ids = {e.item_id for e in events if hasattr(e, "item_id")}
+        assert item_ids == {events[-1].response.output[0].id}
+        with api.responses.stream(model="tiny", input="hi again") as stream:
+            final = stream.get_final_response()
+        odd = sampled(renderer, non_canonical(renderer, text))
+        assert final.output_text == text and final.usage.output_tokens == len(odd)
+
+
+def test_a_custom_tool_and_reasoning_items_keep_one_segment(renderer) -> None:
+    """A custom (freeform) tool's call is a `custom_tool_call` with its `input`; sent back with
+    a `reasoning` item (ignored) and its output, the session stays one segment."""
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch"
+    script = [non_canonical(renderer, call("apply_patch", input=patch)), "Patched."]
+    custom = [{"type": "custom", "name": "apply_patch", "description": "Apply a patch."}]
+    with serve(ScriptedPolicy(script, renderer=renderer), renderer) as server:
+        api = client(server, "c")
+        first = api.responses.create(model="tiny", input="add a.txt", tools=custom)
+        (item,) = first.output
+        assert item.type == "custom_tool_call" and item.input == patch
+        items = [
+            {"role": "user", "content": [{"type": "input_text", "text": "add a.txt"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+            *sent_back(first.output),
+            {"type": "custom_tool_call_output", "call_id": item.call_id, "output": "Done!"},
+        ]
+        second = api.responses.create(model="tiny", input=items, tools=custom)
+        assert second.output_text == "Patched."
+        check_one_segment(server, "c", renderer, script)
+
+
+def test_previous_response_ids_are_per_session_and_evicted_least_recent_first(
+    renderer, monkeypatch
+) -> None:
+    monkeypatch.setattr(responses_api, "MAX_STORED_RESPONSES", 2)
+    policy = ScriptedPolicy(lambda context: "ok", renderer=renderer)
+    with serve(policy, renderer) as server:
+        api, other = client(server, "a"), client(server, "b")
+        r1, r2 = (api.responses.create(model="tiny", input=x) for x in ("one", "two"))
+        with pytest.raises(openai.NotFoundError) as foreign:
+            other.responses.create(model="tiny", input="x", previous_response_id=r1.id)
+        assert foreign.value.body["param"] == "previous_response_id"
+        api.responses.create(model="tiny", input="again", previous_response_id=r1.id)  # r1 used
+        # Kept: r1 (just used) and the response to "again"; r2 was the least recently used.
+        with pytest.raises(openai.NotFoundError) as evicted:
+            api.responses.create(model="tiny", input="x", previous_response_id=r2.id)
+        assert evicted.value.body["code"] == "previous_response_not_found"
+        assert api.responses.create(model="tiny", input="y", previous_response_id=r1.id).id
+
+
+def test_response_log_keeps_a_bounded_lru() -> None:
+    log = responses_api.ResponseLog(3)
+    for k in range(3):
+        log.put(f"r{k}", "s", [{"k": k}])
+    assert log.get("r0", "s") == ({"k": 0},)  # r0 now most recent
+    log.put("r3", "s", [])
+    assert len(log) == 3
+    with pytest.raises(responses_api.ApiError):
+        log.get("r1", "s")
+    assert log.get("r0", "s") and log.get("r2", "s") and log.get("r3", "s") == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "param"),
+    [
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "name": "calc"}}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+        ({"tools": None, "tool_choice": "required"}, "tool_choice"),
+        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+        (
+            {"tools": [{"type": "custom", "name": "g", "format": {"type": "grammar"}}]},
+            "tools.0.format",
+        ),
+        ({"tools": [{"type": "function"}]}, "tools.0.name"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input.0.type"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input.0.content"),
+        (
+            {"input": [{"type": "function_call", "name": "calc", "arguments": "[1]"}]},
+            "input.0.arguments",
+        ),
+        ({"stop": ["x"] * 5}, "stop"),
+        ({"stop": "y" * 257}, "stop"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"temperature": 3}, "temperature"),
+    ],
+)
+def test_bad_requests_are_400_naming_the_field(renderer, change, param) -> None:
+    with serve(ScriptedPolicy(["x"], renderer=renderer), renderer) as server:
+        api = client(server, "s")
+        body = {"model": "tiny", "input": "hi", "tools": TOOLS, **change}
+        body = {k: v for k, v in body.items() if v is not None}
+        with pytest.raises(openai.BadRequestError) as refused:
+            api.post("/responses", cast_to=dict, body=body)
+        assert refused.value.body["param"] == param, refused.value.body
+
+
+def test_allowed_tools_in_auto_mode_offers_only_those(renderer) -> None:
+    seen: list[str] = []
+
+    def script(context) -> str:
+        seen.append(json.dumps(context.messages))
+        return call("calc", expr="1")
+
+    tools = [*TOOLS, {**TOOLS[0], "name": "other"}]
+    with serve(ScriptedPolicy(script, renderer=renderer), renderer) as server:
+        api = client(server, "s")
+        choice = {
+            "type": "allowed_tools",
+            "mode": "auto",
+            "tools": [{"type": "function", "name": "calc"}],
+        }
+        r = api.responses.create(model="tiny", input="hi", tools=tools, tool_choice=choice)
+        assert [o.type for o in r.output] == ["function_call"]
+        none = api.responses.create(model="tiny", input="hi", tools=tools, tool_choice="none")
+        assert [o.type for o in none.output] == ["message"]  # not parsed: tools not offered
+        prompt = server.session_trajectory("s").segments[0].prompt_ids
+        assert '"other"' not in renderer.decode(list(prompt)) and '"calc"' in renderer.decode(
+            list(prompt)
+        )
+
+
+# -- limits: the same as chat completions --------------------------------------------------------
+
+
+def test_keys_sessions_and_the_body_cap(renderer) -> None:
+    policy = ScriptedPolicy(lambda context: "ok", renderer=renderer)
+    with serve(policy, renderer, max_request_bytes=50_000) as server:
+        key = server.issue_session_key("mine")
+        server.issue_session_key("theirs")
+        mine = openai.OpenAI(base_url=server.session_url("mine"), api_key=key, max_retries=0)
+        assert mine.responses.create(model="tiny", input="hi").output_text == "ok"
+        for url, secret in (
+            (server.session_url("theirs"), key),
+            (server.base_url, key),
+            (server.session_url("mine"), "wrong"),
+        ):
+            with pytest.raises(openai.AuthenticationError):
+                openai.OpenAI(base_url=url, api_key=secret, max_retries=0).responses.create(
+                    model="tiny", input="hi"
+                )
+        with pytest.raises(openai.APIStatusError) as big:
+            mine.responses.create(model="tiny", input="x" * 60_000)
+        assert big.value.status_code == 413
+        with pytest.raises(openai.NotFoundError) as model:
+            mine.responses.create(model="gpt-5", input="hi")
+        assert model.value.body["code"] == "model_not_found"
+        assert server.session_trajectory("mine") is not None
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir) -> Any:
+    """The tiny local model with a small batch: a session holds at most 2 rows, queues 2."""
+    from skyrl_sdk.agents.engine import LocalEngine
+    from skyrl_sdk.agents.engine.fairness import FairnessLimits
+    from skyrl_sdk.agents.tiny import tiny_renderer
+
+    limits = FairnessLimits(max_rows=2, max_queued=2)
+    engine = LocalEngine.from_pretrained(tiny_dir, name="tiny", max_batch_size=4, fairness=limits)
+    return engine, tiny_renderer(tiny_dir)
+
+
+def test_budget_and_context_on_the_tiny_model(tiny) -> None:
+    engine, renderer = tiny
+    with serve(engine, renderer, session_token_budget=400) as server:
+        api = client(server, "s")
+        r = api.responses.create(model="tiny", input="hello", max_output_tokens=5, temperature=0)
+        assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+        assert r.usage.output_tokens == 5
+        with pytest.raises(openai.BadRequestError) as long:
+            api.responses.create(model="tiny", input="hello", max_output_tokens=10**6)
+        assert long.value.body["code"] == "context_length_exceeded"
+        assert long.value.body["param"] == "max_output_tokens"
+        with pytest.raises(openai.RateLimitError) as spent:
+            api.responses.create(model="tiny", input="hello", max_output_tokens=1000)
+        assert spent.value.body["code"] == "session_token_budget_exceeded"
+
+
+def test_a_session_gets_its_share_and_a_bounded_queue(tiny) -> None:
+    """Six concurrent streamed responses from one session: at most 2 run at once (half of
+    the batch) and past 2 waiting the rest are 429 `session_queue_full`; another session is
+    served meanwhile."""
+    engine, renderer = tiny
+    outcomes: list[Any] = []
+    with serve(engine, renderer, session_token_budget=None) as server:
+        hog, victim = client(server, "hog"), client(server, "victim")
+
+        def one() -> None:
+            try:
+                events = list(
+                    hog.responses.create(
+                        model="tiny", input="go", max_output_tokens=300, stream=True
+                    )
+                )
+                outcomes.append(events[-1].type)
+            except openai.APIStatusError as e:
+                outcomes.append(e.body["code"])
+
+        threads = [threading.Thread(target=one, daemon=True) for _ in range(6)]
+        for t in threads:
+            t.start()
+        peak, deadline = 0, time.monotonic() + 60
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+            peak = max(peak, engine.running)
+            time.sleep(0.005)
+        answer = victim.responses.create(model="tiny", input="hi", max_output_tokens=4)
+        for t in threads:
+            t.join(60)
+    assert answer.usage.output_tokens >= 1
+    assert "session_queue_full" in outcomes, outcomes
+    assert set(outcomes) <= {"session_queue_full", "response.incomplete", "response.completed"}
+    assert peak <= 2, f"one session held {peak} rows"
+
+
+def test_the_header_deadline_spares_a_long_streamed_response(tiny) -> None:
+    engine, renderer = tiny
+    with serve(engine, renderer, header_timeout_s=0.5) as server:
+        body = {"model": "tiny", "input": "go", "max_output_tokens": 1000, "stream": True}
+        headers = {"Authorization": f"Bearer {MAIN}"}
+        started = time.monotonic()
+        with httpx.stream(
+            "POST", f"{server.base_url}/responses", json=body, headers=headers, timeout=60
+        ) as r:
+            kinds = [line for line in r.iter_lines() if line.startswith("event: ")]
+        took = time.monotonic() - started
+        assert kinds[-1] in ("event: response.incomplete", "event: response.completed")
+        import socket
+
+        with socket.create_connection((server.host, server.port)) as s:
+            s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")  # never finished
+            s.settimeout(5)
+            t0 = time.monotonic()
+            assert s.recv(100) == b""
+            assert time.monotonic() - t0 < 2
+    assert took > 0.5 or len(kinds) > 10
+
+
+# -- harnesses in their own venvs / npm prefixes -------------------------------------------------
+
+
+def _harness(name: str) -> Path:
+    found = harness_venv.ready(name)
+    if found is None:
+        pytest.skip(f"build it with `python -m skyrl_sdk.benchmarks.harness_venv {name}`")
+    return found
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_agents_default_provider_runs_a_tool(renderer, tmp_path, stream) -> None:
+    """openai-agents' default provider (the Responses API) calls the shell tool (scripted as
+    non-canonical ids), which writes a file; the session is one segment of the scripted ids."""
+    venv = _harness("openai-agents")
+    script = [
+        non_canonical(renderer, call("shell", command="echo hello world > hello.txt")),
+        "Done: hello.txt holds hello world.",
+    ]
+    with serve(ScriptedPolicy(script, renderer=renderer), renderer) as server:
+        key = server.issue_session_key("agents")
+        env = {
+            "PATH": os.environ["PATH"],
+            "OPENAI_BASE_URL": server.session_url("agents"),
+            "OPENAI_API_KEY": key,
+            "OPENAI_MODEL": "tiny",
+            "AGENT_TASK": "Write hello world to hello.txt",
+            "AGENT_STREAM": "1" if stream else "0",
+        }
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), str(HARNESSES / "openai_agents_responses_driver.py")],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "final='Done: hello.txt holds hello world.'" in done.stdout
+        assert (tmp_path / "hello.txt").read_text() == "hello world\n"
+        check_one_segment(server, "agents", renderer, script)
+
+
+CODEX_CONFIG = """\
+model = "tiny"
+model_provider = "skyrl"
+check_for_update_on_startup = false
+web_search = "disabled"
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[otel]
+exporter = "none"
+
+[model_providers.skyrl]
+name = "skyrl"
+base_url = "{base_url}"
+env_key = "SKYRL_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+"""
+"""Codex CLI's config for a `skyrl serve` session: a custom provider on the Responses API,
+its key from the environment, no retries, telemetry, update checks or web search (every key
+checked by `--strict-config`)."""
+
+
+def test_codex_exec_runs_a_tool_that_changes_a_file(renderer, tmp_path) -> None:
+    """`codex exec` (0.171.0, Responses API, its own sandbox off, outside a git repository)
+    runs a scripted `exec_command` call (non-canonical ids) that writes a file, then answers;
+    the session is one segment of exactly the scripted ids."""
+    codex = harness_venv.npm_ready("codex")
+    if codex is None:
+        pytest.skip("build it with `python -m skyrl_sdk.benchmarks.harness_venv codex`")
+    script = [
+        non_canonical(renderer, call("exec_command", cmd="echo hello world > hello.txt")),
+        "Done: hello.txt holds hello world.",
+    ]
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".codex").mkdir(parents=True)
+    work.mkdir()
+    with serve(ScriptedPolicy(script, renderer=renderer), renderer) as server:
+        key = server.issue_session_key("codex")
+        config = CODEX_CONFIG.format(base_url=server.session_url("codex"))
+        (home / ".codex" / "config.toml").write_text(config)
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(home),
+            "CODEX_HOME": str(home / ".codex"),
+            "SKYRL_API_KEY": key,
+        }
+        args = ["exec", "--strict-config", "--skip-git-repo-check", "--ephemeral"]
+        args += ["--sandbox", "danger-full-access", "Write hello world to hello.txt"]
+        done = subprocess.run(
+            [str(codex), *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        assert "Done: hello.txt holds hello world." in done.stdout
+        assert (work / "hello.txt").read_text() == "hello world\n"
+        check_one_segment(server, "codex", renderer, script)
