@@ -47,6 +47,16 @@ MESSAGES = [
 ]
 
 
+OTHER_APIS: dict[str, tuple[str, dict[str, Any]]] = {
+    "responses": (
+        "/responses",
+        {"model": "bench", "input": MESSAGES, "max_output_tokens": TOKENS, "temperature": 0},
+    ),
+}
+"""Wire APIs besides chat, measured the same way with the scripted policy (the server's own
+cost per request): name -> (path under /v1, request body)."""
+
+
 def _median_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000.0
 
@@ -113,7 +123,13 @@ def _through_server(url: str, body: dict[str, Any], n: int) -> tuple[list[float]
     return data["first"], data["total"]
 
 
-def _measure(policy: Any, renderer: Any, sampling: Any, body: dict[str, Any]) -> dict[str, float]:
+def _measure(
+    policy: Any,
+    renderer: Any,
+    sampling: Any,
+    body: dict[str, Any],
+    path: str = "/chat/completions",
+) -> dict[str, float]:
     from skyrl_sdk.agents.serving import ServeConfig, start_server
 
     prompt = list(renderer.encode(renderer.render(MESSAGES, add_generation_prompt=True)))
@@ -126,7 +142,7 @@ def _measure(policy: Any, renderer: Any, sampling: Any, body: dict[str, Any]) ->
     per_block = REPEATS // ROUNDS
     try:
         with start_server(policy, ServeConfig(model_name="bench"), renderer=renderer) as server:
-            url = f"{server.base_url}/chat/completions"
+            url = f"{server.base_url}{path}"
             for _ in range(ROUNDS):
                 for k in range(per_block + WARMUP):
                     a, b = loop.run_until_complete(_inprocess(policy, prompt, sampling))
@@ -287,6 +303,8 @@ class _Runs:
     """`_fairness` with fair shares at admission only."""
     max_batch_size: int
     """The tiny engine's batch rows."""
+    apis: dict[str, dict[str, float]]
+    """`_measure` with the scripted policy for each of `OTHER_APIS`."""
 
 
 def _measure_runs() -> _Runs:
@@ -318,7 +336,11 @@ def _measure_runs() -> _Runs:
     reply = "There are 12 apples left. " * 4
     scripted = ScriptedPolicy(lambda context: reply, renderer=renderer)
     free = _measure(scripted, renderer, sampling, body)
-    return _Runs(tiny, free, fair_runs[True], fair_runs[False], engine.max_batch_size)
+    apis = {
+        name: _measure(scripted, renderer, sampling, api_body, path)
+        for name, (path, api_body) in OTHER_APIS.items()
+    }
+    return _Runs(tiny, free, fair_runs[True], fair_runs[False], engine.max_batch_size, apis)
 
 
 def _result(runs: _Runs) -> dict[str, Any]:
@@ -353,6 +375,10 @@ def _result(runs: _Runs) -> dict[str, Any]:
         "fair_slowdown_admission_only": round(
             admission_only["loaded"] / admission_only["unloaded"], 2
         ),
+        **{
+            f"overhead_ms_per_request_{name}": round(r["total_srv"] - r["total_in"], 2)
+            for name, r in runs.apis.items()
+        },
         **uvicorn_options(),
     }
 
@@ -362,6 +388,14 @@ def _rows(runs: _Runs) -> list[tuple[str, str, str]]:
     tokens_in = TOKENS / (tiny["total_in"] / 1000.0)
     tokens_srv = TOKENS / (tiny["total_srv"] / 1000.0)
     overhead = free["total_srv"] - free["total_in"]
+    apis = [
+        (
+            f"server overhead per request, {name}",
+            f"{r['total_srv'] - r['total_in']:.2f} ms",
+            f"target < {TARGET_MS:.0f} ms",
+        )
+        for name, r in runs.apis.items()
+    ]
     return [
         ("tiny: time to first token", f"{tiny['ttft_srv']:.1f} ms", f"{tiny['ttft_in']:.1f} ms"),
         (f"tiny: tokens/s ({TOKENS} tokens)", f"{tokens_srv:.0f}", f"{tokens_in:.0f}"),
@@ -390,6 +424,7 @@ def _rows(runs: _Runs) -> list[tuple[str, str, str]]:
             f"{int(fair['hog_rows'])} of {runs.max_batch_size}",
             f"cap {int(fair['cap'])}",
         ),
+        *apis,
     ]
 
 
