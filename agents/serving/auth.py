@@ -126,7 +126,10 @@ class SessionGate:
 
 
 _MESSAGES = {
-    Refusal.MISSING_KEY: "this server requires an API key: send it as 'Authorization: Bearer KEY'",
+    Refusal.MISSING_KEY: (
+        "this server requires an API key: send it as 'Authorization: Bearer KEY' "
+        "or 'X-API-Key: KEY' (Anthropic clients)"
+    ),
     Refusal.WRONG_KEY: "invalid API key (a session key opens only its own session's URL)",
 }
 

@@ -1,0 +1,358 @@
+"""`skyrl serve`'s Anthropic Messages API (`/v1/messages`) over real HTTP on 127.0.0.1: the
+official `anthropic` SDK (its own venv, `tests/agents/harnesses/anthropic_driver.py`), raw
+HTTP for the wire details, the shared limits, and Claude Code (`claude -p`) editing a file.
+
+Scripted policies (tiny tokenizer, Qwen/Hermes tools template) make the replies known in
+advance, non-canonical ids included, so the captures can be checked token by token.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from skyrl_sdk.agents.scripted import ScriptedPolicy
+from skyrl_sdk.agents.serving import ServeConfig, start_server
+from skyrl_sdk.agents.trajectory import SegmentStart, read_trajectories
+from skyrl_sdk.benchmarks import harness_venv
+
+HARNESSES = Path(__file__).parents[1] / "harnesses"
+CALL = '<tool_call>\n{"name": "calc", "arguments": {"expr": "6*7"}}\n</tool_call>'
+TOOLS = [
+    {
+        "name": "calc",
+        "description": "Evaluate an arithmetic expression.",
+        "input_schema": {"type": "object", "properties": {"expr": {"type": "string"}}},
+    }
+]
+HEADERS = {"anthropic-version": "2023-06-01"}
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_dir):
+    from skyrl_sdk.agents.tiny import tiny_renderer
+
+    return tiny_renderer(tiny_dir)
+
+
+def non_canonical(renderer, text: str) -> list[int]:
+    """`text` tokenized one character at a time: same text, not the tokenizer's own ids."""
+    ids = [i for ch in text for i in renderer.encode(ch)]
+    assert ids != list(renderer.encode(text)) and renderer.decode(ids) == text
+    return ids
+
+
+def expected_ids(renderer, action) -> list[int]:
+    """The ids the scripted policy samples for an action (it appends end-of-turn)."""
+    ids = list(renderer.encode(action)) if isinstance(action, str) else list(action)
+    return [*ids, renderer.end_of_turn_id]
+
+
+def serve(policy, renderer, tmp_path=None, **kwargs):
+    config = ServeConfig(
+        model_name="tiny", capture_dir=tmp_path, api_key=kwargs.pop("api_key", None), **kwargs
+    )
+    return start_server(policy, config, renderer=renderer)
+
+
+def sdk_python() -> str:
+    found = harness_venv.ready("anthropic")
+    if found is None:
+        pytest.skip(
+            f"{harness_venv.venv_dir('anthropic')} is missing: build it with "
+            "`python -m skyrl_sdk.benchmarks.harness_venv anthropic`"
+        )
+    return str(found / "bin" / "python")
+
+
+def events_of(body: str) -> list[tuple[str, dict]]:
+    """A streamed answer's (event name, data) pairs."""
+    out = []
+    for chunk in body.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in chunk.splitlines())
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+# -- the official SDK -----------------------------------------------------------------------
+
+
+def test_anthropic_sdk_tool_round_trip_is_one_exact_segment(renderer, tmp_path) -> None:
+    """The SDK's `messages.create` (plain and streamed) and `messages.stream` play a tool round
+    trip: one main segment of exactly the scripted ids (a non-canonical reply included); a
+    request with another system prompt is an auxiliary segment, left out of training."""
+    odd = non_canonical(renderer, CALL)
+    script = ["Let me compute.\n" + CALL, odd, "The answer is 42.", "Six times seven! Yes."]
+    policy = ScriptedPolicy(script, renderer=renderer)
+    with serve(policy, renderer, tmp_path, api_key="main") as server:
+        key = server.issue_session_key("claude-1")
+        done = subprocess.run(
+            [
+                sdk_python(),
+                str(HARNESSES / "anthropic_driver.py"),
+                server.session_url("claude-1")[: -len("/v1")],
+                key,
+                "tiny",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tempfile.gettempdir(),
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads(done.stdout)
+        trajectory = server.session_trajectory("claude-1")
+
+    first = out["first"]
+    assert first["stop_reason"] == "tool_use"
+    assert first["content"][0] == {"type": "text", "text": "Let me compute."}
+    assert first["content"][1]["type"] == "tool_use" and first["content"][1]["id"].startswith(
+        "toolu_"
+    )
+    assert (first["content"][1]["name"], first["content"][1]["input"]) == ("calc", {"expr": "6*7"})
+    assert out["first_usage"]["output_tokens"] == len(expected_ids(renderer, script[0]))
+    second = out["second"]
+    assert second["stop_reason"] == "tool_use" and second["texts"] == []
+    assert [(b["type"], b.get("input")) for b in second["content"]] == [
+        ("tool_use", {"expr": "6*7"})
+    ]
+    assert out["third_text"] == "The answer is 42." and out["third_stop"] == "end_turn"
+    assert out["third_events"] == [  # the SDK drops pings (the raw test sees them)
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        *["content_block_delta"] * (out["third_events"].count("content_block_delta") - 1),
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert out["count_tokens"] > 0
+    assert out["side"] == {
+        "content": [{"type": "text", "text": "Six times seven"}],
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "!",
+    }
+    errors = out["errors"]
+    assert errors["bad_model"]["class"] == "NotFoundError"
+    assert errors["bad_model"]["body"]["type"] == "error"
+    assert errors["bad_model"]["body"]["error"]["type"] == "not_found_error"
+    assert errors["bad_temperature"]["class"] == "BadRequestError"
+    assert "temperature" in errors["bad_temperature"]["body"]["error"]["message"]
+    assert errors["tool_choice_any"]["status"] == 400
+    assert "tool_choice" in errors["tool_choice_any"]["body"]["error"]["message"]
+    assert errors["wrong_key"]["class"] == "AuthenticationError"
+    assert errors["wrong_key"]["body"]["error"]["type"] == "authentication_error"
+
+    # The capture: the main conversation is one segment of exactly the scripted ids.
+    assert trajectory is not None
+    starts = [s.start for s in trajectory.segments]
+    assert starts == [SegmentStart.EPISODE, SegmentStart.AUXILIARY]
+    main = [t for t in trajectory.turns if t.segment == 0]
+    assert [list(t.token_ids) for t in main] == [expected_ids(renderer, a) for a in script[:3]]
+    (side,) = [t for t in trajectory.turns if t.segment == 1]
+    assert list(side.token_ids) == expected_ids(renderer, script[3])
+    # Each main prompt extends the previous one by exactly what was sampled plus the results.
+    ids = trajectory.segment_ids(0)
+    assert renderer.decode(ids).count("<tool_response>") == 2
+    (sample,) = trajectory.training_samples()  # the side conversation is not trained on
+    assert list(sample.input_ids) == ids
+    assert len(trajectory.training_samples(auxiliary=True)) == 2
+    (on_disk,) = read_trajectories(tmp_path / "claude-1.jsonl")
+    assert [s.start for s in on_disk.segments] == starts
+    assert "Error: division by zero" in renderer.decode(ids)
+
+
+# -- the wire, by hand ----------------------------------------------------------------------
+
+
+def test_raw_stream_event_order_and_stop_reasons(renderer) -> None:
+    """Events in Anthropic's order with a text block then a tool_use block whose input comes
+    as one input_json_delta; max_tokens and tool_use stop reasons; usage counts the ids."""
+    script = ["Checking.\n" + CALL, "a long reply that is cut"]
+    policy = ScriptedPolicy(script, renderer=renderer)
+    with serve(policy, renderer) as server:
+        body = {
+            "model": "tiny",
+            "max_tokens": 100,
+            "stream": True,
+            "tools": TOOLS,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "6*7?"}]}],
+        }
+        url = f"{server.base_url}/messages"
+        r = httpx.post(url, json=body, headers=HEADERS, timeout=30)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = events_of(r.text)
+        names = [name for name, _ in events]
+        assert all(name == data["type"] for name, data in events)
+        assert names[:3] == ["message_start", "content_block_start", "ping"]
+        assert names[-2:] == ["message_delta", "message_stop"]
+        starts = [d for n, d in events if n == "content_block_start"]
+        assert [s["content_block"]["type"] for s in starts] == ["text", "tool_use"]
+        assert [s["index"] for s in starts] == [0, 1]
+        text = "".join(
+            d["delta"]["text"] for n, d in events if n == "content_block_delta" and d["index"] == 0
+        )
+        assert text == "Checking."
+        (partial,) = [
+            d["delta"] for n, d in events if d.get("index") == 1 and n == "content_block_delta"
+        ]
+        assert partial["type"] == "input_json_delta"
+        assert json.loads(partial["partial_json"]) == {"expr": "6*7"}
+        delta = events[-2][1]
+        assert delta["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+        assert delta["usage"]["output_tokens"] == len(expected_ids(renderer, script[0]))
+        start = events[0][1]["message"]
+        assert start["usage"]["input_tokens"] > 0 and start["content"] == []
+
+        cut = httpx.post(
+            url,
+            json={
+                "model": "tiny",
+                "max_tokens": 3,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+            headers=HEADERS,
+            timeout=30,
+        ).json()
+        assert cut["stop_reason"] == "max_tokens" and cut["usage"]["output_tokens"] == 3
+
+
+def test_errors_have_anthropics_shape(renderer) -> None:
+    """Every refusal on the Messages paths, the key check and body cap included, is
+    `{"type": "error", "error": {"type", "message"}}`; chat keeps OpenAI's shape."""
+    policy = ScriptedPolicy(["x"], renderer=renderer)
+    with serve(policy, renderer, api_key="main", max_request_bytes=10_000) as server:
+        url = f"{server.base_url}/messages"
+        ok = {"x-api-key": "main", **HEADERS}
+        base = {"model": "tiny", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        cases = [
+            ({}, base, 401, "authentication_error", "key"),
+            (ok, {**base, "max_tokens": None}, 400, "invalid_request_error", "max_tokens"),
+            (
+                ok,
+                {k: v for k, v in base.items() if k != "max_tokens"},
+                400,
+                "invalid_request_error",
+                "max_tokens",
+            ),
+            (ok, {**base, "model": "gpt"}, 404, "not_found_error", "model"),
+            (
+                ok,
+                {
+                    **base,
+                    "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}],
+                },
+                400,
+                "invalid_request_error",
+                "messages.0.content.0",
+            ),
+            (
+                ok,
+                {
+                    **base,
+                    "messages": [
+                        {"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": "{"},
+                    ],
+                },
+                400,
+                "invalid_request_error",
+                "prefill",
+            ),
+            (
+                ok,
+                {**base, "tools": [{"name": "web", "type": "web_search_20250305"}]},
+                400,
+                "invalid_request_error",
+                "tools.0",
+            ),
+            (
+                ok,
+                {**base, "tools": TOOLS, "tool_choice": {"type": "tool", "name": "calc"}},
+                400,
+                "invalid_request_error",
+                "tool_choice",
+            ),
+            (
+                ok,
+                {**base, "stop_sequences": ["a"] * 5},
+                400,
+                "invalid_request_error",
+                "stop_sequences",
+            ),
+            (
+                ok,
+                {**base, "stop_sequences": ["x" * 300]},
+                400,
+                "invalid_request_error",
+                "stop_sequences",
+            ),
+            (ok, {**base, "system": "x" * 20_000}, 413, "request_too_large", "limit"),
+        ]
+        for headers, body, status, kind, said in cases:
+            r = httpx.post(url, json=body, headers=headers, timeout=30)
+            assert r.status_code == status, (body, r.text)
+            data = r.json()
+            assert data["type"] == "error" and data["error"]["type"] == kind, data
+            assert said in data["error"]["message"], data
+        r = httpx.post(
+            f"{server.base_url}/messages/count_tokens", json={"model": "tiny"}, headers=ok
+        )
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+        chat = httpx.post(f"{server.base_url}/chat/completions", json={}, headers=ok)
+        assert chat.status_code == 400 and "type" not in chat.json()  # OpenAI's shape there
+        assert policy.calls == 0
+
+
+def test_count_tokens_counts_the_prompt_the_reply_would_get(renderer) -> None:
+    """count_tokens is the length of the prompt a Messages request renders to (known replies
+    as their sampled ids), and captures nothing."""
+    policy = ScriptedPolicy(["Hello there."], renderer=renderer)
+    with serve(policy, renderer) as server:
+        body = {
+            "model": "tiny",
+            "system": "Be brief.",
+            "tools": TOOLS,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        counted = httpx.post(
+            f"{server.base_url}/messages/count_tokens", json=body, headers=HEADERS
+        ).json()
+        answer = httpx.post(
+            f"{server.base_url}/messages", json={**body, "max_tokens": 50}, headers=HEADERS
+        ).json()
+        assert counted == {"input_tokens": answer["usage"]["input_tokens"]}
+        assert policy.calls == 1
+        trajectory = server.session_trajectory("default")
+        assert (
+            len(trajectory.turns) == 1
+            and len(trajectory.segments[0].prompt_ids) == counted["input_tokens"]
+        )
+
+
+def test_max_tokens_beyond_the_context_is_clamped(tiny_dir) -> None:
+    """Claude Code asks for 32,000 tokens: on a model with a small context the reply may run to
+    its end (stop_reason max_tokens), rather than the 400 chat completions answer."""
+    from skyrl_sdk.agents.engine import LocalEngine
+    from skyrl_sdk.agents.tiny import tiny_renderer
+
+    engine = LocalEngine.from_pretrained(tiny_dir, name="tiny")
+    renderer = tiny_renderer(tiny_dir)
+    with start_server(engine, ServeConfig(model_name="tiny"), renderer=renderer) as server:
+        limit = engine.max_context_tokens
+        body = {
+            "model": "tiny",
+            "max_tokens": 32_000,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        answer = httpx.post(
+            f"{server.base_url}/messages", json=body, headers=HEADERS, timeout=120
+        ).json()
+        assert answer["type"] == "message", answer
+        assert answer["usage"]["input_tokens"] + answer["usage"]["output_tokens"] <= limit
