@@ -71,6 +71,15 @@ _EVAL_OUT = typer.Option(Path("runs/eval"), "--out", "-o", help="Output director
 _EVAL_RESUME = typer.Option(
     False, "--resume", help="Run only missing or errored episodes (same env and policy)."
 )
+_EVAL_TRIALS = typer.Option(
+    1,
+    "--trials",
+    "-k",
+    min=1,
+    metavar="K",
+    help="Play every task K times (trial k samples with a seed derived from --seed and k; "
+    "the env's seed stays the task's) and report the interval, pass@k, pass^k and flip rate.",
+)
 _EVAL_MAX_TURNS = typer.Option(
     None, min=1, help="Assistant turns per episode (default: the env's limit, else 8)."
 )
@@ -131,6 +140,7 @@ def eval_command(
     concurrency: int = _EVAL_CONCURRENCY,
     out: Path = _EVAL_OUT,
     resume: bool = _EVAL_RESUME,
+    trials: int = _EVAL_TRIALS,
     max_turns: int | None = _EVAL_MAX_TURNS,
     max_tokens: int = _EVAL_MAX_TOKENS,
     timeout: float | None = _EVAL_TIMEOUT,
@@ -165,7 +175,7 @@ def eval_command(
         )
     except CommandAgentError as e:
         _die(str(e))
-    setup = _EvalSetup(env_id, tasks, num, seed_offset, env_kwargs, out, resume, max_turns)
+    setup = _EvalSetup(env_id, tasks, num, seed_offset, env_kwargs, out, resume, max_turns, trials)
     make_env, turns, the_plan = _plan_eval(setup, imports, pass_env, command_agent)
     the_policy, runner = _eval_policy(policy, tokenizer, api, model, command_agent, out)
     run_name = runner.name if runner is not None else the_policy.name
@@ -218,6 +228,8 @@ class _EvalSetup:
     """--resume: run only missing or errored episodes."""
     max_turns: int | None
     """--max-turns (None: the env's limit, else the default)."""
+    trials: int = 1
+    """--trials: times every task is played."""
 
 
 def _plan_eval(
@@ -247,7 +259,7 @@ def _plan_eval(
         if setup.tasks is not None:  # the user's rows, validated once against the env's fields
             env_rows = load_tasks(setup.tasks, required=tuple(required))
         rows = eval_rows(env_rows, env_id=env_id, num=setup.num, seed_offset=setup.seed_offset)
-        the_plan = plan(rows, setup.out, resume=setup.resume)
+        the_plan = plan(rows, setup.out, resume=setup.resume, trials=setup.trials)
     except (UnknownEnvError, EntryPointError, TaskError, EvalError, CommandAgentError) as e:
         _die(str(e))
     return make_env, turns, the_plan
@@ -392,7 +404,7 @@ async def _run_with_progress(
 
 
 def _print_summary(results, env_id: str, policy_name: str) -> None:
-    from skyrl_sdk.agents.evaluate import summarize
+    from skyrl_sdk.agents.evaluate import run_stats, summarize
 
     s = summarize(results)
     table = Table(title=f"skyrl eval {escape(env_id)}  ({escape(policy_name)})")
@@ -409,7 +421,12 @@ def _print_summary(results, env_id: str, policy_name: str) -> None:
     table.add_row("trainable episodes", f"{s.trainable} / {s.episodes}")
     if s.errored:
         table.add_row("[red]errored[/]", f"{s.errored} (rerun with --resume)")
+    stats = run_stats(results) if results else None
+    for label, value in stats.lines() if stats else ():
+        table.add_row(escape(label), escape(value))
     console.print(table)
+    if stats is not None and stats.note:
+        console.print(f"note: {escape(stats.note)}")
 
 
 def view_command(

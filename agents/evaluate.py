@@ -7,7 +7,13 @@ An evaluation directory holds:
 - `results.json`: the summary and one row per episode, written when the run ends.
 
 Resuming reads `trajectories.jsonl`, keeps every episode that finished without an
-infrastructure error, and runs only the missing or errored ones (keyed on task id).
+infrastructure error, and runs only the missing or errored ones (keyed on (task id, trial):
+the episode id, `skyrl_sdk.agents.trials`).
+
+With `trials=K` every task is played K times (`agents.trials`: trial k's sampling seed is
+derived from k, the env's seed stays the task's), and `results.json` carries the run's
+statistics (`skyrl_sdk.stats`): `trials`, `per_task`, `mean`, `ci95`, `pass_at_k`,
+`pass_hat_k` and `flip_rate`.
 
 An env without a task list (its state drawn from the seed, the Gymnasium way) is played by
 seeds: `eval_rows` gives seeds `offset .. offset + num - 1` as the rows `seed-<n>`, whose
@@ -21,7 +27,7 @@ import statistics
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,8 @@ from skyrl_sdk.agents.trajectory import (
     latest_by_episode,
     read_trajectories,
 )
+from skyrl_sdk.agents.trials import trial_agent, trial_episode_id, trial_episodes
+from skyrl_sdk.stats import TrialStats, per_task, trial_stats
 
 TRAJECTORIES = "trajectories.jsonl"
 RESULTS = "results.json"
@@ -197,19 +205,30 @@ class EvalPlan:
     """Episodes in the whole evaluation (kept + to run)."""
     order: tuple[str, ...] = ()
     """Every episode id of the evaluation in task order (`results.json` lists them so)."""
+    trials: int = 1
+    """K: trials per task."""
+    trial_of: dict[str, int] = field(default_factory=dict)
+    """Each episode id's trial (an id missing here is trial 0)."""
 
 
-def plan(tasks: Sequence[TaskRow], out_dir: str | Path, *, resume: bool = False) -> EvalPlan:
-    """Decide which episodes to run; refuses to mix runs unless `resume`."""
+def plan(
+    tasks: Sequence[TaskRow], out_dir: str | Path, *, resume: bool = False, trials: int = 1
+) -> EvalPlan:
+    """Decide which episodes to run (every task `trials` times); refuses to mix runs
+    unless `resume`."""
     out = Path(out_dir)
     path = out / TRAJECTORIES
     if out.exists() and not out.is_dir():
         raise EvalError(f"--out {out}: not a directory")
     if not tasks:
         raise EvalError("no tasks to evaluate")
-    episodes = [(str(t["task_id"]), t) for t in tasks]
-    if len({e for e, _ in episodes}) != len(episodes):
+    if trials < 1:
+        raise EvalError(f"--trials {trials}: must be at least 1")
+    if len({str(t["task_id"]) for t in tasks}) != len(tasks):
         raise EvalError("task ids must be unique")
+    episodes, trial_of = trial_episodes(tasks, trials)
+    if len(trial_of) != len(episodes):  # a task id such as 'a#1' next to task 'a'
+        raise EvalError("task ids must be unique per trial: an id looks like another's trial")
     previous: dict[str, Trajectory] = {}
     if path.exists() and path.stat().st_size > 0:
         if not resume:
@@ -223,7 +242,10 @@ def plan(tasks: Sequence[TaskRow], out_dir: str | Path, *, resume: bool = False)
         [(e, t) for e, t in episodes if e not in done],
         kept,
         len(episodes),
-        tuple(e for e, _ in episodes),
+        # Task order, each task's trials together.
+        tuple(trial_episode_id(str(t["task_id"]), k) for t in tasks for k in range(trials)),
+        trials,
+        trial_of,
     )
 
 
@@ -309,8 +331,21 @@ async def run_plan(
 
     The episodes are played by `agent` (e.g. a command agent over `policy`, whose `limits`
     and `sampling` are then the harness's business), by default the loop agent
-    `LoopAgent(policy, limits, sampling)`."""
-    player = agent if agent is not None else LoopAgent(policy, limits or RolloutLimits(), sampling)
+    `LoopAgent(policy, limits, sampling)`; with several trials, trial k's loop agent samples
+    with `trial_seed(sampling.seed, k, K)` (`agents.trials`)."""
+    if the_plan.trials == 1:
+        player: Agent = (
+            agent if agent is not None else LoopAgent(policy, limits or RolloutLimits(), sampling)
+        )
+    else:
+        player = trial_agent(
+            the_plan.trial_of,
+            the_plan.trials,
+            policy=policy,
+            limits=limits,
+            sampling=sampling,
+            agent=agent,
+        )
     the_plan.out_dir.mkdir(parents=True, exist_ok=True)
     with TrajectoryWriter(the_plan.out_dir / TRAJECTORIES) as writer:
         new = await run_episodes(
@@ -325,11 +360,24 @@ async def run_plan(
     # Task order, kept episodes in their places (a plan built by hand may lack `order`).
     order = {e: i for i, e in enumerate(the_plan.order or [e for e, _ in the_plan.episodes])}
     everything = sorted(
-        [*the_plan.kept, *new],
+        # An episode that failed before its agent played (the env could not be made) was
+        # recorded without its trial: the plan knows it.
+        [_with_trial(t, the_plan.trial_of) for t in (*the_plan.kept, *new)],
         key=lambda t: (t.episode_id not in order, order.get(t.episode_id, 0), t.episode_id),
     )
     write_results(the_plan.out_dir, everything, env_id=env_id, policy=player.name)
     return everything
+
+
+def _with_trial(trajectory: Trajectory, trial_of: dict[str, int]) -> Trajectory:
+    trial = trial_of.get(trajectory.episode_id, trajectory.trial)
+    return trajectory if trial == trajectory.trial else replace(trajectory, trial=trial)
+
+
+def run_stats(trajectories: Sequence[Trajectory]) -> TrialStats:
+    """The run's success statistics over its tasks and trials (`skyrl_sdk.stats`): success
+    is the env's verdict, and an episode that errored counts as a failure."""
+    return trial_stats(per_task((t.task_id, t.success) for t in trajectories))
 
 
 def write_results(
@@ -341,6 +389,7 @@ def write_results(
             "episode_id": t.episode_id,
             "task_id": t.task_id,
             "seed": t.seed,
+            "trial": t.trial,
             "reward": t.reward,
             "success": t.success,
             "stop_reason": t.stop_reason.value,
@@ -356,6 +405,7 @@ def write_results(
         "env": env_id,
         "policy": policy,
         "summary": summarize(trajectories).to_json(),
+        **(run_stats(trajectories).to_json() if trajectories else {}),
         "episodes": rows,
     }
     tmp = out_dir / (RESULTS + ".tmp")

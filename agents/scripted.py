@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from skyrl_sdk.agents.chat import ChatRenderer
@@ -24,6 +26,30 @@ Script = Sequence[Action] | Mapping[str, Sequence[Action]] | Callable[[Generatio
 """The same actions for every task, actions per `task_id`, or a function of the context."""
 
 
+@dataclass(frozen=True)
+class Mistakes:
+    """Seeded mistakes: a scripted policy that errs like a sampled one. An episode sampled
+    with seed `s` plays `action` on every turn instead of its script when a hash of
+    (`s`, task id) falls below the task's rate, so each trial of a task (a seed of its own)
+    fails or not independently, and the same seed always makes the same mistakes. Without a
+    sampling seed no mistake is made."""
+
+    rate: float
+    """Chance that an episode is a mistake (every task's)."""
+    action: Action
+    """What a mistaken episode replies on every turn."""
+    per_task: Mapping[str, float] = field(default_factory=dict)
+    """Rates of single tasks, overriding `rate`."""
+
+    def strikes(self, seed: int | None, task_id: str) -> bool:
+        """Whether the episode of `task_id` sampled with `seed` is a mistake."""
+        if seed is None:
+            return False
+        digest = hashlib.sha256(f"{seed}:{task_id}".encode()).digest()
+        draw = int.from_bytes(digest[:8], "big") / 2**64
+        return draw < self.per_task.get(task_id, self.rate)
+
+
 class ScriptedPolicy:
     """Replays a script. With a renderer it is token-native: text actions are tokenized,
     id actions are used as given, and the end-of-turn token is appended, like a model that
@@ -39,8 +65,11 @@ class ScriptedPolicy:
         delay_s: float = 0.0,
         policy_version: int = 0,
         token_delay_s: float = 0.0,
+        mistakes: Mistakes | None = None,
     ):
         self.script = script
+        self.mistakes = mistakes
+        """Seeded mistakes (None: the script is always played)."""
         self._renderer = renderer
         self.name = name
         self.delay_s = delay_s
@@ -69,6 +98,8 @@ class ScriptedPolicy:
         session in `skyrl serve`); an object of lists keyed by task id (eval) or session id
         (serve); or `{"actions": <either>, "delay_s": 0.0, "token_delay_s": 0.0}`. An action
         is a text (tokenized canonically) or a list of token ids (used exactly as given).
+        The object may add seeded mistakes (`Mistakes`): `"mistakes": {"rate": 0.4,
+        "action": "wrong", "per_task": {"t3": 0.9}}`.
         """
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if isinstance(data, list) or (
@@ -93,6 +124,7 @@ class ScriptedPolicy:
             name=f"scripted:{Path(path).name}",
             delay_s=float(data.get("delay_s", 0.0)),
             token_delay_s=float(data.get("token_delay_s", 0.0)),
+            mistakes=_mistakes(path, data.get("mistakes")),
         )
 
     def action_for(self, context: GenerationContext | None) -> Action:
@@ -121,7 +153,11 @@ class ScriptedPolicy:
         *,
         context: GenerationContext | None = None,
     ) -> Completion:
-        action = self.action_for(context)
+        mistaken = self.mistakes is not None and context is not None
+        if mistaken and self.mistakes.strikes(sampling.seed, context.task_id):
+            action = self.mistakes.action
+        else:
+            action = self.action_for(context)
         self.calls += 1
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -184,6 +220,22 @@ class ScriptedPolicy:
 
     async def aclose(self) -> None:
         return None
+
+
+def _mistakes(path: str | Path, data: object) -> Mistakes | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict) or "action" not in data:
+        raise ValueError(f"{path}: mistakes must be an object with an 'action' and a 'rate'")
+    _check_actions(path, [data["action"]])
+    per_task = data.get("per_task", {})
+    if not isinstance(per_task, dict):
+        raise ValueError(f"{path}: mistakes.per_task must map task ids to rates")
+    return Mistakes(
+        float(data.get("rate", 0.0)),
+        data["action"],
+        {str(k): float(v) for k, v in per_task.items()},
+    )
 
 
 def _check_actions(path: str | Path, actions: object) -> None:

@@ -221,7 +221,7 @@ class TrialStats:
         }
 
     def lines(self) -> list[tuple[str, str]]:
-        """(label, value) rows for a summary table."""
+        """(label, value) rows for a summary table (`note` is printed under it)."""
         low, high = self.ci95.low, self.ci95.high
         rows = [
             ("tasks x trials", f"{len(self.per_task)} x {self.trials}"),
@@ -232,8 +232,6 @@ class TrialStats:
         rows += [(f"pass^{k}", f"{v:.3f}") for k, v in self.pass_hat_k.items()]
         if self.flip_rate is not None:
             rows.append(("flip rate", f"{self.flip_rate:.1%}"))
-        if self.note:
-            rows.append(("note", self.note))
         return rows
 
 
