@@ -17,6 +17,7 @@ from skyrl_sdk.tools.messages import Message
 
 if TYPE_CHECKING:
     from skyrl_sdk.agents.chat import ChatRenderer
+    from skyrl_sdk.agents.engine.constraints import Constraint
 
 
 class FinishReason(enum.Enum):
@@ -54,6 +55,9 @@ class SamplingParams:
     """Seed for this request's sampler (None: nondeterministic)."""
     top_logprobs: int = 0
     """Also return this many most likely alternatives per sampled token (0: none)."""
+    constraint: Constraint | None = None
+    """A grammar the completion must follow (`agents.engine.constraints`), enforced by
+    policies whose `supports_constraints` is true; None: unconstrained."""
 
     def with_stop_tokens(self, ids: Sequence[int]) -> SamplingParams:
         """A copy whose `stop_token_ids` also contains `ids`."""
@@ -99,6 +103,9 @@ class Completion:
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
     """Per sampled token, the `SamplingParams.top_logprobs` most likely `(token_id, logprob)`
     alternatives, most likely first (None when not asked for or not supported)."""
+    constrained: bool = False
+    """True when a grammar masked the sampler (`SamplingParams.constraint`): `logprobs` are
+    those of the masked, renormalised distribution, not the model's own."""
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):

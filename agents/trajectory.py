@@ -109,6 +109,10 @@ class Turn:
     """Seconds spent in the env step."""
     text_only: bool = False
     """True when `token_ids` are a re-tokenization of text-only output (not trainable)."""
+    constrained: bool = False
+    """True when a grammar masked the sampler (`Completion.constrained`): `logprobs` are the
+    masked, renormalised distribution's, which the learner's truncated importance sampling
+    corrects toward its unmasked ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +374,7 @@ def sampled_turn(
         llm_s,
         env_s,
         completion.text_only,
+        completion.constrained,
     )
 
 
@@ -390,6 +395,7 @@ def _turn_to_json(t: Turn) -> dict[str, Any]:
         "llm_s": t.llm_s,
         "env_s": t.env_s,
         "text_only": t.text_only,
+        **({"constrained": True} if t.constrained else {}),  # older readers: absent is False
     }
 
 
@@ -413,6 +419,7 @@ def _turn_from_json(d: dict[str, Any]) -> Turn:
         llm_s=float(d.get("llm_s", 0.0)),
         env_s=float(d.get("env_s", 0.0)),
         text_only=bool(d.get("text_only", False)),
+        constrained=bool(d.get("constrained", False)),
     )
 
 

@@ -95,6 +95,9 @@ class LocalEngine:
     """A `StreamingPolicy` over an in-process transformers model: continuous batching and
     prefix reuse (see the module docstring)."""
 
+    supports_constraints = True
+    """`SamplingParams.constraint` is enforced: a grammar masks each step (`constraints`)."""
+
     def __init__(
         self,
         model: Any,
@@ -316,6 +319,11 @@ class LocalEngine:
         request = Request(
             list(prompt_token_ids), sampling, asyncio.get_running_loop(), tenant=tenant, **sink
         )
+        if sampling.constraint is not None:  # compiled here: a bad grammar fails the caller
+            from skyrl_sdk.agents.engine.constraints import GrammarMatcher
+
+            stops = sampling.stop_token_ids or self._renderer.stop_token_ids
+            request.grammar = GrammarMatcher(sampling.constraint, self._renderer.tokenizer, stops)
         self._core.queue.put(tenant, request)  # TenantQueueFull past the tenant's queue cap
         return request
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import Completion, FinishReason, SamplingParams, TokenChunk
+
+if TYPE_CHECKING:
+    from skyrl_sdk.agents.engine.constraints import GrammarMatcher
 
 
 @dataclass(eq=False)
@@ -51,6 +54,8 @@ class Request:
     tenant: str | None = None
     """Whose request it is (the context's `episode_id`; None: an untenanted caller), for
     the fair share of the batch (`fairness`)."""
+    grammar: GrammarMatcher | None = None
+    """The matcher of `sampling.constraint` (None: unconstrained), made when it is submitted."""
 
     @property
     def done(self) -> bool:
@@ -109,4 +114,5 @@ class Request:
             policy_version=versions[-1],
             token_policy_versions=versions if len(set(versions)) > 1 else (),
             top_logprobs=tuple(self.top) if self.sampling.top_logprobs else None,
+            constrained=self.grammar is not None,
         )

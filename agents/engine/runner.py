@@ -301,7 +301,10 @@ class ModelRunner:
         it is finished."""
         from skyrl_sdk.agents.engine.sampler import sample_top
 
-        token, logprob, top = sample_top(logits, r.sampling, r.generator)
+        allowed = None if r.grammar is None else r.grammar.allowed(logits.shape[-1])
+        token, logprob, top = sample_top(logits, r.sampling, r.generator, allowed)
+        if r.grammar is not None:
+            r.grammar.advance(token)
         r.ids.append(token)
         r.logprobs.append(logprob)
         r.versions.append(self.weights.version)

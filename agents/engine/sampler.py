@@ -11,6 +11,7 @@ torch is imported by this module; import it lazily from modules that must load w
 
 from __future__ import annotations
 
+from math import inf
 from typing import TYPE_CHECKING
 
 import torch
@@ -121,10 +122,17 @@ def _draw_head_first(probs: torch.Tensor, generator: torch.Generator | None) -> 
 
 
 def sample_top(
-    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor,
+    sampling: SamplingParams,
+    generator: torch.Generator | None,
+    allowed: torch.Tensor | None = None,
 ) -> tuple[int, float, tuple[tuple[int, float], ...]]:
     """`_sample`, plus the `sampling.top_logprobs` most likely alternatives under the same
-    distribution (most likely first)."""
+    distribution (most likely first). `allowed` (`[vocab]` bools, a grammar's mask:
+    `constraints`) removes the other ids first: the token, its logprob and the alternatives
+    are then those of the masked, renormalised distribution."""
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
     if sampling.temperature <= 0:
         token = int(sample(logits, temperature=0.0))
         logp = torch.log_softmax(logits, -1)
@@ -135,7 +143,8 @@ def sample_top(
     top: tuple[tuple[int, float], ...] = ()
     if sampling.top_logprobs:
         values, ids = torch.topk(logp, min(sampling.top_logprobs, logp.shape[-1]))
-        top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+        # A mask may leave fewer ids than asked for: the others have no probability.
+        top = tuple((i, v) for i, v in zip(ids.tolist(), values.tolist(), strict=True) if v > -inf)
     return token, float(logp[token]), top
 
 

@@ -1,0 +1,286 @@
+"""Constrained decoding: a grammar applied as a token mask in the sampler, per request.
+
+A `Constraint` says what a completion must be: a JSON document matching a schema
+(`Constraint.json_schema`, OpenAI's `response_format: json_schema`), any JSON object
+(`Constraint.json_object`), one or more tool calls in the renderer's tool-call syntax with
+each function's arguments schema (`Constraint.tool_calls`, for `tool_choice: "required"` or a
+named function), or a Lark grammar (`Constraint.lark`, e.g. a grammar-typed custom tool). It is
+plain data (no grammar library is needed to build one), and rides on the request's
+`SamplingParams.constraint`.
+
+How to use it (any route or caller of a policy)::
+
+    from skyrl_sdk.agents.engine.constraints import Constraint, ConstraintError, ToolCallSyntax
+
+    constraint = Constraint.tool_calls(
+        [ToolFunction("get_weather", {"type": "object", ...})],
+        syntax=ToolCallSyntax.HERMES, name="get_weather",  # name=None: any of them
+    )
+    try:
+        constraint.check(renderer.tokenizer)  # ConstraintError: answer 400 naming the field
+    except ConstraintError as e: ...
+    sampling = dataclasses.replace(sampling, constraint=constraint)
+    completion = await policy.generate(prompt, sampling)  # completion.constrained is True
+
+A policy enforces constraints when its `supports_constraints` is true: `LocalEngine` masks
+each step with the grammar (the sampled ids are the model's own tokens, the grammar only
+removes the ones it forbids, so tool calls come out token-exact, never re-tokenised); the
+OpenAI-compatible client and `VLLMEngine` pass the constraint to the server they call.
+
+**Logprobs.** A constrained step samples from the masked, renormalised distribution, and that
+is the logprob reported and captured; the completion (and its captured turn) is marked
+`constrained`. The learner's unmasked logprobs then differ from the sampler's by the mask's
+mass, which the trainer's truncated importance sampling (`trainer.losses.truncated_is_weights`,
+ratio learner / sampler, capped) corrects for like any other sampler mismatch.
+
+**Library.** The grammars are compiled and matched by llguidance (the `grammar` extra):
+`pip install 'skyrl-sdk[grammar]'`. It was chosen over xgrammar and outlines-core for having
+no dependencies of its own, compiling a schema in about a millisecond (no per-vocabulary
+precomputation), Lark grammars with embedded JSON schemas (which the tool-call grammar
+uses), and errors that name unsupported schema keywords. On SmolLM2-135M's 49k-token
+vocabulary on CPU a mask costs ~0.04 ms a token on average.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from skyrl_sdk.tools.formats import HermesFormat, MistralFormat
+
+if TYPE_CHECKING:
+    import torch
+
+EXTRA = "grammar"
+"""The optional extra that installs the grammar library."""
+
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+"""How constrained JSON is written: `json.dumps`'s default separators and no other
+whitespace, so a model cannot spend its token budget on blanks (and tool calls look like the
+ones the chat template renders)."""
+
+
+class ConstraintError(ValueError):
+    """A constraint that cannot be enforced: an invalid or unsupported grammar or schema (the
+    message names the problem), or no grammar library installed."""
+
+
+class ConstraintKind(enum.Enum):
+    """What a `Constraint` describes."""
+
+    JSON_SCHEMA = "json_schema"
+    """A JSON document valid under a schema."""
+    JSON_OBJECT = "json_object"
+    """Any JSON object."""
+    TOOL_CALLS = "tool_calls"
+    """Tool calls in a tool-call syntax (a Lark grammar embedding each arguments schema)."""
+    LARK = "lark"
+    """A Lark grammar (llguidance's dialect)."""
+
+
+class ToolCallSyntax(enum.Enum):
+    """The tool-call syntaxes a tool-call grammar can produce (those `skyrl serve` parses)."""
+
+    HERMES = "hermes"
+    """`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, calls one a line."""
+    MISTRAL = "mistral"
+    """`[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]`."""
+    LLAMA3 = "llama3"
+    """`{"name": ..., "parameters": {...}}`, calls separated by `; `."""
+
+
+@dataclass(frozen=True)
+class ToolFunction:
+    """A function a tool-call grammar may call."""
+
+    name: str
+    """The function's name."""
+    parameters: Mapping[str, Any] | None = None
+    """JSON schema of its arguments (None: any JSON object)."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a completion must be (see the module docstring). Build it with the class methods."""
+
+    kind: ConstraintKind
+    """What it describes."""
+    source: str
+    """The JSON schema (as JSON text) for the JSON kinds, the Lark grammar otherwise."""
+
+    @classmethod
+    def json_schema(cls, schema: Mapping[str, Any]) -> Constraint:
+        """A JSON document valid under `schema`."""
+        return cls(ConstraintKind.JSON_SCHEMA, json.dumps(schema, sort_keys=False))
+
+    @classmethod
+    def json_object(cls) -> Constraint:
+        """Any JSON object."""
+        return cls(ConstraintKind.JSON_OBJECT, json.dumps({"type": "object"}))
+
+    @classmethod
+    def lark(cls, grammar: str) -> Constraint:
+        """A Lark grammar (llguidance's dialect: `%json {...}` embeds a JSON schema)."""
+        return cls(ConstraintKind.LARK, grammar)
+
+    @classmethod
+    def tool_calls(
+        cls,
+        functions: Sequence[ToolFunction],
+        *,
+        syntax: ToolCallSyntax = ToolCallSyntax.HERMES,
+        name: str | None = None,
+        parallel: bool = True,
+    ) -> Constraint:
+        """The whole reply is tool calls in `syntax`: one call of `name`, or (`name` None) one
+        or more calls of any of `functions` (exactly one when `parallel` is false)."""
+        chosen = [f for f in functions if name is None or f.name == name]
+        if not chosen:
+            raise ConstraintError(f"no function named {name!r} to call")
+        return cls(
+            ConstraintKind.TOOL_CALLS, tool_call_grammar(chosen, syntax, name is None and parallel)
+        )
+
+    @property
+    def schema(self) -> Mapping[str, Any] | None:
+        """The JSON schema of a JSON kind (None for grammars)."""
+        if self.kind in (ConstraintKind.JSON_SCHEMA, ConstraintKind.JSON_OBJECT):
+            return json.loads(self.source)
+        return None
+
+    def grammar(self) -> str:
+        """The llguidance grammar (raises `ConstraintError` without the library)."""
+        matcher = _llguidance().LLMatcher
+        if self.kind is ConstraintKind.JSON_SCHEMA or self.kind is ConstraintKind.JSON_OBJECT:
+            try:
+                return matcher.grammar_from_json_schema(self.source, defaults=dict(JSON_STYLE))
+            except ValueError as e:
+                raise ConstraintError(f"invalid JSON schema: {e}") from None
+        return matcher.grammar_from_lark(self.source)
+
+    def check(self, tokenizer: Any) -> None:
+        """Raise `ConstraintError` naming the problem when it cannot be enforced for
+        `tokenizer` (a Hugging Face fast tokenizer)."""
+        llg = _llguidance()
+        error = llg.LLMatcher.validate_grammar(self.grammar(), grammar_tokenizer(tokenizer, ()))
+        if error:
+            raise ConstraintError(error)
+
+
+def tool_call_grammar(functions: Sequence[ToolFunction], syntax: ToolCallSyntax, many: bool) -> str:
+    """A Lark grammar for calls of `functions` in `syntax`: each call is a JSON object with
+    the function's name as a constant and its arguments under the syntax's key."""
+    key = "parameters" if syntax is ToolCallSyntax.LLAMA3 else "arguments"
+    bodies = []
+    for f in functions:
+        schema = {
+            "type": "object",
+            "properties": {
+                "name": {"const": f.name},
+                key: dict(f.parameters or {"type": "object"}),
+            },
+            "required": ["name", key],
+            "additionalProperties": False,
+            "x-guidance": JSON_STYLE,
+        }
+        bodies.append(f"%json {json.dumps(schema)}")
+    lines = ["body: " + "\n    | ".join(bodies)]
+    if syntax is ToolCallSyntax.HERMES:
+        lines.append(
+            f"call: {_lit(HermesFormat.OPEN + chr(10))} body {_lit(chr(10) + HermesFormat.CLOSE)}"
+        )
+        lines.insert(0, 'start: call ("\\n" call)*' if many else "start: call")
+    elif syntax is ToolCallSyntax.MISTRAL:
+        rest = ' (", " body)*' if many else ""
+        lines.insert(0, f'start: {_lit(MistralFormat.MARK + " [")} body{rest} "]"')
+    else:
+        lines.insert(0, 'start: body ("; " body)*' if many else "start: body")
+    return "\n".join(lines) + "\n"
+
+
+def _lit(text: str) -> str:
+    """`text` as a Lark string literal."""
+    return json.dumps(text)
+
+
+def _llguidance() -> Any:
+    try:
+        import llguidance
+        import llguidance.hf
+    except ImportError:
+        raise ConstraintError(
+            f"constrained decoding needs llguidance: pip install 'skyrl-sdk[{EXTRA}]'"
+        ) from None
+    return llguidance
+
+
+_TOKENIZERS: dict[tuple[int, tuple[int, ...]], tuple[Any, Any]] = {}
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def grammar_tokenizer(tokenizer: Any, stop_ids: Sequence[int]) -> Any:
+    """llguidance's view of `tokenizer` whose end token is `stop_ids[0]` (the tokenizer's EOS
+    when empty), built once per tokenizer (it takes ~0.4 s on a 49k vocabulary)."""
+    llg = _llguidance()
+    key = (id(tokenizer), tuple(stop_ids[:1]))
+    with _TOKENIZERS_LOCK:
+        hit = _TOKENIZERS.get(key)
+        if hit is None or hit[0] is not tokenizer:
+            try:
+                built = llg.hf.from_tokenizer(
+                    tokenizer, eos_token=stop_ids[0] if stop_ids else None
+                )
+            except ValueError as e:  # a slow (Python) tokenizer
+                raise ConstraintError(f"cannot constrain this tokenizer: {e}") from None
+            hit = _TOKENIZERS[key] = (tokenizer, built)
+    return hit[1]
+
+
+class GrammarMatcher:
+    """One request's grammar state: the mask of its next token, advanced by each sampled one.
+
+    Stop ids: the grammar's end token is the first of `stop_ids`; whenever it is allowed (the
+    grammar accepts), every stop id is, and sampling any of them ends the grammar."""
+
+    def __init__(self, constraint: Constraint, tokenizer: Any, stop_ids: Sequence[int]):
+        llg = _llguidance()
+        self.constraint = constraint
+        """What it enforces."""
+        self.stop_ids = tuple(stop_ids) or (tokenizer.eos_token_id,)
+        """Ids that end the completion."""
+        self._tokenizer = grammar_tokenizer(tokenizer, self.stop_ids)
+        self._matcher = llg.LLMatcher(self._tokenizer, constraint.grammar(), log_level=0)
+        if self._matcher.is_error():
+            raise ConstraintError(self._matcher.get_error())
+
+    def allowed(self, vocab_size: int) -> torch.Tensor:
+        """Which ids may come next (`[vocab_size]` bools; ids the tokenizer lacks never)."""
+        import numpy as np
+        import torch
+
+        if self._matcher.is_error():  # cannot happen for tokens it allowed; end the turn
+            bits = np.zeros(vocab_size, dtype=bool)
+        else:
+            raw = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+            bits = np.unpackbits(raw, bitorder="little")[:vocab_size].astype(bool)
+            if len(bits) < vocab_size:
+                bits = np.concatenate([bits, np.zeros(vocab_size - len(bits), dtype=bool)])
+        stops = [i for i in self.stop_ids if i < vocab_size]
+        if self._matcher.is_error() or bits[stops[0]]:
+            bits[stops] = True
+        return torch.from_numpy(bits)
+
+    def advance(self, token: int) -> None:
+        """Record the sampled `token` (a stop id counts as the grammar's end token)."""
+        if token in self.stop_ids:
+            token = self.stop_ids[0]
+        self._matcher.consume_token(token)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the text so far is a complete sentence of the grammar."""
+        return self._matcher.is_accepting()
