@@ -9,6 +9,7 @@ advance, non-canonical ids included, so the captures can be checked token by tok
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -356,3 +357,102 @@ def test_max_tokens_beyond_the_context_is_clamped(tiny_dir) -> None:
         ).json()
         assert answer["type"] == "message", answer
         assert answer["usage"]["input_tokens"] + answer["usage"]["output_tokens"] <= limit
+
+
+# -- Claude Code ----------------------------------------------------------------------------
+
+
+def claude_env(base_url: str, key: str, home: Path) -> dict[str, str]:
+    """What Claude Code needs to run offline against the server: its base URL and key, every
+    model alias on the served name (sub-agents and side requests name `haiku`, `sonnet`, ...),
+    non-essential traffic, updates, telemetry and error reports off, a HOME of its own.
+    `IS_SANDBOX=1` lets `--permission-mode bypassPermissions` run as root (CI containers)."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": key,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "IS_SANDBOX": "1",
+    }
+    for alias in ("HAIKU", "SONNET", "OPUS"):
+        env[f"ANTHROPIC_DEFAULT_{alias}_MODEL"] = "tiny"
+    env["CLAUDE_CODE_SUBAGENT_MODEL"] = "tiny"
+    return env
+
+
+CLAUDE_FLAGS = (
+    "--model",
+    "tiny",
+    "--permission-mode",
+    "bypassPermissions",
+    "--output-format",
+    "json",
+)
+"""`claude -p` flags: the served model, no permission prompts, a JSON result on stdout."""
+
+
+def tool_call(name: str, **arguments) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def test_claude_code_writes_a_file_main_one_segment_subagent_auxiliary(renderer, tmp_path) -> None:
+    """`claude -p` (2.1.332) against a session URL: the main agent delegates to a sub-agent
+    (its Agent tool, scripted as non-canonical ids), the sub-agent's Write tool creates the
+    file, the main agent answers. The main conversation is one segment of exactly its
+    scripted ids; the sub-agent's two turns are one auxiliary segment, not trained on."""
+    claude = harness_venv.npm_ready("claude-code")
+    if claude is None:
+        pytest.skip(
+            f"{harness_venv.npm_dir('claude-code')} is missing: build it with "
+            "`python -m skyrl_sdk.benchmarks.harness_venv claude-code`"
+        )
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    target = work / "hello.txt"
+    delegate = tool_call(
+        "Agent",
+        description="Write the file",
+        prompt="Write hello world to hello.txt",
+        subagent_type="general-purpose",
+        run_in_background=False,
+    )
+    main = [non_canonical(renderer, delegate), "Done: hello.txt holds hello world."]
+    side = [tool_call("Write", file_path=str(target), content="hello world\n"), "Wrote it."]
+    policy = ScriptedPolicy([main[0], *side, main[1]], renderer=renderer)
+    with serve(policy, renderer, tmp_path / "capture", api_key="main") as server:
+        key = server.issue_session_key("claude")
+        done = subprocess.run(
+            [str(claude), "-p", "Write hello world to hello.txt", *CLAUDE_FLAGS],
+            cwd=work,
+            env=claude_env(server.session_url("claude").removesuffix("/v1"), key, home),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
+        trajectory = server.session_trajectory("claude")
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    result = json.loads(done.stdout)
+    assert result["result"] == main[1] and not result["is_error"]
+    assert result["subagent_stats"]["completed"] == 1
+    assert target.read_text() == "hello world\n"
+
+    assert trajectory is not None
+    assert [s.start for s in trajectory.segments] == [SegmentStart.EPISODE, SegmentStart.AUXILIARY]
+    turns = {k: [t for t in trajectory.turns if t.segment == k] for k in (0, 1)}
+    assert [list(t.token_ids) for t in turns[0]] == [expected_ids(renderer, a) for a in main]
+    assert [list(t.token_ids) for t in turns[1]] == [expected_ids(renderer, a) for a in side]
+    assert [c.name for c in turns[0][0].tool_calls] == ["Agent"]
+    assert [c.name for c in turns[1][0].tool_calls] == ["Write"]
+    # The sub-agent's report came back to the main agent as the Agent call's result.
+    assert "Wrote it." in renderer.decode(list(turns[0][0].observation_ids))
+    (sample,) = trajectory.training_samples()
+    assert list(sample.input_ids) == trajectory.segment_ids(0)
+    assert sum(sample.loss_mask) == sum(len(t.token_ids) for t in turns[0])
+    (on_disk,) = read_trajectories(tmp_path / "capture" / "claude.jsonl")
+    assert [t.token_ids for t in on_disk.turns] == [t.token_ids for t in trajectory.turns]
