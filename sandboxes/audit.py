@@ -301,6 +301,13 @@ def _host_paths() -> dict[str, str]:
 
 
 async def _probe_host_files(ctx: _Context) -> Outcome:
+    return await _host_files_outcome(lambda: _sandbox(ctx))
+
+
+async def _host_files_outcome(
+    opener: Callable[[], contextlib.AbstractAsyncContextManager[Sandbox]],
+) -> Outcome:
+    """Whether a sandbox from `opener` sees any host directory it must not (by identity)."""
     checked: dict[str, tuple[str, list[int]]] = {}  # in-sandbox path -> (what, host identity)
     absent = []
     for path, why in _host_paths().items():
@@ -315,7 +322,7 @@ async def _probe_host_files(ctx: _Context) -> Outcome:
             except OSError:
                 continue
             checked[str(target)] = (why, [st.st_dev, st.st_ino])
-    async with _sandbox(ctx) as sandbox:
+    async with opener() as sandbox:
         seen = _json_line(await _py(sandbox, _STAT_SCRIPT, json.dumps(sorted(checked))))
     visible = sorted(
         {why for path, (why, identity) in checked.items() if seen.get(path) == identity}
@@ -1084,6 +1091,264 @@ async def _probe_reaping(ctx: _Context) -> Outcome:
     return Verdict.CONTAINED, "a SIGKILLed owner's Workspace and sandbox were reaped"
 
 
+# ---- Harbor's copy-on-write task root and build sandbox (issue 25) ----------------------------
+
+# Capability numbers of `_bwrap_argv.BUILD_CAPS` (linux/capability.h).
+_CAP_NUMBERS = {
+    "CAP_CHOWN": 0,
+    "CAP_DAC_OVERRIDE": 1,
+    "CAP_FOWNER": 3,
+    "CAP_KILL": 5,
+    "CAP_SETGID": 6,
+    "CAP_SETUID": 7,
+}
+_ROOT_DISK_BYTES = 64 * MiB
+"""The disk cap of the audit's copy-on-write roots (their upper layer's sized tmpfs)."""
+
+
+class _NoCowRoot(Exception):
+    """This backend or machine has no copy-on-write root (the probe is not enforced here)."""
+
+
+@contextlib.asynccontextmanager
+async def _cow_sandbox(
+    ctx: _Context, *, build: bool = False, victim: Callable[[Path], None] | None = None
+) -> AsyncIterator[tuple[Sandbox, Any]]:
+    """A sandbox of the backend on a fresh copy-on-write root over the host's minimal system,
+    as a Harbor trial has (`build`: as its build sandbox, uid 0 with `BUILD_CAPS`), every
+    layer in a `_ROOT_DISK_BYTES` workspace. `victim(etc_lower)` may plant a file in the
+    lowest `/etc` layer first. Yields the sandbox and its `CowRoot`."""
+    from skyrl_sdk.sandboxes import cow_root
+    from skyrl_sdk.sandboxes._bwrap_argv import _ETC_FILES
+    from skyrl_sdk.sandboxes._process import SANDBOX_UID
+    from skyrl_sdk.sandboxes.bwrap import BwrapSandbox
+    from skyrl_sdk.sandboxes.workspace import Workspace
+
+    why = cow_root.supported()
+    if why is not None:
+        raise _NoCowRoot(why)
+    with Workspace.create("skyrl-audit-root-", disk_bytes=_ROOT_DISK_BYTES) as scratch:
+        base = cow_root.host_base(scratch.path / "base", _ETC_FILES)
+        if victim is not None:
+            victim(base.etc)
+        cow = cow_root.layout(
+            upper=scratch.path / "up",
+            work=scratch.path / "work",
+            mountpoint=scratch.path / "merged",
+            layer=None,
+            host=base,
+        )
+        workspace = cow.upper_of(ctx.spec.workdir)
+        workspace.mkdir(parents=True)
+        os.chown(workspace, SANDBOX_UID, SANDBOX_UID)
+        spec = dataclasses.replace(ctx.spec, workspace_dir=str(workspace))
+        sandbox = ctx.make(spec)
+        if not isinstance(sandbox, BwrapSandbox):
+            raise _NoCowRoot(f"the {ctx.backend} backend has no copy-on-write root (bwrap only)")
+        sandbox.cow_root = cow
+        sandbox.build_as_root = build
+        try:
+            await sandbox.start()
+            yield sandbox, cow
+        finally:
+            await sandbox.close()
+
+
+def _root_probe(
+    run: Callable[[_Context], Awaitable[Outcome]],
+) -> Callable[[_Context], Awaitable[Outcome]]:
+    """`run`, with a machine or backend without copy-on-write roots `not enforced here`."""
+
+    async def probe(ctx: _Context) -> Outcome:
+        try:
+            return await run(ctx)
+        except _NoCowRoot as e:
+            return Verdict.NOT_ENFORCED, str(e)
+
+    return probe
+
+
+@_root_probe
+async def _probe_task_root_host(ctx: _Context) -> Outcome:
+    async def opener() -> AsyncIterator[Sandbox]:
+        async with _cow_sandbox(ctx) as (sandbox, _):
+            yield sandbox
+
+    return await _host_files_outcome(contextlib.asynccontextmanager(opener))
+
+
+@_root_probe
+async def _probe_build_host(ctx: _Context) -> Outcome:
+    async def opener() -> AsyncIterator[Sandbox]:
+        async with _cow_sandbox(ctx, build=True) as (sandbox, _):
+            yield sandbox
+
+    return await _host_files_outcome(contextlib.asynccontextmanager(opener))
+
+
+_WRITE_SCRIPT = r"""
+import json, os, sys
+cfg = json.loads(sys.argv[1])
+out = {}
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = e.strerror or type(e).__name__
+def overwrite(path):
+    with open(path, "w") as f:
+        f.write("changed by the sandbox")
+attempt("overwrite " + cfg["victim"], lambda: overwrite(cfg["victim"]))
+attempt("chmod " + cfg["victim"], lambda: os.chmod(cfg["victim"], 0o4777))
+attempt("overwrite " + cfg["etc_victim"], lambda: overwrite(cfg["etc_victim"]))
+for path in cfg["new"]:
+    attempt("create " + path, lambda: overwrite(path))
+attempt("unlink " + cfg["victim"], lambda: os.unlink(cfg["victim"]))
+print(json.dumps(out))
+"""
+
+
+def _fingerprint(path: Path) -> tuple[int, int, bytes] | None:
+    """A host file's mode, owner and content (None: it does not exist); never follows a link."""
+    try:
+        info = os.lstat(path)
+        with open(path, "rb") as f:
+            return info.st_mode, info.st_uid, f.read(4096)
+    except OSError:
+        return None
+
+
+async def _writes_outcome(ctx: _Context, *, build: bool) -> Outcome:
+    """Writes into the root's system directories, its /etc and its own /, /tmp: afterwards
+    the host's files (a victim planted in /usr/lib and in the lowest /etc layer) are as they
+    were and no new file reached the host; the writes that worked are in the upper layer."""
+    token = secrets.token_hex(6)
+    victim = Path(f"/usr/lib/skyrl-audit-victim-{token}")
+    etc_name = f"skyrl-audit-victim-{token}"
+    new = [f"/usr/bin/skyrl-audit-{token}", f"/tmp/skyrl-audit-{token}", f"/skyrl-audit-{token}"]
+    victim.write_text("host file")
+    victim.chmod(0o644)
+    etc_victim: list[Path] = []
+
+    def plant(etc: Path) -> None:
+        (etc / etc_name).write_text("host file")
+        etc_victim.append(etc / etc_name)
+
+    try:
+        before = _fingerprint(victim)
+        cfg = {"victim": str(victim), "etc_victim": f"/etc/{etc_name}", "new": new}
+        async with _cow_sandbox(ctx, build=build, victim=plant) as (sandbox, cow):
+            etc_before = _fingerprint(etc_victim[0])
+            done = _json_line(await _py(sandbox, _WRITE_SCRIPT, json.dumps(cfg)))
+            changed = [str(victim)] if _fingerprint(victim) != before else []
+            changed += [p for p in new if os.path.lexists(p)]
+            if etc_victim and _fingerprint(etc_victim[0]) != etc_before:
+                changed.append(f"the lower /etc layer's {etc_name}")
+            layered = [p for p in new if os.path.lexists(cow.upper_of(p))]
+    finally:
+        for path in [victim, *(Path(p) for p in new)]:
+            with contextlib.suppress(OSError):
+                if not path.is_dir():
+                    path.unlink()
+    if changed:
+        return Verdict.NOT_CONTAINED, "host changed: " + ", ".join(changed)
+    worked = sorted(k for k, v in done.items() if v == "ok")
+    refused = sorted(f"{k} ({v})" for k, v in done.items() if v != "ok")
+    detail = f"host unchanged; in the layer: {', '.join(layered) or 'nothing'}"
+    if refused:
+        detail += f"; refused: {', '.join(refused)}"
+    if build and (len(worked) < len(done) or len(layered) < len(new)):
+        # uid 0 of a build writes the root's system files (into its layer): if it cannot,
+        # Dockerfile RUN steps cannot install anything. Not an escape, but the probe is void.
+        return Verdict.ERROR, "the build's uid 0 could not write its root: " + detail
+    if not build and any(v == "ok" for k, v in done.items() if str(victim) in k):
+        return Verdict.NOT_CONTAINED, "the agent could change a system file: " + detail
+    return Verdict.CONTAINED, detail
+
+
+@_root_probe
+async def _probe_task_root_writes(ctx: _Context) -> Outcome:
+    return await _writes_outcome(ctx, build=False)
+
+
+@_root_probe
+async def _probe_build_writes(ctx: _Context) -> Outcome:
+    return await _writes_outcome(ctx, build=True)
+
+
+async def _root_caps_parts(
+    sandbox: Sandbox, fill: Sequence[str]
+) -> tuple[list[Verdict], list[str]]:
+    """The memory and pids caps as the sandbox enforces them, and a fill of each `fill`
+    directory past the root's disk cap."""
+    verdicts: list[Verdict] = []
+    parts: list[str] = []
+    limits = _limits(sandbox)
+    for cap in ("memory", "pids"):
+        how = limits.get(cap, "unreported")
+        verdicts.append(Verdict.NOT_ENFORCED if how == "none" else Verdict.CONTAINED)
+        parts.append(f"{cap} {how}")
+    for directory in fill:
+        escaped, what = await _fill(sandbox, directory, _ROOT_DISK_BYTES + _OVERSHOOT)
+        verdicts.append(Verdict.NOT_CONTAINED if escaped else Verdict.CONTAINED)
+        parts.append(f"{directory}: {what}")
+        # One cap for the whole root: the next directory's fill starts from empty again.
+        await sandbox.exec(["sh", "-c", f"rm -f {directory.rstrip('/')}/.skyrl-audit-fill-*"])
+    return verdicts, parts
+
+
+@_root_probe
+async def _probe_task_root_caps(ctx: _Context) -> Outcome:
+    async with _cow_sandbox(ctx) as (sandbox, _):
+        verdicts, parts = await _root_caps_parts(sandbox, [sandbox.workdir, "/tmp"])
+    return _worst(verdicts), f"disk cap {_ROOT_DISK_BYTES // MiB} MiB; " + "; ".join(parts)
+
+
+_BUILD_CAPS_SCRIPT = r"""
+import ctypes, json, os, socket
+status = open("/proc/self/status").read().splitlines()
+capeff = int(next(l.split()[1] for l in status if l.startswith("CapEff:")), 16)
+libc = ctypes.CDLL(None, use_errno=True)
+os.makedirs("/skyrl-audit-mnt", exist_ok=True)
+mounted = libc.mount(b"none", b"/skyrl-audit-mnt", b"tmpfs", 0, None) == 0
+mount_error = os.strerror(ctypes.get_errno())
+try:
+    s = socket.create_connection(("1.1.1.1", 53), timeout=2)
+    s.close()
+    net = "connected"
+except OSError as e:
+    net = e.strerror or type(e).__name__
+names = [n for _, n in socket.if_nameindex()]
+print(json.dumps({"uid": os.getuid(), "capeff": capeff, "mounted": mounted,
+                  "mount_error": mount_error, "net": net, "ifaces": names}))
+"""
+
+
+@_root_probe
+async def _probe_build_caps(ctx: _Context) -> Outcome:
+    from skyrl_sdk.sandboxes._bwrap_argv import BUILD_CAPS
+
+    allowed = sum(1 << _CAP_NUMBERS[c] for c in BUILD_CAPS)
+    async with _cow_sandbox(ctx, build=True) as (sandbox, _):
+        seen = _json_line(await _py(sandbox, _BUILD_CAPS_SCRIPT))
+        verdicts, parts = await _root_caps_parts(sandbox, ["/"])
+    bad = []
+    if seen["capeff"] & ~allowed:
+        bad.append(f"capabilities {seen['capeff'] & ~allowed:#x} beyond the build's")
+    if seen["mounted"]:
+        bad.append("mounted a tmpfs")
+    if seen["net"] == "connected" or set(seen["ifaces"]) - {"lo"}:
+        bad.append(f"network: {seen['net']}, interfaces {seen['ifaces']}")
+    if bad:
+        return Verdict.NOT_CONTAINED, "; ".join(bad)
+    detail = (
+        f"uid {seen['uid']} with {seen['capeff']:#x} (build caps only); mount: "
+        f"{seen['mount_error']}; network: {seen['net']}; disk cap {_ROOT_DISK_BYTES // MiB} MiB; "
+    )
+    return _worst(verdicts), detail + "; ".join(parts)
+
+
 # ---- the probe table --------------------------------------------------------------------------
 
 PROBES: dict[str, _Probe] = {
@@ -1138,6 +1403,32 @@ PROBES: dict[str, _Probe] = {
     ),
     "grading-proc": _Probe("grading: /proc is read-only", "23.1", _probe_grading_proc),
     "proc-cmdline": _Probe("the host's kernel command line is hidden", "23.8", _probe_cmdline),
+    "task-root-host": _Probe(
+        "Harbor task root (copy-on-write): host files invisible", "25", _probe_task_root_host
+    ),
+    "task-root-writes": _Probe(
+        "Harbor task root: writes anywhere leave the host unchanged; system dirs not the agent's",
+        "25",
+        _probe_task_root_writes,
+    ),
+    "task-root-caps": _Probe(
+        "Harbor task root: memory, pids and disk caps (fill the workspace and /tmp)",
+        "25",
+        _probe_task_root_caps,
+    ),
+    "build-host": _Probe(
+        "Harbor build sandbox (Dockerfile RUN): host files invisible", "25", _probe_build_host
+    ),
+    "build-writes": _Probe(
+        "Harbor build sandbox: uid 0's writes to /usr and /etc land in its layer, host unchanged",
+        "25",
+        _probe_build_writes,
+    ),
+    "build-caps": _Probe(
+        "Harbor build sandbox: only the build capabilities, no mount, no network, caps on",
+        "25",
+        _probe_build_caps,
+    ),
 }
 """Every probe, by id, in the order the report lists them."""
 

@@ -52,8 +52,33 @@ class CheckoutVisibleSandbox(BwrapSandbox):
 
     def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
         argv = super()._server_argv(workspace, python_args)
+        if self.cow_root is not None:  # a root-owned copy-on-write root: its mount point too
+            self.cow_root.make_mountpoints({CHECKOUT: True})
         end = _bwrap_options_end(argv)
         argv[end:end] = ["--ro-bind", CHECKOUT, CHECKOUT]
+        return argv
+
+
+class BuildSysAdminSandbox(BwrapSandbox):
+    """Weakened on purpose: a Harbor build sandbox keeps CAP_SYS_ADMIN (it could mount)."""
+
+    def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
+        argv = super()._server_argv(workspace, python_args)
+        if self.build_as_root:
+            argv.insert(_bwrap_options_end(argv), "--cap-add")
+            argv.insert(_bwrap_options_end(argv), "CAP_SYS_ADMIN")
+        return argv
+
+
+class HostLibWritableSandbox(BwrapSandbox):
+    """Weakened on purpose: on a copy-on-write root, the host's own /usr/lib is bound
+    read-write over the root's overlay of it (a build's writes would reach the host)."""
+
+    def _server_argv(self, workspace: Path, python_args: list[str]) -> list[str]:
+        argv = super()._server_argv(workspace, python_args)
+        if self.cow_root is not None:
+            end = _bwrap_options_end(argv)
+            argv[end:end] = ["--bind", "/usr/lib", "/usr/lib"]
         return argv
 
 
@@ -75,21 +100,52 @@ def test_default_backend_contains_every_probe() -> None:
 
 
 @pytest.mark.parametrize(
-    ("weakened", "row"),
-    [(SharedNetSandbox, "network-off"), (CheckoutVisibleSandbox, "host-files")],
-    ids=["share-net", "checkout-bound"],
+    ("weakened", "rows"),
+    [
+        # The build sandbox shares the weakness (its network, the checkout bound).
+        (SharedNetSandbox, {"network-off", "build-caps"}),
+        (CheckoutVisibleSandbox, {"host-files", "task-root-host", "build-host"}),
+        (BuildSysAdminSandbox, {"build-caps"}),
+        (HostLibWritableSandbox, {"build-writes"}),
+    ],
+    ids=["share-net", "checkout-bound", "build-sys-admin", "host-lib-writable"],
 )
-def test_weakened_backend_is_caught_in_exactly_its_row(
-    weakened: type[BwrapSandbox], row: str
+def test_weakened_backend_is_caught_in_exactly_its_rows(
+    weakened: type[BwrapSandbox], rows: set[str]
 ) -> None:
-    """Vectors 4 (host network) and 2 (host files): the audit marks the one weakened row NOT
-    contained, every other row as on the hardened backend, and reports exit code 1."""
+    """Vectors 4 (host network), 2 (host files) and 25 (Harbor's task root and build
+    sandbox): the audit marks the weakened rows NOT contained, every other row as on the
+    hardened backend, and reports exit code 1."""
     report = arun(run_audit(weakened), timeout=120)
     assert report.exit_code == 1, _table(report)
-    assert _not_contained(report) == {row}, _table(report)
+    assert _not_contained(report) == rows, _table(report)
     assert Verdict.ERROR not in {r.verdict for r in report.results}, _table(report)
-    detail = report.result(row).detail
-    if row == "host-files":
-        assert CHECKOUT in detail
-    else:
+    if "host-files" in rows:
+        assert all(CHECKOUT in report.result(r).detail for r in rows)
+    if "network-off" in rows:
+        detail = report.result("network-off").detail
         assert "host 127.0.0.1" in detail and "abstract" in detail
+        assert "interfaces" in report.result("build-caps").detail
+    if "build-writes" in rows:
+        assert report.result("build-writes").detail.startswith("host changed: /usr/lib/")
+    if rows == {"build-caps"}:
+        assert "beyond the build's" in report.result("build-caps").detail
+
+
+def test_task_root_rows_run_here() -> None:
+    """Vector 25: the task-root and build-sandbox rows ran for real on this machine (root,
+    overlayfs): contained, with what they found."""
+    from skyrl_sdk.sandboxes import cow_root
+
+    if cow_root.supported() is not None:
+        pytest.skip(f"no copy-on-write root here: {cow_root.supported()}")
+    rows = ["task-root-host", "task-root-writes", "task-root-caps"]
+    rows += ["build-host", "build-writes", "build-caps"]
+    report = arun(run_audit("bwrap", probes=rows), timeout=120)
+    assert {r.verdict for r in report.results} == {Verdict.CONTAINED}, _table(report)
+    writes = report.result("task-root-writes").detail
+    assert "host unchanged" in writes and "create /usr/bin/" in writes  # refused to the agent
+    layer = report.result("build-writes").detail
+    assert "in the layer: /usr/bin/skyrl-audit-" in layer and "refused" not in layer
+    for row in ("task-root-caps", "build-caps"):
+        assert "No space left on device" in report.result(row).detail
