@@ -105,6 +105,16 @@ _PASS_ENV_OPTION = typer.Option(
     "unlike Harbor, a task cannot copy host secrets into its environment; an unallowed "
     "${NAME} is its :-default, else empty, with a note.",
 )
+_TRIALS_OPTION = typer.Option(
+    1,
+    "--trials",
+    "-k",
+    "--n-attempts",
+    min=1,
+    metavar="K",
+    help="Trials per task (Harbor's -k/--n-attempts); the summary gives the success "
+    "interval, pass@k, pass^k and flip rate (success: reward >= 1).",
+)
 _MAX_TURNS_OPTION = typer.Option(30, help="llm agent: assistant turns per trial.")
 _MAX_TOKENS_OPTION = typer.Option(1024, help="llm agent: tokens per turn.")
 
@@ -127,6 +137,7 @@ def run_command(
     pass_env: list[str] = _PASS_ENV_OPTION,
     max_turns: int = _MAX_TURNS_OPTION,
     max_tokens: int = _MAX_TOKENS_OPTION,
+    trials: int = _TRIALS_OPTION,
 ) -> None:
     """Run every task under PATH with one agent; write DIR/job.json and a trial folder each."""
     from skyrl_sdk.benchmarks.harbor.job import JobConfig, summary_table
@@ -149,11 +160,25 @@ def run_command(
             pull=pull,
             max_turns=max_turns,
             max_tokens=max_tokens,
+            trials=trials,
         )
     _check_backend(config)
     job = _run_job(config)
     console.print(summary_table(job))
+    _print_statistics(job)
     console.print(f"wrote {escape(str(out / 'job.json'))}")
+
+
+def _print_statistics(job: JobResult) -> None:
+    """The job's success statistics, one `label: value` line each (`skyrl_sdk.stats`)."""
+    stats = job.statistics()
+    if stats is None:
+        return
+    console.print("success (reward >= 1):")
+    for label, value in stats.lines():
+        console.print(f"  {escape(label)}: {escape(value)}")
+    if stats.note:
+        console.print(f"  note: {escape(stats.note)}")
 
 
 def _task_path(path_arg: str) -> Path:

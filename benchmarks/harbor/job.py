@@ -1,15 +1,18 @@
 """Jobs over Harbor task folders.
 
-A job = every task under a path, `n` trials at a time (`trial.run_trial`: one task played by
-one agent, graded, recorded in `<trial>/result.json`); it writes `<out>/job.json`
-(`mean_reward`, `trials`), `<out>/trajectories.jsonl` (llm and command agents) and a summary
-table. No trial's failure stops a job. What a job runs and records is in `records`
+A job = every task under a path, each `config.trials` times (Harbor's `-k`), `n` trials at a
+time (`trial.run_trial`: one task played by one agent, graded, recorded in
+`<trial>/result.json`); it writes `<out>/job.json` (`mean_reward`, `trials` with each one's
+`trial` index, and `statistics`: success = reward >= 1 with its interval, pass@k, pass^k and
+flip rate, `skyrl_sdk.stats`), `<out>/trajectories.jsonl` (llm and command agents; each
+trajectory's `trial` set) and a summary table. No trial's failure stops a job. What a job runs and records is in `records`
 (re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_gym.envs.harbor.task import find_task_dirs
+from skyrl_sdk.agents.trials import trial_episode_id
 from skyrl_sdk.benchmarks.harbor.agents import AgentKind
 from skyrl_sdk.benchmarks.harbor.records import (
     JOB_FILE,
@@ -74,21 +78,31 @@ async def run_job(
     limit = asyncio.Semaphore(config.concurrency)
     t0 = time.perf_counter()
 
-    async def one(task_dir: Path) -> TrialResult:
+    async def one(task_dir: Path, trial: int) -> TrialResult:
+        def record(trajectory: Any) -> None:
+            if writer is not None:
+                episode_id = trial_episode_id(trajectory.task_id, trial)
+                writer.write(dataclasses.replace(trajectory, trial=trial, episode_id=episode_id))
+
         async with limit:
             result = await run_trial(
                 task_dir,
                 config,
                 out,
                 policy=runner or policy,
-                on_trajectory=writer.write if writer else None,
+                on_trajectory=record if writer else None,
             )
+        if trial:  # its result.json says which trial it was, like job.json
+            result = dataclasses.replace(result, trial=trial)
+            _write_result(out / result.trial_name, result)
         if on_trial is not None:
             on_trial(result)
         return result
 
+    # Task order, each task's trials together (the semaphore starts them in this order).
+    runs = [(d, k) for d in task_dirs for k in range(config.trials)]
     try:
-        results: Sequence[TrialResult] = await asyncio.gather(*(one(d) for d in task_dirs))
+        results: Sequence[TrialResult] = await asyncio.gather(*(one(d, k) for d, k in runs))
     finally:
         if writer is not None:
             writer.close()
@@ -105,6 +119,17 @@ async def run_job(
     return job
 
 
+def _write_result(trial_dir: Path, result: TrialResult) -> None:
+    """Rewrite `<trial>/result.json` as a new file (the trial folder holds links the
+    sandboxed agent chose: never write through one)."""
+    path = trial_dir / RESULT_FILE
+    if not path.is_file():
+        return
+    tmp = path.with_name(f".{path.name}.trial.tmp")
+    tmp.write_text(json.dumps(result.to_json(), indent=2))
+    tmp.replace(path)
+
+
 def _stage_cell(outcome: StageOutcome | None) -> str:
     if outcome is None or outcome.status is StageStatus.SKIPPED:
         return "-"
@@ -118,6 +143,7 @@ def summary_table(job: JobResult) -> Any:
 
     table = Table(title=f"harbor: {job.agent} on {Path(job.path).name} ({job.backend})")
     table.add_column("task")
+    table.add_column("trial", justify="right")
     table.add_column("reward", justify="right")
     table.add_column("rewards")
     table.add_column("error")
@@ -132,6 +158,7 @@ def summary_table(job: JobResult) -> Any:
         why = (t.stages[failed].error or "").partition(": ")[2] if failed is not None else ""
         table.add_row(
             t.task,
+            str(t.trial),
             "-" if t.reward is None else f"{t.reward:g}",
             ", ".join(f"{k}={v:g}" for k, v in extra.items()),
             t.error.value if t.error else "",

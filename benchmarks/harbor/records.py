@@ -13,6 +13,7 @@ from typing import Any
 from skyrl_gym.envs.harbor.task import check_env_names
 from skyrl_sdk.benchmarks.harbor.agents import AgentKind
 from skyrl_sdk.sandboxes import Backend
+from skyrl_sdk.stats import TrialStats, per_task, trial_stats
 
 JOB_FILE = "job.json"
 RESULT_FILE = "result.json"
@@ -185,6 +186,8 @@ class JobConfig:
     """docker: pull a task's `[environment].docker_image` (and its Dockerfile's FROM images)
     when the engine lacks them (`--pull`), bounded by the task's `build_timeout_sec`; never
     by default (a missing image is an environment error naming it)."""
+    trials: int = 1
+    """Trials per task (`--trials K`, Harbor's `-k/--n-attempts`)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.agent, str) and self.agent.startswith("command:"):
@@ -199,6 +202,8 @@ class JobConfig:
             raise ValueError("Harbor tasks need an isolated backend: bwrap or docker")
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.trials < 1:
+            raise ValueError(f"trials must be >= 1, got {self.trials}")
         if self.timeout_multiplier <= 0:
             raise ValueError(f"timeout_multiplier must be positive, got {self.timeout_multiplier}")
         if self.agent in (AgentKind.LLM, AgentKind.COMMAND) and not self.policy:
@@ -261,6 +266,13 @@ class TrialResult:
     steps: tuple[StepResult, ...] = ()
     """A multi-step task's steps that ran, in order (empty for a single-step task); `reward`
     is their roll-up (`multi_step_reward_strategy`)."""
+    trial: int = 0
+    """Which of the task's trials this is (0..K-1 with `--trials K`)."""
+
+    @property
+    def success(self) -> bool:
+        """Harbor's verdict: a reward of at least 1."""
+        return self.reward is not None and self.reward >= 1
 
     @property
     def failed_stage(self) -> Stage | None:
@@ -301,7 +313,7 @@ class JobResult:
     path: str
     """The task or dataset folder."""
     trials: tuple[TrialResult, ...]
-    """One per task, in task order."""
+    """One per task and trial, in task order (a task's trials together)."""
     duration_s: float = 0.0
     """Wall-clock seconds of the job."""
 
@@ -312,12 +324,20 @@ class JobResult:
             return 0.0
         return sum(t.reward or 0.0 for t in self.trials) / len(self.trials)
 
+    def statistics(self) -> TrialStats | None:
+        """Success (reward >= 1) over tasks and trials (`skyrl_sdk.stats`); None without
+        trials."""
+        if not self.trials:
+            return None
+        return trial_stats(per_task((t.task, t.success) for t in self.trials))
+
     @property
     def errors_by_kind(self) -> dict[str, int]:
         """Trials per error kind."""
         return dict(Counter(t.error.value for t in self.trials if t.error is not None))
 
     def to_json(self) -> dict[str, Any]:
+        stats = self.statistics()
         return {
             "agent": self.agent,
             "backend": self.backend,
@@ -327,9 +347,13 @@ class JobResult:
             "mean_reward": self.mean_reward,
             "errors_by_kind": self.errors_by_kind,
             "duration_s": self.duration_s,
+            # trials, per_task, mean, ci95, pass_at_k, pass_hat_k, flip_rate (success is
+            # reward >= 1): the same statistics as `skyrl eval`'s results.json.
+            **({"statistics": stats.to_json()} if stats is not None else {}),
             "trials": [
                 {
                     "task": t.task,
+                    "trial": t.trial,
                     "reward": t.reward,
                     "rewards": t.rewards,
                     "error": t.error.value if t.error else None,
