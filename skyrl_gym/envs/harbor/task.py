@@ -592,6 +592,7 @@ def load_task(path: str | os.PathLike[str], *, pass_env: Collection[str] = ()) -
         mode=_verifier_mode(verifier) or VerifierMode.SHARED,
     )
     _note_separate_verifier(verifier_settings.mode, steps, notes)
+    _note_unapplied(data, notes)
     task = HarborTask(
         name=task_dir.name,
         path=task_dir,
@@ -695,6 +696,43 @@ SEPARATE_VERIFIER_NOTE = (
     "on the agent's environment (the agent's files, none of its processes), tests/ uploaded"
 )
 """The note of a task whose verifier (or a step's) is `separate` (`{where}` names it)."""
+
+
+# Harbor task.toml settings that neither backend applies: (table, key, what happens here).
+# Each one a task sets (non-empty) gets a note; unknown keys are still ignored silently.
+_UNAPPLIED = (
+    (
+        None,
+        "artifacts",
+        "not collected; only /logs/artifacts is copied into the trial's artifacts/",
+    ),
+    ("environment", "mcp_servers", "no MCP servers are started for the agent"),
+    ("environment", "skills_dir", "skills are not copied for the agent"),
+    ("environment", "allowed_hosts", "no allowlist here (network_mode=allowlist is network off)"),
+    ("agent", "network_mode", "no per-phase network policy: the [environment] one applies"),
+    ("verifier", "network_mode", "no per-phase network policy: the [environment] one applies"),
+    ("verifier", "collect", "no collect hooks run (there are no compose services here)"),
+)
+
+
+def _note_unapplied(data: Mapping[str, Any], notes: list[str]) -> None:
+    """A note for each Harbor setting in `_UNAPPLIED` the task sets, and for a step's
+    `artifacts` (never applied silently)."""
+    for table, key, what in _UNAPPLIED:
+        holder = data if table is None else data.get(table)
+        if isinstance(holder, dict) and holder.get(key) not in (None, [], {}, ""):
+            where = key if table is None else f"[{table}].{key}"
+            notes.append(f"{where}: not applied; {what}")
+    steps = data.get("steps")
+    named = [
+        str(e.get("name"))
+        for e in (steps if isinstance(steps, list) else [])
+        if isinstance(e, dict) and e.get("artifacts")
+    ]
+    if named:
+        notes.append(
+            f"[[steps]].artifacts ({', '.join(named)}): not applied; not collected per step"
+        )
 
 
 def _note_separate_verifier(

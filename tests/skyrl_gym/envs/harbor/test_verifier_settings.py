@@ -102,3 +102,27 @@ def test_shared_mode_with_a_verifier_environment_is_an_invalid_task(tmp_path: Pa
     (task_dir / "task.toml").write_text(text.replace('"shared"', '"elsewhere"'))
     with pytest.raises(TaskFormatError, match="must be one of shared, separate"):
         load_task(task_dir)
+
+
+def test_harbor_settings_not_applied_here_each_get_a_note(tmp_path: Path) -> None:
+    extra = (
+        '\n[environment.healthcheck]\ncommand = "true"\n'  # read: no note
+        '\n[agent]\nnetwork_mode = "public"\n'
+        '\n[[verifier.collect]]\nservice = "db"\ncommand = "pg_dump > /tmp/d.sql"\n'
+    )
+    text = (SEPARATE / "task.toml").read_text().replace("[agent]\ntimeout_sec = 60.0\n", "")
+    task_dir = _toml(tmp_path, SEPARATE, "")
+    (task_dir / "task.toml").write_text(
+        text.replace(
+            "[environment]\n", '[environment]\nmcp_servers = [{ name = "x", url = "http://x" }]\n'
+        )
+        + extra
+    )
+    notes = load_task(task_dir).notes
+    assert "artifacts: not applied; not collected; only /logs/artifacts is copied" in notes[1]
+    joined = "\n".join(notes)
+    for where in ("[environment].mcp_servers", "[agent].network_mode", "[verifier].collect"):
+        assert f"{where}: not applied" in joined, joined
+    assert "healthcheck" not in joined
+    plain = load_task(STEPS).notes  # sets none of them
+    assert not [n for n in plain if "not applied" in n], plain
