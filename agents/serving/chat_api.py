@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
 
+from skyrl_sdk.agents.engine.constraints import Constraint, ToolFunction
 from skyrl_sdk.agents.policy import TokenChunk
 from skyrl_sdk.agents.serving.generation import (
     Reply,
@@ -28,6 +29,14 @@ from skyrl_sdk.agents.serving.protocol import (
 from skyrl_sdk.agents.serving.sse import DONE, event
 from skyrl_sdk.agents.serving.state import Plan, Server
 from skyrl_sdk.agents.serving.streaming import PrimedStream, guarded, merge
+from skyrl_sdk.agents.serving.structured import (
+    FORCED_FORMAT,
+    SYNTAX,
+    constrain,
+    response_format_constraint,
+    tool_choice_constraint,
+)
+from skyrl_sdk.agents.serving.tool_output import ToolOutputFormat
 
 
 def plan_chat(server: Server, request: Request, req: ChatRequest) -> Plan:
@@ -57,6 +66,9 @@ def plan_chat(server: Server, request: Request, req: ChatRequest) -> Plan:
         top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
         limit_param=param,
     )
+    constraint, param, forced_format = chat_constraint(server, req)
+    tokenizer = renderer.tokenizer if renderer is not None else None
+    sampling = constrain(server.policy, tokenizer, sampling, constraint, param=param)
     return Plan(
         session=session,
         prompt=prompt,
@@ -64,13 +76,40 @@ def plan_chat(server: Server, request: Request, req: ChatRequest) -> Plan:
         sampling=sampling,
         n=req.n,
         stops=req.stops(),
-        tool_format=server.config.tool_format if offered else None,
+        tool_format=forced_format or (server.config.tool_format if offered else None),
     )
+
+
+def chat_constraint(
+    server: Server, req: ChatRequest
+) -> tuple[Constraint | None, str, ToolOutputFormat | None]:
+    """What constrained decoding enforces for `req` (a forcing `tool_choice` or a JSON
+    `response_format`), the field it comes from, and how a forced reply's calls are parsed."""
+    fmt = response_format_constraint(req.response_format)
+    choice = req.tool_choice
+    if isinstance(choice, dict):
+        choice = (choice.get("function") or {}).get("name")
+    if not req.tools or choice in (None, "auto", "none"):
+        return fmt, "response_format", None
+    if fmt is not None:
+        raise ApiError(
+            400,
+            "response_format cannot be enforced together with a forced tool_choice",
+            param="response_format",
+        )
+    functions = [ToolFunction(t.function.name, t.function.parameters) for t in req.tools]
+    forced = tool_choice_constraint(
+        functions,
+        choice,
+        server.config.tool_format,
+        parallel=req.parallel_tool_calls is not False,
+    )
+    return forced, "tool_choice", FORCED_FORMAT[SYNTAX[server.config.tool_format]]
 
 
 def check_tool_choice(req: ChatRequest) -> None:
     """`tool_choice` needs `tools`, and a named function must be one of them (as OpenAI
-    checks). The choice is not enforced on the model: its reply is parsed as it comes."""
+    checks). A forcing choice is enforced by constrained decoding (`chat_constraint`)."""
     if req.tool_choice is None or req.tool_choice == "none":
         return
     if not req.tools:

@@ -193,7 +193,11 @@ class ChatRequest(_Sampling):
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     """Also return this many most likely alternatives per token (needs `logprobs`)."""
     parallel_tool_calls: bool | None = None
-    """Accepted; a reply may always hold several calls."""
+    """False: a forced tool choice (`required`) makes exactly one call; otherwise a reply
+    may hold several calls."""
+    response_format: dict[str, Any] | None = None
+    """`{"type": "text" | "json_object" | "json_schema", ...}`: JSON output enforced by
+    constrained decoding (`structured`), or a 400 when it cannot be."""
 
     @field_validator("tool_choice")
     @classmethod
