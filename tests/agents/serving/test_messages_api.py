@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -32,6 +34,7 @@ TOOLS = [
     }
 ]
 HEADERS = {"anthropic-version": "2023-06-01"}
+HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(scope="module")
@@ -336,27 +339,25 @@ def test_count_tokens_counts_the_prompt_the_reply_would_get(renderer) -> None:
         )
 
 
-def test_max_tokens_beyond_the_context_is_clamped(tiny_dir) -> None:
+class ShortContext(ScriptedPolicy):
+    """A scripted policy whose model has a 48-token context."""
+
+    max_context_tokens = 48
+
+
+def test_max_tokens_beyond_the_context_is_clamped(renderer) -> None:
     """Claude Code asks for 32,000 tokens: on a model with a small context the reply may run to
     its end (stop_reason max_tokens), rather than the 400 chat completions answer."""
-    from skyrl_sdk.agents.engine import LocalEngine
-    from skyrl_sdk.agents.tiny import tiny_renderer
-
-    engine = LocalEngine.from_pretrained(tiny_dir, name="tiny")
-    renderer = tiny_renderer(tiny_dir)
-    with start_server(engine, ServeConfig(model_name="tiny"), renderer=renderer) as server:
-        limit = engine.max_context_tokens
-        body = {
-            "model": "tiny",
-            "max_tokens": 32_000,
-            "temperature": 0,
-            "messages": [{"role": "user", "content": "hi"}],
-        }
-        answer = httpx.post(
-            f"{server.base_url}/messages", json=body, headers=HEADERS, timeout=120
-        ).json()
+    policy = ShortContext(["y" * 100], renderer=renderer)
+    with serve(policy, renderer) as server:
+        body = {"model": "tiny", "max_tokens": 32_000, "messages": HI}
+        answer = httpx.post(f"{server.base_url}/messages", json=body, headers=HEADERS).json()
         assert answer["type"] == "message", answer
-        assert answer["usage"]["input_tokens"] + answer["usage"]["output_tokens"] <= limit
+        assert answer["stop_reason"] == "max_tokens"
+        assert answer["usage"]["input_tokens"] + answer["usage"]["output_tokens"] == 48
+        chat = {"model": "tiny", "max_tokens": 32_000, "messages": HI}
+        refused = httpx.post(f"{server.base_url}/chat/completions", json=chat)
+        assert refused.status_code == 400  # chat completions keeps OpenAI's check
 
 
 # -- Claude Code ----------------------------------------------------------------------------
@@ -456,3 +457,151 @@ def test_claude_code_writes_a_file_main_one_segment_subagent_auxiliary(renderer,
     assert sum(sample.loss_mask) == sum(len(t.token_ids) for t in turns[0])
     (on_disk,) = read_trajectories(tmp_path / "capture" / "claude.jsonl")
     assert [t.token_ids for t in on_disk.turns] == [t.token_ids for t in trajectory.turns]
+
+
+def test_claude_code_bash_edit_is_one_exact_segment(renderer, tmp_path) -> None:
+    """The main agent's own Bash tool changes a file (the call scripted as non-canonical
+    ids): the session is one segment of exactly the scripted ids, nothing auxiliary."""
+    claude = harness_venv.npm_ready("claude-code")
+    if claude is None:
+        pytest.skip(f"{harness_venv.npm_dir('claude-code')} is missing")
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    (work / "hello.txt").write_text("hello there\n")
+    bash = tool_call("Bash", command="sed -i s/there/world/ hello.txt", description="Edit")
+    script = [non_canonical(renderer, bash), "hello.txt now says hello world."]
+    policy = ScriptedPolicy(script, renderer=renderer)
+    with serve(policy, renderer, api_key="main") as server:
+        key = server.issue_session_key("bash")
+        done = subprocess.run(
+            [str(claude), "-p", "Make hello.txt say hello world", *CLAUDE_FLAGS],
+            cwd=work,
+            env=claude_env(server.session_url("bash").removesuffix("/v1"), key, home),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
+        trajectory = server.session_trajectory("bash")
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    assert json.loads(done.stdout)["result"] == script[1]
+    assert (work / "hello.txt").read_text() == "hello world\n"
+    assert [s.start for s in trajectory.segments] == [SegmentStart.EPISODE]
+    assert [list(t.token_ids) for t in trajectory.turns] == [
+        expected_ids(renderer, a) for a in script
+    ]
+    assert "<tool_response>" in renderer.decode(list(trajectory.turns[0].observation_ids))
+
+
+# -- the limits chat completions has --------------------------------------------------------
+
+
+def test_keys_x_api_key_or_bearer_and_only_the_sessions_own(renderer) -> None:
+    """A session key opens its session's Messages URL as `x-api-key` or as a Bearer token,
+    with or without `anthropic-version`; another session's URL and the base URL refuse it
+    (401, Anthropic's shape)."""
+    policy = ScriptedPolicy(["one", "two"], renderer=renderer)
+    with serve(policy, renderer, api_key="main") as server:
+        key = server.issue_session_key("mine")
+        server.issue_session_key("theirs")
+        body = {"model": "tiny", "max_tokens": 10, "messages": HI}
+        mine = f"{server.session_url('mine')}/messages"
+        assert httpx.post(mine, json=body, headers={"x-api-key": key, **HEADERS}).status_code == 200
+        bearer = {"Authorization": f"Bearer {key}"}
+        assert httpx.post(mine, json=body, headers=bearer).json()["content"][0]["text"] == "two"
+        for url in (f"{server.session_url('theirs')}/messages", f"{server.base_url}/messages"):
+            r = httpx.post(url, json=body, headers={"x-api-key": key, **HEADERS})
+            assert r.status_code == 401
+            assert r.json()["error"]["type"] == "authentication_error"
+        assert policy.calls == 2
+
+
+def test_the_session_token_budget_counts_messages_streamed_or_not(renderer) -> None:
+    """Prompt and generated tokens of Messages requests, streamed or not, come out of the
+    session key's budget; past it, 429 `rate_limit_error` before anything is generated."""
+    policy = ScriptedPolicy(["abc", "defg", "never"], renderer=renderer)
+    with serve(policy, renderer, api_key="main") as server:
+        key = server.issue_session_key("s", token_budget=200)
+        budget = server._keys.budget("s")
+        url = f"{server.session_url('s')}/messages"
+        auth = {"x-api-key": key, **HEADERS}
+        body = {"model": "tiny", "max_tokens": 10, "messages": HI}
+        first = httpx.post(url, json=body, headers=auth).json()
+        assert budget.used == first["usage"]["input_tokens"] + first["usage"]["output_tokens"]
+        streamed = httpx.post(url, json={**body, "stream": True}, headers=auth)
+        (delta,) = [d for n, d in events_of(streamed.text) if n == "message_delta"]
+        deadline = time.monotonic() + 10
+        while budget.reserved and time.monotonic() < deadline:
+            time.sleep(0.01)  # a streamed answer settles just after its last event
+        # The same prompt again: no new prompt tokens, only what was generated.
+        spent = first["usage"]["input_tokens"] + first["usage"]["output_tokens"]
+        assert budget.used == spent + delta["usage"]["output_tokens"]
+        refused = httpx.post(url, json={**body, "max_tokens": 500}, headers=auth)
+        assert refused.status_code == 429
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        assert "budget" in refused.json()["error"]["message"]
+        assert policy.calls == 2
+
+
+def test_fair_share_and_queue_cap_hold_for_messages(tiny_dir, renderer) -> None:
+    """One session's concurrent Messages requests hold at most its share of the engine's
+    batch, past its queue cap they get 429 `rate_limit_error`, and another session is served
+    beside them."""
+    import threading
+
+    from skyrl_sdk.agents.engine import LocalEngine
+    from skyrl_sdk.agents.engine.fairness import FairnessLimits
+
+    engine = LocalEngine.from_pretrained(
+        tiny_dir, name="tiny", max_batch_size=8, fairness=FairnessLimits(max_rows=2, max_queued=2)
+    )
+    with start_server(engine, ServeConfig(model_name="tiny"), renderer=renderer) as server:
+        body = {"model": "tiny", "max_tokens": 80, "messages": HI, "metadata": {"user_id": "hog"}}
+        url = f"{server.base_url}/messages"
+        outcomes: list[httpx.Response] = []
+
+        def one() -> None:
+            outcomes.append(httpx.post(url, json=body, headers=HEADERS, timeout=120))
+
+        threads = [threading.Thread(target=one, daemon=True) for _ in range(8)]
+        for t in threads:
+            t.start()
+        peak, beside = 0, None
+        while any(t.is_alive() for t in threads):
+            rows = engine.running_by_tenant().get("hog", 0)
+            peak = max(peak, rows)
+            if rows and beside is None:
+                other = {**body, "max_tokens": 4, "metadata": {"user_id": "victim"}}
+                beside = httpx.post(url, json=other, headers=HEADERS, timeout=120)
+                beside_during = any(t.is_alive() for t in threads)
+            time.sleep(0.002)
+        for t in threads:
+            t.join(120)
+    statuses = sorted(r.status_code for r in outcomes)
+    assert 200 in statuses and 429 in statuses, statuses
+    refused = next(r for r in outcomes if r.status_code == 429).json()
+    assert refused["type"] == "error" and refused["error"]["type"] == "rate_limit_error"
+    assert peak <= 2, f"one session held {peak} rows"
+    assert beside is not None and beside.status_code == 200 and beside_during
+
+
+def test_the_header_deadline_holds_on_messages_and_spares_a_long_stream(renderer) -> None:
+    """A connection that never finishes its request head is closed after the deadline; a
+    streamed message that outlasts the deadline is not cut."""
+    policy = ScriptedPolicy(["x" * 30], renderer=renderer, token_delay_s=0.03)
+    with serve(policy, renderer, header_timeout_s=0.5) as server:
+        started = time.monotonic()
+        body = {"model": "tiny", "max_tokens": 100, "stream": True, "messages": HI}
+        r = httpx.post(f"{server.base_url}/messages", json=body, headers=HEADERS, timeout=60)
+        took = time.monotonic() - started
+        events = events_of(r.text)
+        assert events[-1][0] == "message_stop" and took > 0.5
+        text = "".join(d["delta"].get("text", "") for n, d in events if n == "content_block_delta")
+        assert text == "x" * 30
+        with socket.create_connection((server.host, server.port)) as s:
+            s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n")  # never finished
+            s.settimeout(5)
+            started = time.monotonic()
+            assert s.recv(100) == b""
+            assert time.monotonic() - started < 2
