@@ -370,8 +370,11 @@ async def run_plan(
 
 
 def _with_trial(trajectory: Trajectory, trial_of: dict[str, int]) -> Trajectory:
-    trial = trial_of.get(trajectory.episode_id, trajectory.trial)
-    return trajectory if trial == trajectory.trial else replace(trajectory, trial=trial)
+    """`trajectory` with its plan's trial, where it was recorded without one (trial 0)."""
+    trial = trial_of.get(trajectory.episode_id, 0)
+    if trajectory.trial or trial == trajectory.trial:
+        return trajectory
+    return replace(trajectory, trial=trial)
 
 
 def run_stats(trajectories: Sequence[Trajectory]) -> TrialStats:

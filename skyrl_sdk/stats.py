@@ -27,6 +27,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist, fmean
+from typing import Any
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -219,6 +220,21 @@ class TrialStats:
             "flip_rate": self.flip_rate,
             **({"note": self.note} if self.note else {}),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrialStats:
+        """Inverse of `to_json` (read back from a results file)."""
+        low, high = data["ci95"]
+        return cls(
+            trials=int(data["trials"]),
+            per_task={t: TaskOutcome(**c) for t, c in data["per_task"].items()},
+            mean=float(data["mean"]),
+            ci95=Interval(low, high, IntervalMethod(data["ci95_method"])),
+            pass_at_k={int(k): v for k, v in data["pass_at_k"].items()},
+            pass_hat_k={int(k): v for k, v in data["pass_hat_k"].items()},
+            flip_rate=data["flip_rate"],
+            note=str(data.get("note", "")),
+        )
 
     def lines(self) -> list[tuple[str, str]]:
         """(label, value) rows for a summary table (`note` is printed under it)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from skyrl_sdk.stats import (
     TASK_SAMPLING_ONLY,
     IntervalMethod,
     TaskOutcome,
+    TrialStats,
     Verdict,
     bootstrap_mean,
     compare_runs,
@@ -108,6 +110,7 @@ def test_trial_stats_with_four_trials() -> None:
     assert stats.note == ""
     data = stats.to_json()
     assert data["per_task"]["d"] == {"successes": 1, "trials": 4}
+    assert TrialStats.from_json(json.loads(json.dumps(data))) == stats
     assert set(data["pass_at_k"]) == {"1", "2", "3", "4"}
 
 

@@ -40,7 +40,25 @@ def _instances(source: str, ids: str | None, repos: Path | None) -> tuple[list, 
         raise
 
 
+def _print_trials(report: dict, out: Path) -> None:
+    """A run of several trials: each trial's resolved count, then the statistics."""
+    from skyrl_sdk.stats import TrialStats
+
+    for k, trial in report["per_trial"].items():
+        console.print(
+            f"trial {k}: resolved {len(trial['resolved_ids'])}/{len(trial['instance_ids'])} "
+            f"({escape(str(out / trial['report']))})"
+        )
+    stats = TrialStats.from_json(report)
+    for label, value in stats.lines():
+        console.print(f"  {escape(label)}: {escape(value)}")
+    console.print(f"wrote {escape(str(out / 'report.json'))}")
+
+
 def _print(report: dict, out: Path) -> None:
+    if "per_trial" in report:
+        _print_trials(report, out)
+        return
     table = Table(title="SWE-bench")
     table.add_column("instance")
     table.add_column("outcome")
@@ -125,6 +143,15 @@ def run_command(
     model: str | None = typer.Option(None, help="For URLs: the served model name."),
     clone: bool = typer.Option(False, help="Fetch repositories missing from --repos from GitHub."),
     ids: str | None = typer.Option(None, help="Comma-separated instance ids to run."),
+    trials: int = typer.Option(
+        1,
+        "--trials",
+        "-k",
+        min=1,
+        help="Play every instance K times (OUT/trial-<k>/ each; OUT/report.json: the "
+        "resolved rate's interval, pass@k, pass^k and flip rate).",
+    ),
+    seed: int | None = typer.Option(None, help="Sampling seed (trial k's is derived from it)."),
 ) -> None:
     """Run an agent on each instance in the `swe` env, then write the evaluation report."""
     from skyrl_sdk.agents.evaluate import EvalError
@@ -149,12 +176,13 @@ def run_command(
                 backend=backend,
                 concurrency=concurrency,
                 limits=RolloutLimits(max_turns=max_turns, max_tokens=max_tokens, timeout=timeout),
-                sampling=SamplingParams(temperature=temperature),
+                sampling=SamplingParams(temperature=temperature, seed=seed),
                 allow_clone=clone,
                 eval_timeout_s=eval_timeout,
                 on_done=lambda t: console.print(
                     f"  {escape(t.task_id)}: reward {t.reward:g} ({t.stop_reason.value})"
                 ),
+                trials=trials,
             )
         finally:
             close = getattr(the_policy, "aclose", None)
