@@ -1,82 +1,11 @@
-"""Toolset execution, the calculator, and the read-only SQLite tool."""
+"""The read-only SQLite tool: reads and caps rows, refuses writes, times out runaway queries."""
 
 import hashlib
 import sqlite3
 
 import pytest
 
-from skyrl_sdk.tools import ToolCall, Toolset, tool
-from skyrl_sdk.tools.calculator import CalculatorError, calculator, evaluate
 from skyrl_sdk.tools.sqlite import SQLiteReadOnly, SQLRefused, sql_tool
-
-
-@tool
-def explode(x: int) -> str:
-    """Always fails."""
-    raise RuntimeError(f"boom {x}")
-
-
-@tool
-def echo(text: str) -> str:
-    """Echo."""
-    return text
-
-
-def test_toolset_turns_every_failure_into_an_error_result():
-    tools = Toolset([explode, echo], max_output_chars=10)
-    assert tools.execute(ToolCall("explode", {"x": 1})).output == "Error: RuntimeError: boom 1"
-    unknown = tools.execute(ToolCall("nope", {}))
-    assert (
-        unknown.is_error
-        and "no tool named 'nope'" in unknown.output
-        and "echo, explode" in unknown.output
-    )
-    assert tools.execute(ToolCall("echo", {"text": 5})).is_error
-    long = tools.execute(ToolCall("echo", {"text": "y" * 50}))
-    assert long.output.startswith("y" * 10) and "[truncated 40 characters]" in long.output
-
-
-def test_toolset_async_execution_matches_sync():
-    import asyncio
-
-    tools = Toolset([explode, echo])
-    result = asyncio.run(tools.aexecute(ToolCall("echo", {"text": "hi"})))
-    assert result.output == "hi" and not result.is_error
-    assert asyncio.run(tools.aexecute(ToolCall("explode", {"x": 2}))).is_error
-
-
-def test_toolset_rejects_duplicate_names():
-    with pytest.raises(ValueError, match="two tools are named 'echo'"):
-        Toolset([echo, echo])
-
-
-@pytest.mark.parametrize(
-    ("expression", "value"),
-    [
-        ("(3 + 4) * 12", "84"),
-        ("7 / 2", "3.5"),
-        ("2 ** 10", "1024"),
-        ("-5 // 2", "-3"),
-        ("10 / 4 * 2", "5"),
-    ],
-)
-def test_calculator(expression, value):
-    assert calculator(expression=expression) == value
-
-
-@pytest.mark.parametrize(
-    ("expression", "message"),
-    [
-        ("__import__('os').system('true')", "unsupported syntax"),
-        ("1 / 0", "division by zero"),
-        ("9 ** 99999", "too large"),
-        ("1 +", "not an arithmetic expression"),
-        ("1" * 600, "longer than"),
-    ],
-)
-def test_calculator_refuses_non_arithmetic(expression, message):
-    with pytest.raises(CalculatorError, match=message):
-        evaluate(expression)
 
 
 @pytest.fixture
