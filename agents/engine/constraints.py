@@ -25,7 +25,8 @@ How to use it (any route or caller of a policy)::
 A policy enforces constraints when its `supports_constraints` is true: `LocalEngine` masks
 each step with the grammar (the sampled ids are the model's own tokens, the grammar only
 removes the ones it forbids, so tool calls come out token-exact, never re-tokenised); the
-OpenAI-compatible client and `VLLMEngine` pass the constraint to the server they call.
+OpenAI-compatible client and `VLLMEngine` pass it on to the server or engine they call
+(`Constraint.upstream`: `response_format` / vLLM's `structured_outputs`), which enforces it.
 
 **Logprobs.** A constrained step samples from the masked, renormalised distribution, and that
 is the logprob reported and captured; the completion (and its captured turn) is marked
@@ -48,7 +49,7 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from skyrl_sdk.tools.formats import HermesFormat, MistralFormat
 
@@ -62,6 +63,15 @@ JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separat
 """How constrained JSON is written: `json.dumps`'s default separators and no other
 whitespace, so a model cannot spend its token budget on blanks (and tool calls look like the
 ones the chat template renders)."""
+
+
+class UpstreamFields(TypedDict, total=False):
+    """Request fields that pass a `Constraint` on to an OpenAI-compatible server."""
+
+    response_format: Mapping[str, Any]
+    """OpenAI's `response_format` (`json_schema`)."""
+    structured_outputs: Mapping[str, Any]
+    """vLLM's `structured_outputs` (`{"grammar": <lark>}`)."""
 
 
 class ConstraintError(ValueError):
@@ -151,6 +161,16 @@ class Constraint:
         if self.kind in (ConstraintKind.JSON_SCHEMA, ConstraintKind.JSON_OBJECT):
             return json.loads(self.source)
         return None
+
+    def upstream(self) -> UpstreamFields:
+        """The request fields that ask an OpenAI-compatible server (vLLM) for the same
+        constraint: `response_format` for the JSON kinds, vLLM's `structured_outputs` (a
+        Lark grammar) for the others."""
+        schema = self.schema
+        if schema is not None:
+            spec = {"name": "output", "schema": schema, "strict": True}
+            return {"response_format": {"type": "json_schema", "json_schema": spec}}
+        return {"structured_outputs": {"grammar": self.source}}
 
     def grammar(self) -> str:
         """The llguidance grammar (raises `ConstraintError` without the library)."""
@@ -279,6 +299,12 @@ class GrammarMatcher:
         if token in self.stop_ids:
             token = self.stop_ids[0]
         self._matcher.consume_token(token)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the grammar has ended (a stop id was sampled where it accepts): the
+        completion ends there even when the request names no stop ids."""
+        return self._matcher.is_stopped()
 
     @property
     def accepting(self) -> bool:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.engine.options import DEFAULT_OPTIONS, RequestOptions
 from skyrl_sdk.agents.policy import Completion, FinishReason, SamplingParams, TokenChunk
 
 if TYPE_CHECKING:
@@ -27,8 +29,9 @@ class Request:
     """The prompt's token ids."""
     sampling: SamplingParams
     """How to sample it."""
-    loop: asyncio.AbstractEventLoop
-    """The caller's event loop (where its future or stream lives)."""
+    loop: asyncio.AbstractEventLoop | None
+    """The caller's event loop (where its future or stream lives; None: a synchronous
+    caller, answered through `on_done`)."""
     future: asyncio.Future[Completion] | None = None
     """Where `generate` waits for the completion."""
     chunks: asyncio.Queue[Any] | None = None
@@ -57,12 +60,23 @@ class Request:
     grammar: GrammarMatcher | None = None
     """The matcher of `sampling.constraint` (None: unconstrained), made when it is submitted."""
 
+    options: RequestOptions = DEFAULT_OPTIONS
+    """The engine-level options (`options`: logprob mode, prompt logprobs, stop suffixes)."""
+    prompt_logprobs: list[float | None] | None = None
+    """Each prompt token's logprob (None for the first), once prefilled, when
+    `options.prompt_logprobs`."""
+    on_done: Callable[[Request, Completion | BaseException], None] | None = None
+    """A synchronous caller's sink (`sync.SyncEngine`): called on the engine's thread with
+    the completion or the error that ended the request, instead of going through `loop`."""
+
     @property
     def done(self) -> bool:
         """Finished or cancelled."""
         return self.finish is not None or self.cancelled
 
     def _call(self, fn: Any, *args: Any) -> None:
+        if self.loop is None:
+            return
         # RuntimeError: the caller's event loop is closed, so nobody is waiting.
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(fn, *args)
@@ -74,6 +88,9 @@ class Request:
 
     def resolve(self, value: Completion | BaseException) -> None:
         """Hand the caller its completion (or the error that ended it)."""
+        if self.on_done is not None:
+            self.on_done(self, value)
+            return
         if self.chunks is not None:
             self._call(self.chunks.put_nowait, value)
             return
@@ -93,11 +110,17 @@ class Request:
         """Why it ends after its latest token (a stop id or string, `max_tokens`), or None."""
         if self.ids[-1] in self.sampling.stop_token_ids:
             return FinishReason.STOP
+        if self.grammar is not None and self.grammar.finished:  # its end token was sampled
+            return FinishReason.STOP
         if self.sampling.stop:
             # A stop string spans at most len(utf-8 bytes) tokens: decode only that tail.
             window = max(len(s.encode()) for s in self.sampling.stop) + 1
             tail = tokenizer.decode(self.ids[-window:], skip_special_tokens=False)
             if any(s in tail for s in self.sampling.stop):
+                return FinishReason.STOP
+        if self.options.stop_suffixes:  # the whole sample's text: Tinker's rule, kept exact
+            text = tokenizer.decode(self.ids)
+            if any(text.endswith(s) for s in self.options.stop_suffixes):
                 return FinishReason.STOP
         if len(self.ids) >= self.sampling.max_tokens:
             return FinishReason.LENGTH

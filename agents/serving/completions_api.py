@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
 
-from skyrl_sdk.agents.policy import TokenChunk
+from skyrl_sdk.agents.policy import SamplingParams, TokenChunk
 from skyrl_sdk.agents.serving.generation import (
     Reply,
     TextDeltas,
@@ -25,6 +25,11 @@ from skyrl_sdk.agents.serving.protocol import (
 from skyrl_sdk.agents.serving.sse import DONE, event
 from skyrl_sdk.agents.serving.state import Plan, Server
 from skyrl_sdk.agents.serving.streaming import PrimedStream, guarded, merge
+from skyrl_sdk.agents.serving.structured import (
+    constrain,
+    response_format_constraint,
+    structured_outputs_constraint,
+)
 
 
 def plan_completion(server: Server, request: Request, req: CompletionRequest) -> Plan:
@@ -67,8 +72,24 @@ def plan_completion(server: Server, request: Request, req: CompletionRequest) ->
         top_logprobs=req.logprobs or 0,
         limit_param="max_tokens",
     )
+    sampling = constrain_completion(server, req, sampling)
     session = server.session_of(request, req.user)
     return Plan(session, prompt, (), sampling, req.n, req.stops(), None)
+
+
+def constrain_completion(
+    server: Server, req: CompletionRequest, sampling: SamplingParams
+) -> SamplingParams:
+    """`sampling` with the request's `response_format` or `structured_outputs` enforced."""
+    fmt = response_format_constraint(req.response_format)
+    grammar = structured_outputs_constraint(req.structured_outputs)
+    if fmt is not None and grammar is not None:
+        raise ApiError(
+            400, "give response_format or structured_outputs, not both", param="structured_outputs"
+        )
+    param = "response_format" if fmt is not None else "structured_outputs"
+    tokenizer = server.renderer.tokenizer if server.renderer is not None else None
+    return constrain(server.policy, tokenizer, sampling, fmt or grammar, param=param)
 
 
 def completion_choice(

@@ -222,6 +222,10 @@ class CompletionRequest(_Sampling):
     """Not supported (400 when true)."""
     stop_token_ids: list[int] = Field(default_factory=list, max_length=MAX_STOP_TOKEN_IDS)
     """vLLM extension: ids that end the completion (at most `MAX_STOP_TOKEN_IDS`)."""
+    response_format: dict[str, Any] | None = None
+    """As chat's: JSON output enforced by constrained decoding (`structured`)."""
+    structured_outputs: dict[str, Any] | None = None
+    """vLLM extension: `{"json": schema}` or `{"grammar": lark}`, enforced likewise."""
 
     def token_limit(self) -> int | None:
         """`max_tokens`."""

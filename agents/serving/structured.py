@@ -5,6 +5,8 @@
 - `tool_choice_constraint`: a forcing `tool_choice` (`required`, or one named function) as a
   tool-call grammar in the served model's tool-call syntax, each function's `parameters`
   schema embedded; `auto` and `none` force nothing.
+- `structured_outputs_constraint`: vLLM's `structured_outputs` (`json`, `grammar`), which
+  `/v1/completions` honours (an upstream `skyrl serve` behind `OpenAIClient` gets them so).
 - `constrain`: a plan's sampling with the constraint on it, after checking that the policy can
   enforce it (`supports_constraints`) and that the grammar compiles for its tokenizer;
   anything else is a 400 naming the field, never a silently ignored constraint.
@@ -15,6 +17,7 @@ The Responses and Messages routes call the same three functions for their `tool_
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -73,6 +76,37 @@ def response_format_constraint(
         f"response_format type {kind!r} is not supported (text, json_object, json_schema)",
         param=f"{param}.type",
     )
+
+
+def structured_outputs_constraint(
+    spec: Mapping[str, Any] | None, *, param: str = "structured_outputs"
+) -> Constraint | None:
+    """vLLM's `structured_outputs` (`{"json": schema}` or `{"grammar": lark}`) as a
+    constraint (what `Constraint.upstream` sends); other kinds are a 400 naming them."""
+    if not spec:
+        return None
+    unknown = sorted(set(spec) - {"json", "grammar"})
+    if unknown or len(spec) != 1:
+        raise ApiError(
+            400,
+            f"structured_outputs takes one of json, grammar (got {', '.join(sorted(spec))})",
+            param=f"{param}.{unknown[0]}" if unknown else param,
+        )
+    if "grammar" in spec:
+        if not isinstance(spec["grammar"], str):
+            raise ApiError(
+                400, "structured_outputs.grammar must be a string", param=f"{param}.grammar"
+            )
+        return Constraint.lark(spec["grammar"])
+    schema = spec["json"]
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError:
+            schema = None
+    if not isinstance(schema, Mapping):
+        raise ApiError(400, "structured_outputs.json must be a JSON schema", param=f"{param}.json")
+    return Constraint.json_schema(schema)
 
 
 def tool_choice_constraint(

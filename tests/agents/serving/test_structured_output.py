@@ -333,3 +333,68 @@ def test_the_openai_sdk_parse_with_a_pydantic_model(tiny, tmp_path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("parsed ") == 3
+
+
+def test_completions_honour_structured_outputs_and_response_format(tiny) -> None:
+    """vLLM's `structured_outputs` (a Lark grammar, a JSON schema) and `response_format` on
+    `/v1/completions`; other kinds are a 400 naming them."""
+    _, renderer, server = tiny
+    client = api(server)
+    prompt = list(renderer.prompt(ASK).token_ids)
+    for seed in range(4):
+        yes_no = client.completions.create(
+            model="tiny",
+            prompt=prompt,
+            max_tokens=8,
+            seed=seed,
+            extra_body={"structured_outputs": {"grammar": 'start: "yes" | "no"'}},
+        )
+        assert yes_no.choices[0].text in ("yes", "no") and yes_no.choices[0].finish_reason == "stop"
+    pet = client.completions.create(
+        model="tiny",
+        prompt=prompt,
+        max_tokens=256,
+        seed=1,
+        extra_body={"response_format": PET_FORMAT},
+    )
+    jsonschema.validate(json.loads(pet.choices[0].text), PET)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(
+            model="tiny", prompt=prompt, extra_body={"structured_outputs": {"regex": "a+"}}
+        )
+    assert e.value.body["param"] == "structured_outputs.regex"
+
+
+def test_an_upstream_policy_gets_the_constraint_passed_through(tiny, tiny_dir) -> None:
+    """`skyrl serve --policy URL` in front of the tiny server: the proxy's `OpenAIClient`
+    sends the constraint upstream (`response_format`, `structured_outputs`), which enforces
+    it; the proxy's capture marks the turn constrained."""
+    from skyrl_sdk.agents.policy_spec import PolicyUse, load_policy
+
+    _, _, upstream = tiny
+    loaded = load_policy(
+        upstream.base_url, tokenizer=str(tiny_dir), model="tiny", use=PolicyUse.SERVE
+    )
+    with start_server(
+        loaded.policy, ServeConfig(model_name="proxied"), renderer=loaded.renderer
+    ) as proxy:
+        via = api(proxy)
+        pet = via.chat.completions.create(
+            model="proxied",
+            messages=ASK,
+            max_tokens=256,
+            seed=3,
+            user="p",
+            response_format=PET_FORMAT,
+        )
+        jsonschema.validate(json.loads(pet.choices[0].message.content), PET)
+        assert proxy.session_trajectory("p").turns[0].constrained
+        call = via.chat.completions.create(
+            model="proxied",
+            messages=ASK,
+            tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            max_tokens=120,
+            seed=4,
+        )
+        assert [c.function.name for c in call.choices[0].message.tool_calls] == ["get_weather"]
