@@ -44,12 +44,17 @@ logprobs to 1e-5).
 **Weights.** `update_weights(state_dict, version)` may be called at any time from any thread;
 the worker loads the new weights between two decoding steps, so requests in flight continue
 with the new weights (their keys and values from the old weights are kept, as vLLM's "keep"
-pause does), and each token records the version that produced it. Loading new weights empties
-the prefix cache, and a sequence whose keys and values mix versions is not stored, so a new
+pause does), and each token records the version that produced it. Loading new weights moves
+the prefix cache to the new version (its entries are versioned; older ones are dropped), and a
+sequence whose keys and values mix versions is not stored, so a new
 request never reuses keys and values computed with old weights.
 
 **CPU.** The model's linear layers multiply a decoding step's few rows split over every
 core (`split_linear`; MKL would run them on one), in the worker thread only.
+
+**Scoring.** `score(prompt_ids, completion_ids)` returns each completion token's logprob under
+the loaded weights, computed on the worker through the prefix cache as a prefill would
+(`engine.scoring`): the trainer's sync check compares it with the learner's.
 
 **Seeds.** A request with `SamplingParams.seed` samples from its own `torch.Generator`, so it
 gets the same tokens alone, batched with others, streamed or not.
@@ -283,6 +288,34 @@ class LocalEngine:
         self._core.weights.queue(state_dict, version)
         if not self._worker.is_alive():
             self._core.weights.apply()
+
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """Each completion token's logprob under the loaded weights (`agents.scoring.Scorer`),
+        computed on the worker between two steps as a rollout's prefill computes it: over the
+        prompt's cached keys and values, if the prefix cache holds some (`engine.scoring`)."""
+        from skyrl_sdk.agents.engine.scoring import score_on_worker
+
+        if self._core.closed:
+            raise PolicyError(f"{self.name} is closed")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[float]] = loop.create_future()
+
+        def job() -> None:
+            try:
+                result: Any = score_on_worker(
+                    self._core.runner, self.prefix_cache, prompt_ids, completion_ids
+                )
+                setter = done.set_result
+            except Exception as e:  # the caller's error, not the worker's
+                result, setter = e, done.set_exception
+            loop.call_soon_threadsafe(lambda: done.done() or setter(result))
+
+        self._core.weights.at_loaded_weights(job)
+        if self._worker.is_alive():
+            self._core.queue.wake()  # an idle worker goes round at once
+        else:
+            self._core.weights.apply()
+        return await done
 
     def wait_for_version(self, version: int, timeout: float | None = 30.0) -> bool:
         """Block until weights of at least `version` are loaded; False on timeout."""

@@ -12,8 +12,14 @@ prompt, takes those of the longest stored prefix instead of recomputing them.
 - Memory is bounded: entries are evicted least-recently-used once their bytes exceed
   `budget_bytes`; an entry that is a prefix of a newer one is dropped when the newer arrives
   (the newer one serves every lookup the older one could).
-- The engine empties the cache when it loads new weights, so keys and values computed with
-  old weights are never reused for new requests.
+- Entries are versioned: each carries the weights version its keys and values were computed
+  with (the cache's `version` when inserted), and a lookup only matches entries of the
+  version it asks for (the cache's own by default). When the engine loads new weights it calls
+  `new_version` (the one place that happens, `weights.WeightSync.apply`), which moves the
+  cache to that version and drops the older entries, so keys and values computed with old
+  weights are never reused for new requests. Skipping that call is exactly SkyRL #2246's
+  bug (stale keys and values after a sync); the trainer's sync check (`trainer.sync_check`)
+  is built to catch it.
 
 Entries are never modified in place (the engine concatenates into new tensors), so one entry
 can back several requests at once.
@@ -55,6 +61,8 @@ class PrefixEntry:
     prompt then needs no forward pass at all), else None."""
     nbytes: int
     """Bytes of `kv` and `next_logits` (what counts against the budget)."""
+    version: int = 0
+    """Weights version `kv` was computed with; lookups at another version skip the entry."""
 
 
 @dataclass(frozen=True)
@@ -108,11 +116,13 @@ class PrefixCache:
     Not thread-safe: the engine's worker thread is its only user.
     """
 
-    def __init__(self, budget_bytes: int = DEFAULT_PREFIX_CACHE_BYTES):
+    def __init__(self, budget_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, version: int = 0):
         if budget_bytes < 0:
             raise ValueError(f"prefix cache budget must be >= 0 bytes, got {budget_bytes}")
         self.budget_bytes = budget_bytes
         """Most bytes the entries may hold together; 0 disables the cache."""
+        self.version = version
+        """Weights version of new entries and of lookups that name none (`new_version`)."""
         self._entries: OrderedDict[int, PrefixEntry] = OrderedDict()  # oldest first
         self._next_key = 0
         self._bytes = 0
@@ -140,17 +150,19 @@ class PrefixCache:
             evictions=self._evictions,
         )
 
-    def lookup(self, prompt: torch.Tensor) -> PrefixMatch | None:
-        """The entry sharing the longest common prefix with `prompt` (1-D long tensor), marked
-        most recently used; None when no entry shares even the first token."""
+    def lookup(self, prompt: torch.Tensor, version: int | None = None) -> PrefixMatch | None:
+        """The entry of weights `version` (None: the cache's) sharing the longest common
+        prefix with `prompt` (1-D long tensor), marked most recently used; None when no such
+        entry shares even the first token."""
         if not self._entries or prompt.numel() == 0:
             if self.enabled:
                 self._misses += 1
             return None
+        version = self.version if version is None else version
         best_key, best_len = -1, 0
         first = int(prompt[0])
         for key, entry in self._entries.items():
-            if int(entry.tokens[0]) != first:
+            if entry.version != version or int(entry.tokens[0]) != first:
                 continue
             n = _common_prefix(entry.tokens, prompt)
             if n > best_len or (n == best_len and n > 0):  # ties: the most recent entry
@@ -182,15 +194,23 @@ class PrefixCache:
         return CachedPrefix(reuse, past, None)
 
     def insert(
-        self, tokens: Sequence[int], kv: KV, next_logits: torch.Tensor | None = None
+        self,
+        tokens: Sequence[int],
+        kv: KV,
+        next_logits: torch.Tensor | None = None,
+        *,
+        version: int | None = None,
     ) -> bool:
-        """Store `kv` (batch size 1, one column per token) for `tokens`; evict the least
-        recently used entries to stay within the budget. The tensors are kept as given: pass
-        tensors nobody else writes to. Entries that are prefixes of `tokens` are dropped.
-        Returns False when the entry alone is over the budget (nothing is stored)."""
+        """Store `kv` (batch size 1, one column per token) for `tokens`, computed with weights
+        `version` (None: the cache's); evict the least recently used entries to stay within
+        the budget. The tensors are kept as given: pass tensors nobody else writes to. Entries
+        of that version that are prefixes of `tokens` are dropped. Returns False when the
+        entry alone is over the budget, or of another version than the cache's (nothing is
+        stored: no lookup would match it)."""
         import torch
 
-        if not self.enabled or not tokens:
+        version = self.version if version is None else version
+        if not self.enabled or not tokens or version != self.version:
             return False
         nbytes = kv_bytes(kv)
         if next_logits is not None:
@@ -200,9 +220,13 @@ class PrefixCache:
         ids = torch.as_tensor(list(tokens), dtype=torch.long)
         for key, entry in list(self._entries.items()):
             n = entry.tokens.numel()
-            if n <= ids.numel() and _common_prefix(entry.tokens, ids) == n:
+            if (
+                entry.version == version
+                and n <= ids.numel()
+                and _common_prefix(entry.tokens, ids) == n
+            ):
                 self._drop(key)  # the new entry covers it
-        entry = PrefixEntry(ids, kv, next_logits, nbytes)
+        entry = PrefixEntry(ids, kv, next_logits, nbytes, version)
         self._entries[self._next_key] = entry
         self._next_key += 1
         self._bytes += nbytes
@@ -211,8 +235,16 @@ class PrefixCache:
             self._evictions += 1
         return True
 
+    def new_version(self, version: int) -> None:
+        """New weights are loaded: entries and lookups are of `version` from now on, and the
+        entries of every other version (stale keys and values) are dropped."""
+        self.version = version
+        for key, entry in list(self._entries.items()):
+            if entry.version != version:
+                self._drop(key)
+
     def clear(self) -> None:
-        """Drop every entry (new weights: the stored keys and values are stale)."""
+        """Drop every entry."""
         self._entries.clear()
         self._bytes = 0
 
