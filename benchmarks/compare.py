@@ -1,7 +1,8 @@
 """`skyrl compare RUN_A RUN_B`: is B better than A, or is the gap noise?
 
 A run is what an evaluation wrote: `skyrl eval`'s `results.json`, `skyrl harbor run`'s
-`job.json` or `skyrl swebench run`'s `report.json` (a file, or the folder holding it). Both
+`job.json`, `skyrl swebench run`'s `report.json` or `skyrl text2sql eval`'s `results.json`
+(a file, or the folder holding it). Both
 runs must be of one kind. Their outcomes are paired on the (task id, trial) pairs both played,
 and `skyrl_sdk.stats.compare_runs` gives the mean paired difference with its 95% interval (a
 bootstrap that resamples tasks), the tasks that improved, regressed or flipped, and a verdict;
@@ -9,7 +10,7 @@ with none, the tasks needed to detect the observed difference at 80% power. The 
 the output is the whole comparison as JSON.
 
 Success is each kind's own verdict: the env's episode success (`results.json`), a reward of
-at least 1 (`job.json`), a resolved instance (`report.json`).
+at least 1 (`job.json`), a resolved instance (`report.json`), a correct answer (text2sql).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class RunKind(enum.StrEnum):
     """`skyrl harbor run`: `job.json`."""
     SWEBENCH = "swebench"
     """`skyrl swebench run | eval`: `report.json`."""
+    TEXT2SQL = "text2sql"
+    """`skyrl text2sql eval`: a `results.json` of scored items."""
 
 
 FILES: tuple[tuple[str, RunKind], ...] = (
@@ -91,6 +94,8 @@ def read_run(path: str | Path) -> RunOutcomes:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise CompareError(f"{file}: not a JSON run file ({type(e).__name__}: {e})") from None
+    if kind is RunKind.EVAL and isinstance(data, dict) and "items" in data and "metric" in data:
+        kind = RunKind.TEXT2SQL
     try:
         outcomes = _READERS[kind](data)
     except (KeyError, TypeError, AttributeError) as e:
@@ -113,6 +118,8 @@ def _kind_of(file: Path) -> RunKind:
             return RunKind.EVAL
         if isinstance(data.get("trials"), list) and "agent" in data:
             return RunKind.HARBOR
+        if "items" in data and "metric" in data:
+            return RunKind.TEXT2SQL
         if "resolved_ids" in data or "per_trial" in data:
             return RunKind.SWEBENCH
     raise CompareError(
@@ -149,7 +156,20 @@ def _read_swebench(data: dict) -> dict[tuple[str, int], bool]:
     return out
 
 
+def _read_text2sql(data: dict) -> dict[tuple[str, int], bool]:
+    # Several trials: each trial's task ids and correct ids; one: the scored items.
+    if "per_trial" in data:
+        out: dict[tuple[str, int], bool] = {}
+        for trial, report in data["per_trial"].items():
+            correct = set(report["correct_ids"])
+            for task in report["task_ids"]:
+                out[(str(task), int(trial))] = task in correct
+        return out
+    return {(str(item["task_id"]), 0): bool(item["correct"]) for item in data["items"]}
+
+
 _READERS = {
+    RunKind.TEXT2SQL: _read_text2sql,
     RunKind.EVAL: _read_eval,
     RunKind.HARBOR: _read_harbor,
     RunKind.SWEBENCH: _read_swebench,

@@ -66,6 +66,17 @@ def eval_command(
         3000, "--max-tokens", min=1, help="--policy: tokens the policy may generate per turn."
     ),
     concurrency: int = typer.Option(8, "--concurrency", help="--policy: episodes at once."),
+    trials: int = typer.Option(
+        1,
+        "--trials",
+        "-k",
+        min=1,
+        help="--policy: play every question K times; results.json adds the interval, "
+        "pass@k, pass^k and flip rate (items and accuracy stay trial 0's).",
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", help="--policy: sampling seed (trial k's is derived from it)."
+    ),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N questions."),
     # Defaults come from SQLLimits (not imported here: the CLI loads lazily).
     max_rows: int | None = typer.Option(
@@ -95,6 +106,7 @@ def eval_command(
         report = _play_policy(
             questions, policy, scoring, out,
             max_turns=max_turns, max_tokens=max_tokens, concurrency=concurrency,
+            trials=trials, seed=seed,
         )  # fmt: skip
     path = write_report(report, out)
     _print_summary(report, path)
@@ -222,8 +234,10 @@ def _play_policy(
     max_turns: int,
     max_tokens: int,
     concurrency: int,
+    trials: int = 1,
+    seed: int | None = None,
 ) -> EvalReport:
-    """`--policy`: one multi-turn episode per question, with a progress bar of the episodes
+    """`--policy`: one multi-turn episode per question (and trial), with a progress bar of the episodes
     done and their mean env reward (a policy that cannot load: exit 2)."""
     from rich.progress import (
         BarColumn,
@@ -243,7 +257,8 @@ def _play_policy(
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=False) as progress:
-        bar = progress.add_task("text2sql episodes", total=len(questions.rows), reward=0.0)
+        total = len(questions.rows) * trials
+        bar = progress.add_task("text2sql episodes", total=total, reward=0.0)
         done = [0, 0.0]  # episodes finished, their summed env reward
 
         def on_done(trajectory: Trajectory) -> None:
@@ -256,7 +271,7 @@ def _play_policy(
                 questions.rows, policy, db_root=questions.db_root, metric=scoring.metric,
                 timeout_s=scoring.timeout_s, max_turns=max_turns, max_tokens=max_tokens,
                 concurrency=concurrency, out_dir=out, extra=questions.extra,
-                limits=scoring.limits, on_done=on_done,
+                limits=scoring.limits, on_done=on_done, trials=trials, seed=seed,
             )  # fmt: skip
         except PolicyUnavailable as e:
             progress.stop()
@@ -279,6 +294,14 @@ def _print_summary(report, path: Path) -> None:  # type: ignore[no-untyped-def]
             table.add_row(f"{title[3:]}: {name}", str(bucket["n"]), f"{bucket['accuracy']:.3f}")
     console.print(table)
     console.print(f"statuses: {data['statuses']}")
+    if "per_task" in data:  # --policy: the statistics over the trials
+        from skyrl_sdk.stats import TrialStats
+
+        stats = TrialStats.from_json(data)
+        for label, value in stats.lines():
+            console.print(f"{label}: {value}", markup=False)
+        if stats.note:
+            console.print(f"note: {stats.note}", markup=False)
     _print_wrong(console, report)
     console.print(f"wrote {path}")
 

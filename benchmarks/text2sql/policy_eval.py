@@ -4,6 +4,12 @@ Each question is one episode of `SQLEnv` driven by the agent loop (`agents.rollo
 in the episode's last `<solution>` is then scored with the chosen metric exactly like a
 predictions file. Trajectories go to `OUT/trajectories.jsonl` as they finish.
 
+With `trials=K` every question is played K times (`agents.trials`: trial k samples with a
+seed derived from `seed` and k, its trajectory carries `trial = k`). The report's items and
+accuracy are trial 0's; its statistics (`skyrl_sdk.stats`: `trials`, `per_task`, `mean`,
+`ci95`, `pass_at_k`, `pass_hat_k`, `flip_rate`; success = a correct answer) cover every
+trial, and `per_trial` lists each trial's accuracy and correct task ids.
+
 Policy specs: `oracle` (answers every question with its gold SQL in one turn: checks the
 pipeline, scores 100%), and everything `agents.policy_spec.load_policy` understands
 (`http(s)://...` OpenAI-compatible servers, `scripted:FILE`, `tiny`, `local:DIR`).
@@ -14,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +87,19 @@ def evaluate_policy(
     extra: dict[str, Any] | None = None,
     limits: SQLLimits | None = None,
     on_done: Callable[[Any], None] | None = None,
+    trials: int = 1,
+    seed: int | None = None,
 ) -> EvalReport:
     """Run one episode per row with `spec`'s policy; score each final solution. Every query
     (exploration and scoring) runs under `limits` (default `DEFAULT_SQL_LIMITS`); the policy
     generates at most `max_tokens` tokens per turn. `on_done` is called with each trajectory
-    as its episode ends (the CLI's progress bar)."""
+    as its episode ends (the CLI's progress bar); `trials` and `seed`: see the module
+    docstring."""
     from skyrl_gym.envs.sql.env import SQLEnv
+    from skyrl_sdk.agents.policy import SamplingParams
     from skyrl_sdk.agents.rollout import RolloutLimits, run_episodes
     from skyrl_sdk.agents.trajectory import TrajectoryWriter
+    from skyrl_sdk.agents.trials import trial_agent, trial_episodes
 
     policy = make_policy(spec, rows)
     writer = TrajectoryWriter(Path(out_dir) / "trajectories.jsonl") if out_dir else None
@@ -96,13 +108,15 @@ def evaluate_policy(
     def make_env() -> SQLEnv:
         return SQLEnv(tasks=list(rows), db_root=db_root, max_turns=max_turns, limits=limits)
 
-    episodes = [(str(r["task_id"]), dict(r)) for r in rows]
+    episodes, trial_of = trial_episodes([dict(r) for r in rows], trials)
+    sampling = SamplingParams(seed=seed) if seed is not None else None
+    agent = trial_agent(trial_of, trials, policy=policy, limits=rollout_limits, sampling=sampling)
 
     async def run() -> list[Any]:
         try:
             return await run_episodes(
-                make_env, policy, episodes, concurrency=concurrency, limits=rollout_limits,
-                env_id="sql", writer=writer, on_done=on_done,
+                make_env, agent, episodes, concurrency=concurrency, env_id="sql",
+                writer=writer, on_done=on_done,
             )  # fmt: skip
         finally:
             await policy.aclose()
@@ -112,17 +126,13 @@ def evaluate_policy(
     finally:
         if writer is not None:
             writer.close()
-    by_task = {t.task_id: t for t in trajectories}
-    predictions = []
+    by_task = {(t.task_id, t.trial): t for t in trajectories}
+    predictions = [_prediction(by_task.get((str(row["task_id"]), 0))) for row in rows]
     rewards, stops = [], {}
-    for row in rows:
-        trajectory = by_task.get(str(row["task_id"]))
-        actions = [turn.action for turn in trajectory.turns] if trajectory else []
-        predictions.append(solution_of(actions))
-        if trajectory is not None:
-            rewards.append(trajectory.reward)
-            reason = trajectory.stop_reason.value
-            stops[reason] = stops.get(reason, 0) + 1
+    for trajectory in trajectories:
+        rewards.append(trajectory.reward)
+        reason = trajectory.stop_reason.value
+        stops[reason] = stops.get(reason, 0) + 1
     details = {
         **(extra or {}),
         "policy": spec,
@@ -132,7 +142,37 @@ def evaluate_policy(
         "mean_env_reward": sum(rewards) / len(rewards) if rewards else 0.0,
         "stop_reasons": stops,
     }
-    return score_predictions(
-        rows, predictions, db_root=db_root, metric=metric, timeout_s=timeout_s,
-        extra=details, mode="policy", limits=limits,
-    )  # fmt: skip
+
+    def score(preds: list[str | None], extra: dict[str, Any]) -> EvalReport:
+        return score_predictions(
+            rows, preds, db_root=db_root, metric=metric, timeout_s=timeout_s,
+            extra=extra, mode="policy", limits=limits,
+        )  # fmt: skip
+
+    first = score(predictions, details)
+    reports = [first] + [
+        score([_prediction(by_task.get((str(r["task_id"]), k))) for r in rows], {})
+        for k in range(1, trials)
+    ]
+    return replace(first, extra={**first.extra, **_trial_statistics(reports)})
+
+
+def _prediction(trajectory: Any) -> str | None:
+    """The SQL an episode's trajectory answered (None without a trajectory or a solution)."""
+    return solution_of([turn.action for turn in trajectory.turns]) if trajectory else None
+
+
+def _trial_statistics(reports: Sequence[EvalReport]) -> dict[str, Any]:
+    """Every trial's report (trial k at index k) -> the statistics and `per_trial`."""
+    from skyrl_sdk.stats import per_task, trial_stats
+
+    tasks = per_task((i.task_id, bool(i.correct)) for r in reports for i in r.items)
+    per_trial = {
+        str(k): {
+            "accuracy": r.accuracy,
+            "correct_ids": [i.task_id for i in r.items if i.correct],
+            "task_ids": [i.task_id for i in r.items],
+        }
+        for k, r in enumerate(reports)
+    }
+    return {**trial_stats(tasks).to_json(), "per_trial": per_trial}
