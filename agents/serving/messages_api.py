@@ -30,9 +30,13 @@ Honoured:
   documents and other blocks are a 400 naming the block. A final assistant message
   (prefill) is a 400: the reply always starts a new assistant turn.
 - `tools` (client tools: `name`, `description`, `input_schema`; a server tool type is a 400
-  naming it); `tool_choice`: `auto`; `none` (tools neither rendered nor parsed); `any` and a
-  named `tool` need constrained decoding, not available here: 400 naming `tool_choice`,
-  never silently ignored; a named tool that is not in `tools` is a 400 too.
+  naming it); `tool_choice`: `auto`; `none` (tools neither rendered nor parsed); `any` (one
+  or more calls, one with `disable_parallel_tool_use`) and a named `tool` (one call of it)
+  are enforced by constrained decoding (`structured`, a tool-call grammar in the served tool
+  format masking the sampler: the calls are the model's own tokens, the turn is captured
+  `constrained`); a policy without constrained decoding (`supports_constraints`) or a schema
+  the grammar cannot take is a 400 naming `tool_choice`, never silently ignored; a named tool
+  that is not in `tools` is a 400 too.
 - `max_tokens` (required; clamped to what the context leaves, the reply then ending with
   `stop_reason: max_tokens`), `stop_sequences` (at most 4, cut from the text, reported as
   `stop_reason: stop_sequence` with `stop_sequence`), `temperature` (0 to 1), `top_p`,
@@ -49,9 +53,10 @@ Honoured:
 
 Accepted as no-ops: `thinking` (no hidden reasoning is sampled), `cache_control` (on any
 block; no prompt cache), `metadata` (but `user_id`), `service_tier`, `context_management`,
-`output_config`, `container`, `mcp_servers`, `disable_parallel_tool_use` (a reply may hold
-several calls), `defer_loading` on tools, and the `anthropic-beta` / `anthropic-version`
-headers.
+`output_config`, `container`, `mcp_servers`, `speed`, `inference_geo`, `diagnostics`,
+`user_profile_id`, `workspace_id`, `disable_parallel_tool_use` with `auto` (a reply may
+hold several calls), `defer_loading` on tools, and the `anthropic-beta` /
+`anthropic-version` headers.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
 
+from skyrl_sdk.agents.engine.constraints import Constraint, ToolFunction
 from skyrl_sdk.agents.serving.generation import until_disconnect
 from skyrl_sdk.agents.serving.messages_events import message_events
 from skyrl_sdk.agents.serving.messages_protocol import (
@@ -82,6 +88,12 @@ from skyrl_sdk.agents.serving.protocol import ApiError, parse_body
 from skyrl_sdk.agents.serving.sse import EventStreamResponse, json_response
 from skyrl_sdk.agents.serving.state import Plan, Server
 from skyrl_sdk.agents.serving.streaming import start_stream
+from skyrl_sdk.agents.serving.structured import (
+    FORCED_FORMAT,
+    SYNTAX,
+    constrain,
+    tool_choice_constraint,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -125,26 +137,36 @@ def _user(req: CountTokensRequest) -> str | None:
 
 
 def offered_tools(req: CountTokensRequest) -> list[dict[str, Any]] | None:
-    """The tools to render, after `tool_choice` (None: none). A choice that needs the reply
-    constrained (`any`, a named tool) is refused naming `tool_choice`, not ignored."""
-    choice = req.tool_choice.type if req.tool_choice is not None else "auto"
-    if choice in ("any", "tool"):
+    """The tools to render, after `tool_choice` (None: none); a choice of `any` or a named
+    tool needs tools, and the named one must be among them."""
+    choice = req.tool_choice
+    if choice is not None and choice.type in ("any", "tool"):
         if not req.tools:
-            raise ApiError(400, f"tool_choice {choice!r} needs tools", param="tool_choice")
-        name = req.tool_choice.name if req.tool_choice is not None else None
-        if choice == "tool" and name not in {t.name for t in req.tools}:
+            raise ApiError(400, f"tool_choice {choice.type!r} needs tools", param="tool_choice")
+        if choice.type == "tool" and choice.name not in {t.name for t in req.tools}:
             raise ApiError(
-                400, f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
+                400,
+                f"tool_choice names {choice.name!r}, which is not in tools",
+                param="tool_choice",
             )
-        raise ApiError(
-            400,
-            f"tool_choice {choice!r} cannot be enforced by this server (it needs "
-            "constrained decoding, which this policy does not offer); use 'auto'",
-            param="tool_choice",
-        )
-    if not req.tools or choice == "none":
+    if not req.tools or (choice is not None and choice.type == "none"):
         return None
     return [t.chat_tool() for t in req.tools]
+
+
+def forced_tools(server: Server, req: MessagesRequest) -> Constraint | None:
+    """`tool_choice` `any` (one or more calls, one with `disable_parallel_tool_use`) or a named
+    `tool` (one call of it) as a tool-call grammar (`structured`); None for `auto` / `none`."""
+    choice = req.tool_choice
+    if choice is None or choice.type in ("auto", "none") or not req.tools:
+        return None
+    functions = [ToolFunction(t.name, t.input_schema) for t in req.tools]
+    return tool_choice_constraint(
+        functions,
+        "required" if choice.type == "any" else choice.name,
+        server.config.tool_format,
+        parallel=not choice.disable_parallel_tool_use,
+    )
 
 
 def _render(
@@ -186,6 +208,12 @@ def plan_messages(server: Server, request: Request, req: MessagesRequest) -> Pla
         if e.param == "stop":
             e.param = "stop_sequences"
         raise
+    forced = forced_tools(server, req)
+    tokenizer = server.renderer.tokenizer if server.renderer is not None else None
+    sampling = constrain(server.policy, tokenizer, sampling, forced, param="tool_choice")
+    tool_format = server.config.tool_format if tools else None
+    if forced is not None:  # parsed in the syntax the grammar wrote
+        tool_format = FORCED_FORMAT[SYNTAX[server.config.tool_format]]
     return Plan(
         session=session,
         prompt=prompt,
@@ -193,7 +221,7 @@ def plan_messages(server: Server, request: Request, req: MessagesRequest) -> Pla
         sampling=sampling,
         n=1,
         stops=req.stops(),
-        tool_format=server.config.tool_format if tools else None,
+        tool_format=tool_format,
         auxiliary=server.store.is_auxiliary(session, thread_of(req)),
     )
 

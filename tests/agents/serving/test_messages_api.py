@@ -557,14 +557,14 @@ def test_fair_share_and_queue_cap_hold_for_messages(tiny_dir, renderer) -> None:
         tiny_dir, name="tiny", max_batch_size=8, fairness=FairnessLimits(max_rows=2, max_queued=2)
     )
     with start_server(engine, ServeConfig(model_name="tiny"), renderer=renderer) as server:
-        body = {"model": "tiny", "max_tokens": 80, "messages": HI, "metadata": {"user_id": "hog"}}
+        body = {"model": "tiny", "max_tokens": 40, "messages": HI, "metadata": {"user_id": "hog"}}
         url = f"{server.base_url}/messages"
         outcomes: list[httpx.Response] = []
 
         def one() -> None:
             outcomes.append(httpx.post(url, json=body, headers=HEADERS, timeout=120))
 
-        threads = [threading.Thread(target=one, daemon=True) for _ in range(8)]
+        threads = [threading.Thread(target=one, daemon=True) for _ in range(6)]
         for t in threads:
             t.start()
         peak, beside = 0, None
@@ -605,3 +605,97 @@ def test_the_header_deadline_holds_on_messages_and_spares_a_long_stream(renderer
             started = time.monotonic()
             assert s.recv(100) == b""
             assert time.monotonic() - started < 2
+
+
+# -- forced tool use ------------------------------------------------------------------------
+
+
+WEATHER = [
+    {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "city": {"enum": ["Paris", "Rome", "Oslo"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            },
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "name": "get_time",
+        "description": "The time in a zone.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"zone": {"enum": ["UTC", "CET"]}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+]
+"""Closed schemas: the tiny random model fills them within a few dozen tokens."""
+
+
+def test_forced_tool_choice_is_a_constrained_call_on_the_tiny_model(tiny_dir, renderer) -> None:
+    """`tool_choice` `any` and a named `tool` on the local engine: every reply is tool_use
+    blocks whose inputs validate, produced by the grammar's mask (the captured turn is marked
+    `constrained`, its ids decode to the Hermes call), streamed or not."""
+    import jsonschema
+
+    from skyrl_sdk.agents.engine import LocalEngine
+
+    engine = LocalEngine.from_pretrained(tiny_dir, name="tiny")
+    schemas = {t["name"]: t["input_schema"] for t in WEATHER}
+    with start_server(engine, ServeConfig(model_name="tiny"), renderer=renderer) as server:
+        url = f"{server.base_url}/messages"
+        cases = [
+            {"type": "any"},
+            {"type": "tool", "name": "get_weather"},
+            {"type": "any", "disable_parallel_tool_use": True},
+            {"type": "tool", "name": "get_weather"},  # streamed
+        ]
+        for i, choice in enumerate(cases):
+            body = {
+                "model": "tiny",
+                "max_tokens": 200,
+                "messages": [{"role": "user", "content": "Weather in Paris for 3 days?"}],
+                "tools": WEATHER,
+                "tool_choice": choice,
+                "seed": i,
+                "metadata": {"user_id": f"forced-{i}"},
+                "stream": i == 3,
+            }
+            r = httpx.post(url, json=body, headers=HEADERS, timeout=120)
+            assert r.status_code == 200, r.text
+            if body["stream"]:
+                events = events_of(r.text)
+                (delta,) = [d for n, d in events if n == "message_delta"]
+                assert delta["delta"]["stop_reason"] == "tool_use"
+                partial = [
+                    d["delta"]["partial_json"]
+                    for n, d in events
+                    if n == "content_block_delta" and d["delta"]["type"] == "input_json_delta"
+                ]
+                inputs = [json.loads(p) for p in partial]
+                names = [
+                    d["content_block"]["name"] for n, d in events if n == "content_block_start"
+                ]
+            else:
+                answer = r.json()
+                assert answer["stop_reason"] == "tool_use", answer
+                assert {b["type"] for b in answer["content"]} == {"tool_use"}
+                inputs = [b["input"] for b in answer["content"]]
+                names = [b["name"] for b in answer["content"]]
+            assert names and (choice["type"] == "any" or names == ["get_weather"])
+            assert len(names) == 1 or not choice.get("disable_parallel_tool_use")
+            for name, given in zip(names, inputs, strict=True):
+                jsonschema.validate(given, schemas[name])
+            turn = server.session_trajectory(f"forced-{i}").turns[0]
+            assert turn.constrained and [c.name for c in turn.tool_calls] == names
+            ids = list(turn.token_ids)
+            if ids[-1] in renderer.stop_token_ids:  # a grammar that ended may stop without it
+                ids = ids[:-1]
+            text = renderer.decode(ids)
+            assert text.startswith("<tool_call>\n") and text.endswith("\n</tool_call>")
