@@ -280,6 +280,75 @@ def _fair_engine(step_rows: bool) -> tuple[Any, Any]:
     return loaded.policy, loaded.renderer
 
 
+CONSTRAINED_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "kind": {"enum": ["cat", "dog", "bird"]},
+        "age": {"type": "integer", "minimum": 0, "maximum": 30},
+        "owner": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 10}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+        "tags": {"type": "array", "items": {"enum": ["calm", "loud"]}, "maxItems": 3},
+    },
+    "required": ["kind", "age", "owner", "tags"],
+    "additionalProperties": False,
+}
+"""The `response_format` schema of the constrained-decoding row."""
+
+
+def _constrained_cost(engine: Any, renderer: Any) -> dict[str, float] | None:
+    """Constrained decoding on the tiny engine, in-process: milliseconds per token of
+    replies sampled under `CONSTRAINED_SCHEMA` and of unconstrained replies (medians over
+    `REPEATS` seeds each, alternating), and of the grammar's own work alone (mask and
+    advance, replayed over the constrained replies' ids). None without the grammar extra."""
+    from dataclasses import replace
+
+    from skyrl_sdk.agents.engine.constraints import Constraint, ConstraintError, GrammarMatcher
+    from skyrl_sdk.agents.policy import SamplingParams
+
+    constraint = Constraint.json_schema(CONSTRAINED_SCHEMA)
+    try:
+        constraint.check(renderer.tokenizer)
+    except ConstraintError:
+        return None
+    prompt = list(renderer.prompt(MESSAGES).token_ids)
+    base = SamplingParams(max_tokens=128, stop_token_ids=renderer.stop_token_ids)
+    per: dict[bool, list[float]] = {False: [], True: []}
+    mask: list[float] = []
+    for seed in range(REPEATS):
+        for masked in (False, True):
+            sampling = replace(base, seed=seed, constraint=constraint if masked else None)
+            started = time.perf_counter()
+            c = asyncio.run(engine.generate(prompt, sampling))
+            per[masked].append((time.perf_counter() - started) / len(c.token_ids))
+        matcher = GrammarMatcher(constraint, renderer.tokenizer, renderer.stop_token_ids)
+        vocab = int(engine.model.config.vocab_size)
+        started = time.perf_counter()
+        for token in c.token_ids:
+            matcher.allowed(vocab)
+            matcher.advance(token)
+        mask.append((time.perf_counter() - started) / len(c.token_ids))
+    return {
+        "ms_per_token": _median_ms(per[True]),
+        "ms_per_token_unconstrained": _median_ms(per[False]),
+        "mask_ms_per_token": _median_ms(mask),
+    }
+
+
+def _constrained_row(cost: dict[str, float] | None) -> tuple[str, str, str]:
+    name = "tiny: constrained decoding per token (JSON schema)"
+    if cost is None:
+        return (name, "-", "needs the grammar extra (llguidance)")
+    return (
+        name,
+        f"{cost['ms_per_token']:.2f} ms (mask {cost['mask_ms_per_token']:.3f} ms)",
+        f"{cost['ms_per_token_unconstrained']:.2f} ms unconstrained",
+    )
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process (the server thread's, while the client process runs and
     the main thread waits for it): unlike wall time, barely moved by other load."""
@@ -305,6 +374,8 @@ class _Runs:
     """The tiny engine's batch rows."""
     apis: dict[str, dict[str, float]]
     """`_measure` with the scripted policy for each of `OTHER_APIS`."""
+    constrained: dict[str, float] | None = None
+    """`_constrained_cost` (None: the grammar extra is not installed)."""
 
 
 def _measure_runs() -> _Runs:
@@ -322,6 +393,7 @@ def _measure_runs() -> _Runs:
     engine = LocalEngine.from_pretrained(directory, name="tiny")
     try:
         tiny = _measure(engine, renderer, sampling, body)
+        constrained = _constrained_cost(engine, renderer)
     finally:
         asyncio.run(engine.aclose())
     # Fairness on the engine `skyrl serve --policy tiny` runs, with the fair share of each
@@ -340,7 +412,9 @@ def _measure_runs() -> _Runs:
         name: _measure(scripted, renderer, sampling, api_body, path)
         for name, (path, api_body) in OTHER_APIS.items()
     }
-    return _Runs(tiny, free, fair_runs[True], fair_runs[False], engine.max_batch_size, apis)
+    return _Runs(
+        tiny, free, fair_runs[True], fair_runs[False], engine.max_batch_size, apis, constrained
+    )
 
 
 def _result(runs: _Runs) -> dict[str, Any]:
@@ -379,6 +453,7 @@ def _result(runs: _Runs) -> dict[str, Any]:
             f"overhead_ms_per_request_{name}": round(r["total_srv"] - r["total_in"], 2)
             for name, r in runs.apis.items()
         },
+        **{f"constrained_{k}": round(v, 4) for k, v in (runs.constrained or {}).items()},
         **uvicorn_options(),
     }
 
@@ -425,6 +500,7 @@ def _rows(runs: _Runs) -> list[tuple[str, str, str]]:
             f"cap {int(fair['cap'])}",
         ),
         *apis,
+        _constrained_row(runs.constrained),
     ]
 
 
