@@ -25,8 +25,9 @@ import inspect
 import logging
 from typing import Any, Protocol, runtime_checkable
 
-from skyrl_gym.core import Messages, StepReturn
+from skyrl_gym.core import Messages, StepReturn, TextEnv
 from skyrl_gym.tasks import TaskRow
+from skyrl_gym.wrappers import EpisodeGuard
 from skyrl_sdk.agents.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,11 @@ async def close_env(env: PlayableEnv) -> None:
     worker thread, as its steps run. A `close` that returns an awaitable is awaited.
     """
     try:
-        inner = getattr(env, "unwrapped", env)
+        # What `make` returns (a guard around the env itself) without gymnasium's
+        # `unwrapped` property chain: one episode closes one env.
+        inner = env.env if type(env) is EpisodeGuard else env
+        if not isinstance(inner, TextEnv):
+            inner = getattr(inner, "unwrapped", inner)
         if getattr(inner, "inline_async", False) is True:
             closing = env.close()
         else:

@@ -63,12 +63,29 @@ class PromptMemo:
         return prompt
 
 
-def _string_items(messages: Sequence[Message]) -> tuple[tuple[tuple[str, str], ...], ...] | None:
-    """The messages' fields as a hashable key, or None unless every field is a string."""
-    key = []
+def _string_items(
+    messages: Sequence[Message],
+) -> tuple[tuple[str, str] | tuple[tuple[str, str], ...], ...] | None:
+    """The messages' fields as a hashable key, or None unless every field is a string.
+
+    The usual `{"role": ..., "content": ...}` message (those two keys, in that order) is
+    keyed by the pair `(role, content)` (two strings; cheaper to build and hash); any other
+    by its `(name, value)` items in order, which are pairs themselves, so the two kinds of
+    key never collide."""
+    key: list[tuple[str, str] | tuple[tuple[str, str], ...]] = []
     for m in messages:
         if type(m) is not dict:
             return None
+        if len(m) == 2:
+            (first, role), (second, content) = m.items()
+            if (
+                first == "role"
+                and second == "content"
+                and type(role) is str
+                and type(content) is str
+            ):
+                key.append((role, content))
+                continue
         items = tuple(m.items())
         for name, value in items:
             if type(value) is not str or type(name) is not str:

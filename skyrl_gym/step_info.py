@@ -201,11 +201,27 @@ def _read_calls(value: object) -> tuple[ToolCall, ...]:
         raise StepInfoError(key, f"must be a list of calls, got {type(value).__name__}")
     calls = []
     for i, raw in enumerate(value):
+        # The call as `ToolCall.to_json` writes it (what every env's `StepInfo.write` gives),
+        # checked by exact types; anything else goes through `from_json`, which names the
+        # bad field. Read once per call per agent-loop step.
+        if type(raw) is dict and len(raw) == 3:
+            name, arguments, call_id = raw.get("name"), raw.get("arguments"), raw.get("id")
+            if (
+                type(name) is str
+                and name
+                and type(arguments) is dict
+                and (call_id is None or type(call_id) is str)
+            ):
+                calls.append(_new_tool_call(name, dict(arguments), call_id))
+                continue
         try:
             calls.append(ToolCall.from_json(raw))
         except ValueError as e:
             raise StepInfoError(f"{key}[{i}]", str(e)) from None
     return tuple(calls)
+
+
+_new_tool_call = fast_constructor(ToolCall)
 
 
 def _read_parse_error(value: object) -> ParseError | None:

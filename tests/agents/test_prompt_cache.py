@@ -46,3 +46,18 @@ def test_prompt_memo_is_bounded_and_off_when_verifying(chatml_renderer: ChatRend
         verifying, messages
     )
     assert verifying not in prompt_cache._PROMPTS
+
+
+def test_prompt_memo_keys_role_content_pairs_apart_from_other_messages(
+    chatml_renderer: ChatRenderer,
+) -> None:
+    memo = prompt_cache.PromptMemo()
+    plain = [{"role": "user", "content": "c"}]
+    named = [{"role": "user", "content": "c", "name": "n"}]
+    reordered = [{"content": "c", "role": "user"}]
+    assert memo.get(chatml_renderer, plain) == chatml_renderer.prompt(plain)
+    assert memo.get(chatml_renderer, named).messages == tuple(named)
+    assert memo.get(chatml_renderer, reordered).messages == tuple(reordered)
+    assert len(memo._entries) == 3  # key order is part of the key (a template may iterate it)
+    again = memo.get(chatml_renderer, [{"role": "user", "content": "c"}])
+    assert again is memo._entries[(("user", "c"),)]

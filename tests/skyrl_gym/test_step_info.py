@@ -116,6 +116,37 @@ def test_read_rejects_a_non_dict_info():
         StepInfo.read([])
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"name": "sql", "arguments": {"q": "1"}, "id": None},  # as ToolCall.to_json writes it
+        {"name": "sql", "arguments": {"q": "1"}, "id": "c1"},
+        {"name": "sql", "arguments": {"q": "1"}, "extra": 1},  # no id: None, extra ignored
+        {"id": None, "arguments": {"q": "1"}, "name": "sql"},  # any key order
+    ],
+)
+def test_calls_in_the_written_shape_read_as_from_json_reads_them(raw):
+    (call,) = StepInfo.read({"tool_calls": [raw]}).tool_calls
+    assert call == ToolCall.from_json(raw) and type(call) is ToolCall
+    raw["arguments"]["q"] = "2"  # the read copied the arguments
+    assert call.arguments == {"q": "1"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ({"name": "", "arguments": {}, "id": None}, '"name" must be a non-empty'),
+        ({"name": 3, "arguments": {}, "id": None}, '"name" must be a non-empty'),
+        ({"name": "a", "arguments": [1], "id": None}, '"arguments" must'),
+        ({"name": "a", "arguments": {}, "id": 5}, '"id" must be a string'),
+    ],
+)
+def test_malformed_calls_of_the_written_size_still_name_their_field(raw, words):
+    with pytest.raises(StepInfoError) as caught:
+        StepInfo.read({"tool_calls": [{"name": "ok", "arguments": {}, "id": None}, raw]})
+    assert caught.value.key == "tool_calls[1]" and words in str(caught.value)
+
+
 def test_tool_env_and_episode_guard_write_the_protocol():
     env = skyrl_gym.make("math", max_turns=2)
     task = bundled_tasks()[0]
