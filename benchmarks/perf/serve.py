@@ -52,6 +52,16 @@ OTHER_APIS: dict[str, tuple[str, dict[str, Any]]] = {
         "/responses",
         {"model": "bench", "input": MESSAGES, "max_output_tokens": TOKENS, "temperature": 0},
     ),
+    "messages": (
+        "/messages",
+        {
+            "model": "bench",
+            "system": MESSAGES[0]["content"],
+            "messages": MESSAGES[1:],
+            "max_tokens": TOKENS,
+            "temperature": 0,
+        },
+    ),
 }
 """Wire APIs besides chat, measured the same way with the scripted policy (the server's own
 cost per request): name -> (path under /v1, request body)."""
