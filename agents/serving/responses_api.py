@@ -27,10 +27,11 @@ Honoured:
   `image_generation`, `local_shell`, `mcp`, `tool_search`) are accepted and not offered: the
   server runs no tools. A custom tool with a grammar `format` is a 400 naming
   `tools.N.format` (not enforced).
-- `tool_choice`: `auto`; `none` (tools neither rendered nor parsed); `allowed_tools` in mode
-  `auto` (only those tools offered). `required`, a named tool and `allowed_tools` in mode
-  `required` need constrained decoding: 400 naming `tool_choice` (never silently ignored);
-  a named tool that is not in `tools` is a 400 too, as in chat.
+- `tool_choice`: `auto`; `none` (tools neither rendered nor parsed); `allowed_tools` (only
+  those offered); `required`, a named function or custom tool, and `allowed_tools` in mode
+  `required` are enforced by constrained decoding (`responses_choice`, through the chat
+  route's `structured`): on a policy that cannot enforce them, a 400 naming `tool_choice`,
+  never silently ignored. A named tool that is not in `tools` is a 400 too, as in chat.
 - `previous_response_id`: the server keeps each answered response's items (input and output)
   for `MAX_STORED_RESPONSES` responses, least recently used evicted first, whatever `store`
   says; a response of another session, or one evicted, is a 404 naming the field.
@@ -39,13 +40,16 @@ Honoured:
   `temperature`, `top_p`, `stream`, `user` (the session when the URL names none); extensions
   as in chat: `top_k`, `seed`, `stop` (at most 4 strings, cut from the text).
 - `usage`: `input_tokens` (prompt ids), `output_tokens` (sampled ids), `total_tokens`.
-- `text.format` `text`; a `json_schema` / `json_object` format is a 400 naming `text.format`.
+- `text.format`: `text`; `json_schema` (its `schema`) and `json_object` enforced by constrained
+  decoding like chat's `response_format` (else a 400 naming `text.format`).
 
-Accepted as no-ops: `reasoning` (effort, summary), `store`, `parallel_tool_calls` (a reply may
-always hold several calls), `metadata`, `text.verbosity`, `include` (encrypted reasoning,
-logprobs), `truncation`, `prompt_cache_key`, `safety_identifier`, `service_tier`,
-`client_metadata`, `background` (answered in the foreground), `top_logprobs`,
-`max_tool_calls`, `prompt`, `conversation`, `stream_options`.
+Accepted as no-ops: `reasoning` (effort, summary), `store`, `parallel_tool_calls` under
+`auto` (a reply may always hold several calls; with a forced choice `false` allows one),
+`metadata` (echoed), `text.verbosity`, `include` (encrypted reasoning, logprobs),
+`truncation`, `prompt_cache_key`, `safety_identifier`, `service_tier`, `client_metadata`,
+`background` (answered in the foreground), `top_logprobs`, `max_tool_calls`,
+`stream_options`. Refused with a 400 naming the field, since ignoring them would change the
+conversation: `conversation` and `prompt` (server-side conversations and prompt templates).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from starlette.requests import Request  # route signatures are resolved at runti
 from skyrl_sdk.agents.serving.generation import Reply, until_disconnect
 from skyrl_sdk.agents.serving.prompts import chat_prompt
 from skyrl_sdk.agents.serving.protocol import ApiError, parse_body
+from skyrl_sdk.agents.serving.responses_choice import enforce, tool_choice
 from skyrl_sdk.agents.serving.responses_events import response_events
 from skyrl_sdk.agents.serving.responses_protocol import (
     OutputItem,
@@ -140,63 +145,20 @@ class ResponsePlan:
     """The response's id and echoed fields."""
 
 
-def offered_tools(req: ResponsesRequest, tools: ToolSet) -> ToolSet | None:
-    """The tools to render, after `tool_choice` (None: `none`). Choices that need the model's
-    output constrained are refused, naming `tool_choice`, rather than ignored."""
-    choice = req.tool_choice
-    if choice is None or choice == "auto":
-        return tools
-    if choice == "none":
-        return None
-    if not tools.chat_tools:
-        raise ApiError(400, "tool_choice is only allowed when tools are given", param="tool_choice")
-    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
-        allowed = {t.get("name") for t in choice.get("tools") or () if isinstance(t, dict)}
-        if not allowed or not allowed <= tools.names:
-            raise ApiError(400, "tool_choice.tools must name given tools", param="tool_choice")
-        if choice.get("mode", "auto") == "auto":
-            kept = tuple(t for t in tools.chat_tools if t["function"]["name"] in allowed)
-            return ToolSet(kept, tools.custom, tools.namespaces)
-    elif isinstance(choice, dict):
-        name = choice.get("name")
-        if choice.get("type") in ("function", "custom") and name not in tools.names:
-            raise ApiError(
-                400, f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
-            )
-    elif choice != "required":
-        raise ApiError(
-            400, "tool_choice must be 'none', 'auto', 'required' or a tool", param="tool_choice"
-        )
-    raise ApiError(
-        400,
-        f"tool_choice {choice!r} cannot be enforced by this server (it needs constrained "
-        "decoding); use 'auto'",
-        param="tool_choice",
-    )
-
-
-def _check_text_format(req: ResponsesRequest) -> None:
-    fmt = (req.text or {}).get("format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-        raise ApiError(
-            400,
-            "text.format: structured output cannot be enforced by this server; use 'text'",
-            param="text.format",
-        )
-
-
 def plan_response(
     server: Server, request: Request, req: ResponsesRequest, log: ResponseLog
 ) -> ResponsePlan:
     """A Responses request validated and rendered like a chat request."""
     server.check_model(req.model)
+    for field in ("conversation", "prompt"):
+        if getattr(req, field, None) is not None:
+            raise ApiError(400, f"{field} is not supported by this server", param=field)
     session = server.session_of(request, req.user)
     history = log.get(req.previous_response_id, session) if req.previous_response_id else ()
     items = (*history, *req.items())
     messages = input_messages(req.instructions, items)
-    tools = tool_set(req.tools)
-    offered = offered_tools(req, tools)
-    _check_text_format(req)
+    choice = tool_choice(req, tool_set(req.tools))
+    offered = choice.offered
     chat_tools = list(offered.chat_tools) if offered is not None else []
     prompt: tuple[int, ...] = ()
     stop_ids: Sequence[int] = ()
@@ -221,6 +183,7 @@ def plan_response(
         if e.param in ("prompt", "messages"):
             e.param = "input"
         raise
+    sampling, forced_format = enforce(server, req, choice, sampling)
     plan = Plan(
         session=session,
         prompt=prompt,
@@ -228,7 +191,7 @@ def plan_response(
         sampling=sampling,
         n=1,
         stops=req.stops(),
-        tool_format=server.config.tool_format if chat_tools else None,
+        tool_format=forced_format or (server.config.tool_format if chat_tools else None),
     )
     head = ResponseHead(new_id("resp"), server.config.model_name, req)
     return ResponsePlan(plan, offered or ToolSet(), items, head)

@@ -253,6 +253,8 @@ def test_response_log_keeps_a_bounded_lru() -> None:
         ({"stop": ["x"] * 5}, "stop"),
         ({"stop": "y" * 257}, "stop"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"conversation": "conv_1"}, "conversation"),
+        ({"prompt": {"id": "pmpt_1"}}, "prompt"),
         ({"temperature": 3}, "temperature"),
     ],
 )
@@ -289,6 +291,51 @@ def test_allowed_tools_in_auto_mode_offers_only_those(renderer) -> None:
         assert '"other"' not in renderer.decode(list(prompt)) and '"calc"' in renderer.decode(
             list(prompt)
         )
+
+
+def test_forced_tool_choice_is_a_constrained_call_on_the_tiny_model(tiny) -> None:
+    """`required`, `allowed_tools` required, a named function and a named custom tool: every reply of the random tiny
+    model is that call, produced by the mask (the captured turn is marked `constrained`)."""
+    pytest.importorskip("skyrl_sdk.agents.serving.structured", reason="no constrained decoding")
+    engine, renderer = tiny
+    op = {"type": "string", "enum": ["add", "sub"]}
+    tools = [
+        {
+            "type": "function",
+            "name": "pick",
+            "parameters": {
+                "type": "object",
+                "properties": {"op": op},
+                "required": ["op"],
+                "additionalProperties": False,
+            },
+        },
+        {"type": "custom", "name": "note", "description": "Write a note."},
+    ]
+    with serve(engine, renderer, session_token_budget=None) as server:
+        api = client(server, "forced")
+        pick = [{"type": "function", "name": "pick"}]
+        for offered, choice, kind in (
+            (tools[:1], "required", "function_call"),
+            (tools, {"type": "allowed_tools", "mode": "required", "tools": pick}, "function_call"),
+            (tools, {"type": "function", "name": "pick"}, "function_call"),
+            (tools, {"type": "custom", "name": "note"}, "custom_tool_call"),
+        ):
+            r = api.responses.create(
+                model="tiny",
+                input="pick one",
+                tools=offered,
+                tool_choice=choice,
+                max_output_tokens=60 if kind == "function_call" else 400,
+                parallel_tool_calls=False,  # one call, then the end of the turn
+                extra_body={"seed": 3},
+            )
+            assert [o.type for o in r.output] == [kind], (choice, r.output)
+            if kind == "function_call":
+                assert r.output[0].name == "pick"
+                assert json.loads(r.output[0].arguments)["op"] in ("add", "sub")
+        turns = server.session_trajectory("forced").turns
+        assert len(turns) == 4 and all(t.constrained for t in turns)
 
 
 # -- limits: the same as chat completions --------------------------------------------------------
@@ -360,7 +407,7 @@ def test_a_session_gets_its_share_and_a_bounded_queue(tiny) -> None:
             try:
                 events = list(
                     hog.responses.create(
-                        model="tiny", input="go", max_output_tokens=300, stream=True
+                        model="tiny", input="go", max_output_tokens=100, stream=True
                     )
                 )
                 outcomes.append(events[-1].type)
@@ -386,7 +433,7 @@ def test_a_session_gets_its_share_and_a_bounded_queue(tiny) -> None:
 def test_the_header_deadline_spares_a_long_streamed_response(tiny) -> None:
     engine, renderer = tiny
     with serve(engine, renderer, header_timeout_s=0.5) as server:
-        body = {"model": "tiny", "input": "go", "max_output_tokens": 1000, "stream": True}
+        body = {"model": "tiny", "input": "go", "max_output_tokens": 200, "stream": True}
         headers = {"Authorization": f"Bearer {MAIN}"}
         started = time.monotonic()
         with httpx.stream(
