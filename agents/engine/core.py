@@ -59,16 +59,22 @@ class EngineCore:
                 self.fail_rows(self.batch.rows)
                 self.fail_queued()
                 return
-            self.weights.apply()  # between two steps, never inside one
-            mix = self._admit()
-            if not self.batch.rows:
-                continue
-            try:
-                self.runner.execute(self.scheduler.plan_step(self.batch, mix))
-            except Exception as e:  # a failed step fails its requests, not the engine
-                if mix is not None and not mix.request.done:
-                    self.fail_rows([mix.request], e)
-                self.fail_rows(self.batch.rows, e)
+            self.step()
+
+    def step(self) -> None:
+        """One round of the loop: load queued weights, admit, run the planned step. The
+        worker thread's body repeats it; a synchronous caller (`sync.SyncEngine`) drives it
+        from its own thread instead."""
+        self.weights.apply()  # between two steps, never inside one
+        mix = self._admit()
+        if not self.batch.rows:
+            return
+        try:
+            self.runner.execute(self.scheduler.plan_step(self.batch, mix))
+        except Exception as e:  # a failed step fails its requests, not the engine
+            if mix is not None and not mix.request.done:
+                self.fail_rows([mix.request], e)
+            self.fail_rows(self.batch.rows, e)
 
     def _admit(self) -> Admission | None:
         """Prefill the requests the scheduler admits and add them to the running batch; a

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.engine.batch import RunningBatch
 from skyrl_sdk.agents.engine.kv_slots import subset_layers
+from skyrl_sdk.agents.engine.options import LogprobMode
 from skyrl_sdk.agents.engine.packed_step import MixPlan, mixed_attention, mixed_layers
 from skyrl_sdk.agents.engine.prefix_cache import KV, CachedPrefix, PrefixCache
 from skyrl_sdk.agents.engine.request import Request
@@ -61,7 +62,9 @@ class ModelRunner:
         self.device = batch.device
         check_cache_layers(model)
         # transformers renamed `past_key_values` to `cache` (5.x); support both spellings.
-        params = inspect.signature(model.forward).parameters
+        # A peft model (a LoRA snapshot) passes keyword arguments through: read its base's.
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        params = inspect.signature(inner.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keep_arg = "logits_to_keep" in params
 
@@ -94,13 +97,18 @@ class ModelRunner:
             self.counters.reused += n
             return cached.kv, cached.next_logits
         cache = _cache(cached.kv)
+        scored = r.options.prompt_logprobs  # every position's logits (admitted uncached)
+        assert not (scored and reuse)
         out = self.forward(
             cache,
+            all_logits=scored,
             input_ids=torch.tensor([r.prompt[reuse:]], dtype=torch.long, device=self.device),
             position_ids=torch.arange(reuse, n, device=self.device).view(1, -1),
         )
         kv = _kv_of(cache)
         logits = out.logits[0, -1].float()
+        if scored:
+            r.prompt_logprobs = prompt_logprobs(out.logits[0], r.prompt)
         self.counters.prefills += 1
         self.counters.computed += n - reuse
         self.counters.reused += reuse
@@ -109,12 +117,23 @@ class ModelRunner:
             self.prefix_cache.insert(r.prompt, kv, logits)
         return kv, logits
 
-    def forward(self, cache: Any, **inputs: Any) -> Any:
-        """One forward pass that appends to `cache` (a `DynamicCache`, updated in place)."""
+    def forward(self, cache: Any, *, all_logits: bool = False, **inputs: Any) -> Any:
+        """One forward pass that appends to `cache` (a `DynamicCache`, updated in place);
+        the logits of the last position only, unless `all_logits`."""
         inputs[self._cache_arg] = cache
-        if self._keep_arg:
+        if self._keep_arg and not all_logits:
             inputs["logits_to_keep"] = 1  # only the last position is sampled from
         return self.model(use_cache=True, **inputs)
+
+    def score(self, prompt: Sequence[int]) -> list[float | None]:
+        """Each token's logprob given those before it (None for the first): a prompt scored
+        without sampling (`RequestOptions.prompt_logprobs` with nothing to generate)."""
+        import torch
+
+        ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, use_cache=False)
+        self.counters.computed += len(prompt)
+        return prompt_logprobs(out.logits[0], prompt)
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -305,6 +324,8 @@ class ModelRunner:
         token, logprob, top = sample_top(logits, r.sampling, r.generator, allowed)
         if r.grammar is not None:
             r.grammar.advance(token)
+        if r.options.logprobs is LogprobMode.RAW:  # the model's own distribution (Tinker)
+            logprob = raw_logprob(logits, token)
         r.ids.append(token)
         r.logprobs.append(logprob)
         r.versions.append(self.weights.version)
@@ -356,6 +377,23 @@ def _cache(kv: KV | None) -> Any:
         layer.keys, layer.values = k, v
         cache.layers.append(layer)
     return cache
+
+
+def raw_logprob(logits: torch.Tensor, token: int) -> float:
+    """`token`'s logprob under the untempered distribution of `logits` (`[vocab]`)."""
+    import torch
+
+    return float(torch.log_softmax(logits.float(), -1)[token])
+
+
+def prompt_logprobs(logits: torch.Tensor, prompt: Sequence[int]) -> list[float | None]:
+    """The logprob of each of `prompt`'s tokens under the logits of the position before it
+    (`logits`: `[len(prompt), vocab]`, one row per prompt position); None for the first."""
+    import torch
+
+    ids = torch.tensor(list(prompt[1:]), dtype=torch.long, device=logits.device)
+    logp = torch.log_softmax(logits[:-1].float(), -1)
+    return [None, *logp.gather(-1, ids[:, None])[:, 0].tolist()]
 
 
 def _kv_of(cache: Any) -> KV:

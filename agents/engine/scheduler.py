@@ -29,8 +29,12 @@ from typing import ClassVar
 from skyrl_sdk.agents.engine.batch import RunningBatch
 from skyrl_sdk.agents.engine.fairness import FairnessLimits, FairQueue, rows_to_step
 from skyrl_sdk.agents.engine.packed_step import MAX_MIXED_CHUNK
-from skyrl_sdk.agents.engine.prefix_cache import CachedPrefix, PrefixCache
+from skyrl_sdk.agents.engine.prefix_cache import NOTHING_CACHED, CachedPrefix, PrefixCache
 from skyrl_sdk.agents.engine.request import Request
+
+IDLE_WAIT_S = 0.05
+"""How long the worker waits for a request when nothing runs, before going round (weight
+updates, close)."""
 
 
 class Scheduling(enum.Enum):
@@ -110,6 +114,9 @@ class Scheduler(abc.ABC):
         """Most rows of the running batch."""
         self.prefix_cache = prefix_cache
         """Where admission looks up a prompt's reusable prefix."""
+        self.idle_wait_s = IDLE_WAIT_S
+        """How long `next_request` waits for a request when nothing runs (0: a synchronous
+        driver, `sync.SyncEngine`, which knows what it queued)."""
 
     def next_request(self, batch: RunningBatch, joining: Sequence[Request]) -> Request | None:
         """The next request to admit, or None (no room, or none may go now). With nothing
@@ -119,10 +126,12 @@ class Scheduler(abc.ABC):
             return None
         rows = batch.tenants()
         rows.update(j.tenant for j in joining)
-        return self.queue.take(rows, timeout=0 if batch.rows or joining else 0.05)
+        return self.queue.take(rows, timeout=0 if batch.rows or joining else self.idle_wait_s)
 
     def admit(self, r: Request, batch: RunningBatch, joining: Sequence[Request]) -> Admission:
         """`r`'s admission: its cached prefix and where the rest of its prompt is computed."""
+        if r.options.prompt_logprobs:  # every position's logits: the whole prompt, alone
+            return Admission(r, NOTHING_CACHED, Prefill.ALONE)
         cached = self.prefix_cache.reusable(r.prompt)
         mixed = self._mixes(cached, len(r.prompt), batch, joining)
         return Admission(r, cached, Prefill.MIXED if mixed else Prefill.ALONE)
