@@ -4,24 +4,28 @@ Semantics follow the Tinker API: each forward_backward *accumulates* gradients o
 *summed* objective (normalisation is the client's business, through weights and advantages),
 and optim_step applies AdamW with the request's hyperparameters, then clears the gradients.
 All methods are blocking and meant to run on the server's single torch worker thread.
+Sampling goes through the engine (`Sampler` drives a `agents.engine.sync.SyncEngine` on that
+thread): the server has no decoder of its own.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from skyrl_sdk.agents.engine import sampler as sampling
+from skyrl_sdk.agents.engine.options import LogprobMode, RequestOptions
+from skyrl_sdk.agents.engine.request import Request
+from skyrl_sdk.agents.engine.sync import SyncEngine
+from skyrl_sdk.agents.policy import Completion, FinishReason, SamplingParams
 from skyrl_sdk.trainer import losses
 from skyrl_sdk.trainer.config import LoRAConfig, PolicyLoss
 from skyrl_sdk.trainer.learner import wrap_lora
@@ -374,41 +378,46 @@ class SampleCall:
 
 
 @dataclass
-class _Request:
-    """One request in a decoding batch: where its rows sit, how it samples, what it drew."""
+class _Pending:
+    """One request of a decoding run: its engine rows (one per sample) and what ends it."""
 
     index: int
     """The caller's number for it (passed back to `should_stop` and `done`)."""
     call: SampleCall
-    start: int
-    """First row of the batch."""
-    max_tokens: int
-    stop_ids: set[int]
-    stop_strs: list[str]
-    generator: torch.Generator
-    prompt_lp: list[float | None] | None = None
-    tokens: list[list[int]] = field(default_factory=list)
-    logps: list[list[float]] = field(default_factory=list)
-    reasons: list[str | None] = field(default_factory=list)
-    finished: list[bool] = field(default_factory=list)
-    cancelled: bool = False
-
-    @property
-    def end(self) -> int:
-        return self.start + self.call.num_samples
+    """What it asks for."""
+    rows: list[Request] = field(default_factory=list)
+    """Its engine requests, sample j seeded with the request's seed + j."""
+    error: BaseException | None = None
+    """Why the engine failed one of its rows (None: none failed)."""
+    ended: int = 0
+    """Rows finished."""
 
     @property
     def done(self) -> bool:
-        return self.cancelled or all(self.finished)
+        return self.error is not None or self.ended == len(self.rows)
 
-    def outcome(self) -> dict[str, Any] | Exception:
-        if self.cancelled:
-            return Cancelled("the request was cancelled by the client")
+    def on_row_done(self, row: Request, value: Completion | BaseException) -> None:
+        """The engine's sink for its rows (called on the decoding thread)."""
+        if isinstance(value, BaseException):
+            self.error = self.error or value
+        else:
+            self.ended += 1
+
+    def outcome(self) -> dict[str, Any]:
         sequences = [
-            {"tokens": t, "logprobs": lp, "stop_reason": r or "length"}
-            for t, lp, r in zip(self.tokens, self.logps, self.reasons, strict=True)
+            {
+                "tokens": list(r.ids),
+                "logprobs": list(r.logprobs),
+                "stop_reason": "stop" if r.finish is FinishReason.STOP else "length",
+            }
+            for r in self.rows
         ]
-        return {"sequences": sequences, "prompt_logprobs": self.prompt_lp}
+        prompt_lp = self.rows[0].prompt_logprobs if self.call.prompt_logprobs else None
+        return {"sequences": sequences, "prompt_logprobs": prompt_lp}
+
+    def cancel(self) -> None:
+        for r in self.rows:
+            r.cancelled = True
 
 
 Done = Callable[[int, "dict[str, Any] | Exception"], None]
@@ -418,33 +427,25 @@ Join = Callable[[int], "list[tuple[int, SampleCall]]"]
 
 
 class Sampler:
-    """Samples completions with per-token logprobs from a frozen model. Requests decode
-    together (prompts left-padded): they may join a running batch between steps, and each
-    leaves it as soon as it ends."""
+    """Samples completions with per-token logprobs from a frozen model, through the engine
+    (`agents.engine.sync.SyncEngine`, driven by the calling thread). Each sample is a row of
+    the engine's running batch: requests may join it between steps, and each leaves it as
+    soon as it ends. Logprobs are those of the untempered distribution; sample j of a request
+    draws from its own generator seeded with the request's seed + j, so its tokens do not
+    depend on what else decodes alongside."""
 
     def __init__(self, model: Any, tokenizer: Any, base: BaseModelSpec):
+        # A LoRA snapshot stays a peft model: merging its adapters would also change a tied
+        # input embedding (`lm_head` is a target), so the engine runs it unmerged.
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.base = base
+        self.engine = SyncEngine(self.model, tokenizer, name=f"tinker:{base.name}")
+        """The engine that decodes (its counters: `engine.stats()`)."""
         self.batches = 0
-        """Decoding batches started (each with one forward pass over its first prompts)."""
+        """Decoding runs started (`decode` calls, and reruns of a failed request alone)."""
         self.joins = 0
         """Groups of requests that joined a running batch."""
-        # transformers 5.x renamed `past_key_values` to `cache`; use whichever the model has.
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-        params = inspect.signature(inner.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
-
-    def step(
-        self, ids: torch.Tensor, past: Any, mask: torch.Tensor | None, pos: torch.Tensor | None
-    ) -> tuple[Any, torch.Tensor]:
-        """One forward pass with the KV cache; the cache and the logits."""
-        kwargs: dict[str, Any] = {} if past is None else {self._cache_arg: past}
-        if mask is not None:
-            kwargs.update(attention_mask=mask, position_ids=pos)
-        out = self.model(input_ids=ids, use_cache=True, **kwargs)
-        cache = getattr(out, "cache", None) if self._cache_arg == "cache" else None
-        return cache if cache is not None else out.past_key_values, out.logits
 
     def sample(
         self,
@@ -472,8 +473,8 @@ class Sampler:
         """Sample every request in one batch; per request its result or its exception.
 
         `should_stop(i)` is polled before each token; once True, request `i` stops and its
-        outcome is `Cancelled`. Each request draws from its own seeded generator, so its tokens
-        do not depend on the requests it shares the batch with.
+        outcome is `Cancelled`. Each request draws from its own seeded generators, so its
+        tokens do not depend on the requests it shares the batch with.
         """
         outcomes: dict[int, dict[str, Any] | Exception] = {}
         self.decode(list(enumerate(calls)), outcomes.__setitem__, should_stop=should_stop)
@@ -491,47 +492,32 @@ class Sampler:
         """Decode `requests` (index, call) as one batch, taking in `join`'s requests between
         steps while fewer than `max_rows` rows decode; `done(index, outcome)` gets each
         request's result or exception as soon as it ends. A request that cannot be decoded
-        fails alone; a batch that fails anyway is rerun request by request."""
-        live = []
-        for index, call in requests:
-            problem = self._problem(call)
-            if problem is None:
-                live.append((index, call))
-            else:
-                done(index, ValueError(problem))
-        if not live:
-            return
-        finished: set[int] = set()
-        joined: list[tuple[int, SampleCall]] = []
+        fails alone; one the engine fails inside a batch is rerun alone."""
+        self.batches += 1
+        run = _Run(self, done, should_stop, retry=True)
+        run.admit(requests)
+        self.engine.max_batch_size = max(max_rows, run.rows)  # a larger request still runs
 
-        def report(index: int, outcome: dict[str, Any] | Exception) -> None:
-            finished.add(index)
-            done(index, outcome)
-
-        def take(room: int) -> list[tuple[int, SampleCall]]:
-            new = []
-            for index, call in join(room) if join is not None else []:
-                problem = self._problem(call)
-                if problem is None:
-                    new.append((index, call))
-                else:
-                    done(index, ValueError(problem))
-            joined.extend(new)
-            return new
+        def between() -> None:
+            run.settle()
+            if join is not None and run.rows < max_rows and run.admit(join(max_rows - run.rows)):
+                self.joins += 1
 
         try:
-            with torch.no_grad():
-                _Decoding(self, should_stop, report).run(live, take, max_rows)
-        except Exception:  # one request must not fail the others: run the rest alone
-            for index, call in [*live, *joined]:
-                if index not in finished:
-                    try:
-                        with torch.no_grad():
-                            _Decoding(self, should_stop, done).run([(index, call)], None, 0)
-                    except Exception as e:  # this request's own failure
-                        done(index, e)
+            self.engine.run(between)
+        except Exception:  # a caller's callback failed mid-run: the rest are rerun alone
+            run.abandon()
+        for index, call in run.failed:
+            self.batches += 1
+            alone = _Run(self, done, should_stop, retry=False)
+            alone.admit([(index, call)])
+            try:
+                self.engine.run(alone.settle)
+            except Exception as e:  # this request's own failure
+                alone.abandon()
+                done(index, e)
 
-    def _problem(self, call: SampleCall) -> str | None:
+    def problem(self, call: SampleCall) -> str | None:
         """Why a request cannot join a batch (None: it can)."""
         if not call.prompt:
             return "the prompt is empty"
@@ -540,212 +526,115 @@ class Sampler:
                 f"the prompt has {len(call.prompt)} tokens; the context length of "
                 f"{self.base.name} is {self.base.max_context_length}"
             )
-        vocab = self.model.get_input_embeddings().num_embeddings
+        vocab = self.engine.vocab_size
         if min(call.prompt) < 0 or max(call.prompt) >= vocab:
             return f"prompt token ids must lie in [0, {vocab}) for {self.base.name}"
         return None
 
-    def request(self, index: int, call: SampleCall, start: int) -> _Request:
-        """A request's decoding state, its rows starting at `start`."""
+    def engine_sampling(self, call: SampleCall) -> tuple[list[SamplingParams], RequestOptions]:
+        """The engine's sampling of each of `call`'s samples (none when it may sample no
+        token: `max_tokens`, clamped to the context left, is 0), and its options."""
         p = call.params
-        max_tokens = p.max_tokens if p.max_tokens is not None else 64
-        max_tokens = max(0, min(max_tokens, self.base.max_context_length - len(call.prompt)))
+        max_tokens = max(0, min(p.token_limit(), self.base.max_context_length - len(call.prompt)))
         stop_ids, stop_strs = _stops(p.stop, self.tokenizer)
         seed = p.seed if p.seed is not None else _fresh_seed()
-        n = call.num_samples
-        return _Request(
-            index,
-            call,
-            start,
-            max_tokens,
-            stop_ids,
-            stop_strs,
-            torch.Generator().manual_seed(seed),
-            tokens=[[] for _ in range(n)],
-            logps=[[] for _ in range(n)],
-            reasons=[None] * n,
-            finished=[max_tokens == 0] * n,
+        one = SamplingParams(
+            max_tokens=max(max_tokens, 1),
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k,
+            stop_token_ids=tuple(sorted(stop_ids)),
         )
-
-    def ends(self, req: _Request, row: int) -> bool:
-        """Whether the sample in `row` of `req` just ended on a stop token or string."""
-        tokens = req.tokens[row]
-        if tokens[-1] in req.stop_ids:
-            return True
-        return bool(req.stop_strs) and any(
-            self.tokenizer.decode(tokens).endswith(s) for s in req.stop_strs
+        options = RequestOptions(
+            logprobs=LogprobMode.RAW,
+            prompt_logprobs=call.prompt_logprobs,
+            stop_suffixes=tuple(stop_strs),
         )
+        if max_tokens == 0:
+            return [], options
+        return [replace(one, seed=seed + j) for j in range(call.num_samples)], options
 
 
-class _Decoding:
-    """A running batch: the KV cache of every row, and the requests the rows belong to."""
+class _Run:
+    """The requests of one `Sampler.decode` run on the engine, reported as each ends."""
 
     def __init__(
-        self, sampler: Sampler, should_stop: Callable[[int], bool] | None, done: Done
-    ) -> None:
+        self,
+        sampler: Sampler,
+        done: Done,
+        should_stop: Callable[[int], bool] | None,
+        *,
+        retry: bool,
+    ):
         self.sampler = sampler
-        self.should_stop = should_stop
         self.done = done
-        self.requests: list[_Request] = []
-        self.past: Any = None
-        self.mask: torch.Tensor | None = None
-        """Attention mask of the cache (None while no row is padded)."""
-        self.pos: torch.Tensor | None = None
-        """Positions of the tokens fed last (None while no row is padded)."""
-        self.logits: torch.Tensor | None = None
-        """Each row's next-token logits."""
+        self.should_stop = should_stop
+        self.retry = retry
+        """Whether a request the engine fails is rerun alone (else its error is reported)."""
+        self.pending: list[_Pending] = []
+        """Requests not reported yet."""
+        self.failed: list[tuple[int, SampleCall]] = []
+        """Requests the engine failed, to rerun alone."""
 
     @property
     def rows(self) -> int:
-        return self.requests[-1].end if self.requests else 0
+        """Rows of the requests not reported yet."""
+        return sum(len(p.rows) for p in self.pending)
 
-    def run(self, requests: list[tuple[int, SampleCall]], join: Join | None, max_rows: int) -> None:
-        self.sampler.batches += 1
-        self.add(requests)
-        while True:
-            self.settle()
-            if join is not None and self.rows < max_rows:
-                newcomers = join(max_rows - self.rows)
-                if newcomers:
-                    self.sampler.joins += 1
-                    self.add(newcomers)
-                    self.settle()
-            if not self.requests:
-                return
-            self.advance()
-
-    def add(self, requests: list[tuple[int, SampleCall]]) -> None:
-        """Prefill `requests` (left-padded) and merge them into the batch."""
-        new, start = [], self.rows
+    def admit(self, requests: list[tuple[int, SampleCall]]) -> bool:
+        """Submit the valid ones (an invalid one fails at once); whether any was submitted."""
+        engine, added = self.sampler.engine, False
         for index, call in requests:
-            new.append(self.sampler.request(index, call, start))
-            start += call.num_samples
-        prompts = [r.call.prompt for r in new for _ in range(r.call.num_samples)]
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        mask = torch.zeros(len(prompts), width, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p)
-            mask[i, width - len(p) :] = 1
-        padded = any(len(p) != width for p in prompts)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0) if padded else None
-        past, logits = self.sampler.step(ids, None, mask if padded else None, pos)
-        row = 0
-        for r in new:
-            if r.call.prompt_logprobs:
-                n = len(r.call.prompt)
-                got = token_logprobs(
-                    logits[row : row + 1, width - n : -1], ids[row : row + 1, width - n + 1 :]
-                )
-                r.prompt_lp = [None, *got[0].tolist()]
-            row += r.call.num_samples
-        self.merge(
-            past,
-            mask if padded else None,
-            None if pos is None else pos[:, -1:],
-            logits[:, -1].float(),
-        )
-        self.requests += new
-
-    def merge(
-        self, past: Any, mask: torch.Tensor | None, pos: torch.Tensor | None, logits: torch.Tensor
-    ) -> None:
-        """Append rows with their own cache; the shorter side is left-padded (masked)."""
-        if self.past is None:
-            self.past, self.mask, self.pos, self.logits = past, mask, pos, logits
-            return
-        assert self.logits is not None
-        la, lb = self.past.get_seq_length(), past.get_seq_length()
-        width = max(la, lb)
-        ma, pa = _explicit(self.mask, self.pos, self.logits.shape[0], la)
-        mb, pb = _explicit(mask, pos, logits.shape[0], lb)
-        for mine, theirs in zip(self.past.layers, past.layers, strict=True):
-            mine.keys = torch.cat(
-                [_left_pad(mine.keys, width - la), _left_pad(theirs.keys, width - lb)]
-            )
-            mine.values = torch.cat(
-                [_left_pad(mine.values, width - la), _left_pad(theirs.values, width - lb)]
-            )
-        self.mask = torch.cat([_left_pad(ma, width - la), _left_pad(mb, width - lb)])
-        self.pos = torch.cat([pa, pb])
-        self.logits = torch.cat([self.logits, logits])
+            problem = self.sampler.problem(call)
+            if problem is not None:
+                self.done(index, ValueError(problem))
+                continue
+            samplings, options = self.sampler.engine_sampling(call)
+            pending = _Pending(index, call)
+            if not samplings:  # nothing to sample: the prompt's logprobs at most
+                prompt_lp = engine.score(call.prompt) if call.prompt_logprobs else None
+                empty = [
+                    {"tokens": [], "logprobs": [], "stop_reason": "length"}
+                    for _ in range(call.num_samples)
+                ]
+                self.done(index, {"sequences": empty, "prompt_logprobs": prompt_lp})
+                continue
+            for j, sampling in enumerate(samplings):
+                # One row scores the prompt; the others find it in the prefix cache.
+                row_options = options if j == 0 else replace(options, prompt_logprobs=False)
+                row = engine.submit(call.prompt, sampling, pending.on_row_done, options=row_options)
+                pending.rows.append(row)
+            self.pending.append(pending)
+            added = True
+        return added
 
     def settle(self) -> None:
-        """Report the requests that ended (or were cancelled) and drop their rows."""
-        for r in self.requests:
-            if not r.done and self.should_stop is not None and self.should_stop(r.index):
-                r.cancelled = True
-        ended = [r for r in self.requests if r.done]
-        if not ended:
-            return
-        for r in ended:
-            self.done(r.index, r.outcome())
-        keep = [r for r in self.requests if not r.done]
-        rows = [i for r in keep for i in range(r.start, r.end)]
-        if not keep:  # nothing left decoding: newcomers start a fresh cache
-            self.past = self.mask = self.pos = self.logits = None
-        else:
-            idx = torch.tensor(rows)
-            self.past.batch_select_indices(idx)
-            self.logits = self.logits[idx]  # type: ignore[index]
-            self.mask = None if self.mask is None else self.mask[idx]
-            self.pos = None if self.pos is None else self.pos[idx]
-        start = 0
-        for r in keep:
-            r.start, start = start, start + r.call.num_samples
-        self.requests = keep
+        """Between two steps: cancel what the caller gave up on, report what ended."""
+        keep = []
+        for p in self.pending:
+            if not p.done and self.should_stop is not None and self.should_stop(p.index):
+                p.cancel()
+                self.done(p.index, Cancelled("the request was cancelled by the client"))
+            elif p.error is not None:
+                p.cancel()  # its other rows
+                if self.retry:
+                    self.failed.append((p.index, p.call))
+                else:
+                    self.done(p.index, p.error)  # type: ignore[arg-type]
+            elif p.done:
+                self.done(p.index, p.outcome())
+            else:
+                keep.append(p)
+        self.pending = keep
 
-    def advance(self) -> None:
-        """Sample one token for every row, then feed them all."""
-        assert self.logits is not None
-        logp = torch.log_softmax(self.logits, dim=-1)
-        nxt = torch.zeros(self.rows, dtype=torch.long)
-        for r in self.requests:
-            nxt[r.start : r.end] = sampling.sample(
-                self.logits[r.start : r.end],
-                temperature=r.call.params.temperature,
-                top_k=r.call.params.top_k,
-                top_p=r.call.params.top_p,
-                generator=r.generator,
-            )
-        chosen = logp.gather(-1, nxt[:, None])[:, 0].tolist()
-        picked = nxt.tolist()
-        for r in self.requests:
-            for j in range(r.call.num_samples):
-                if r.finished[j]:
-                    continue
-                r.tokens[j].append(picked[r.start + j])
-                r.logps[j].append(chosen[r.start + j])
-                if self.sampler.ends(r, j):
-                    r.reasons[j] = "stop"
-                r.finished[j] = r.reasons[j] is not None or len(r.tokens[j]) >= r.max_tokens
-        if all(r.done for r in self.requests):
-            return  # settle() reports them; no need to feed the last tokens
-        if self.mask is not None:
-            self.mask = torch.cat([self.mask, torch.ones(self.rows, 1, dtype=self.mask.dtype)], -1)
-            self.pos = self.pos[:, -1:] + 1  # type: ignore[index]
-        self.past, logits = self.sampler.step(nxt[:, None], self.past, self.mask, self.pos)
-        self.logits = logits[:, -1].float()
-
-
-def _explicit(
-    mask: torch.Tensor | None, pos: torch.Tensor | None, rows: int, length: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A cache's mask and last positions, made explicit for unpadded rows."""
-    if mask is None:
-        return torch.ones(rows, length, dtype=torch.long), torch.full((rows, 1), length - 1)
-    assert pos is not None
-    return mask, pos[:, -1:]
-
-
-def _left_pad(t: torch.Tensor, n: int) -> torch.Tensor:
-    """`t` with `n` zeros before its sequence dimension (the last for masks, -2 for KV)."""
-    if n == 0:
-        return t
-    dim = -1 if t.dim() == 2 else -2
-    shape = list(t.shape)
-    shape[dim] = n
-    return torch.cat([torch.zeros(shape, dtype=t.dtype), t], dim=dim)
+    def abandon(self) -> None:
+        """The run broke off: drop the engine rows of every request not reported yet (they
+        are rerun alone when retrying)."""
+        for p in self.pending:
+            p.cancel()
+            if self.retry:
+                self.failed.append((p.index, p.call))
+        self.pending = []
 
 
 def _fresh_seed() -> int:
