@@ -55,6 +55,9 @@ BOOTSTRAP_SEED = 0
 """Seed of every bootstrap here: the same outcomes give the same interval."""
 CONFIDENCE = 0.95
 """The level of every interval and verdict."""
+Z_95 = 1.959963984540054
+"""The standard normal quantile of a two-sided 95% interval (the held-out evaluation's
+constant since it was written, so its numbers stay the same)."""
 POWER = 0.8
 """The power `tasks_needed` plans for."""
 POWER_FORMULA = "paired-proportion (McNemar) sample size, Connor 1987"
@@ -123,19 +126,20 @@ def per_task(outcomes: Iterable[tuple[str, bool]]) -> dict[str, TaskOutcome]:
 
 
 def _z(confidence: float = CONFIDENCE) -> float:
-    return NormalDist().inv_cdf(0.5 + confidence / 2)
+    return Z_95 if confidence == CONFIDENCE else NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
-def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> Interval:
-    """Wilson's score interval for `successes` out of `n` independent draws."""
+def wilson_interval(successes: int, n: int, *, z: float = Z_95) -> Interval:
+    """Wilson's score interval for `successes` out of `n` independent draws (`z`: the normal
+    quantile of the level, 95% by default); its ends are exact at 0 and n successes."""
     if n <= 0:
         raise ValueError("wilson_interval needs n >= 1")
-    z = _z(confidence)
     p = successes / n
-    denominator = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denominator
-    half = z / denominator * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return Interval(max(0.0, center - half), min(1.0, center + half), IntervalMethod.WILSON)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(low, high, IntervalMethod.WILSON)
 
 
 def bootstrap_mean(
@@ -340,12 +344,12 @@ class Comparison:
     tasks_needed: int | None
     """With no verdict: tasks needed to detect `difference` at 80% power (None when it is 0)."""
 
-    def sentence(self) -> str:
-        """The plain verdict."""
+    def sentence(self, a: str = "A", b: str = "B") -> str:
+        """The plain verdict, the runs called `a` and `b`."""
         if self.verdict is Verdict.B_BETTER:
-            return f"B is better than A at {CONFIDENCE:.0%}"
+            return f"{b} is better than {a} at {CONFIDENCE:.0%}"
         if self.verdict is Verdict.A_BETTER:
-            return f"A is better than B at {CONFIDENCE:.0%}"
+            return f"{a} is better than {b} at {CONFIDENCE:.0%}"
         head = f"no detectable difference with {self.tasks} tasks"
         points = abs(self.difference) * 100
         if self.tasks_needed is None:

@@ -3,7 +3,8 @@
 A run's training reward says the trainer learns; only tasks outside the training set say the
 policy generalises. `HeldoutEvaluator` plays `heldout.episodes` episodes on the env built with
 `heldout.env_kwargs` (over `env.kwargs`: e.g. a held-out split) and reports the success rate
-with a 95% Wilson interval, overall and per task family.
+with a 95% Wilson interval, overall and per task family, and the flip rate of the tasks it
+plays more than once (`skyrl_sdk.stats`, the statistics `skyrl eval` reports).
 
 An env without tasks (the Gymnasium way: its state drawn from the seed) is evaluated on seeds
 `heldout.seed_offset`, `+1`, ... (task ids `seed-<n>`); training draws its seeds below
@@ -12,15 +13,15 @@ An env without tasks (the Gymnasium way: its state drawn from the seed) is evalu
 Every evaluation plays the same episodes with the same sampling seeds (episode ids do not
 include the step), so two evaluations of one run differ only by the weights: common random
 numbers, which make a before/after difference less noisy than two independent samples.
+`compare_evaluations` pairs two of them task by task (`skyrl compare`'s statistics).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,27 +31,23 @@ from skyrl_sdk.agents.agent import PlayableEnv
 from skyrl_sdk.agents.policy import Policy, SamplingParams
 from skyrl_sdk.agents.rollout import LoopAgent, RolloutLimits, run_episodes
 from skyrl_sdk.agents.trajectory import Trajectory, TrajectoryWriter
+from skyrl_sdk.stats import Z_95, Comparison, TaskOutcome, compare_runs, flip_rate
+from skyrl_sdk.stats import wilson_interval as _wilson
 from skyrl_sdk.trainer.config import TrainConfig
 
 RESULTS_FILE = "heldout.jsonl"
 """One JSON row per evaluation (a `HeldoutResult`), in the run directory."""
 TRAJECTORIES_FILE = "heldout_trajectories.jsonl"
 """Every held-out episode (for `skyrl view`), in the run directory."""
-Z_95 = 1.959963984540054
-"""The standard normal quantile of a two-sided 95% interval."""
 
 
 def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion (sound near 0 and 1, unlike the
-    normal approximation); (0, 1) when `n` is 0."""
+    """The Wilson score interval of a binomial proportion (`skyrl_sdk.stats`: sound near 0
+    and 1, unlike the normal approximation); (0, 1) when `n` is 0."""
     if n == 0:
         return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact ends, no rounding
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
+    interval = _wilson(successes, n, z=z)
+    return interval.low, interval.high
 
 
 @dataclass(frozen=True)
@@ -91,6 +88,12 @@ class HeldoutResult:
     """Sampling temperature of the episodes."""
     families: dict[str, FamilyResult]
     """Per task family (the task row's `family`; the env id when rows have none)."""
+    flip_rate: float | None = None
+    """Of the tasks played more than once (the episodes cycle through the tasks), the
+    fraction whose episodes disagree; None when no task repeats."""
+    per_task: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Each task's episode outcomes (1: success) in play order: what pairs two evaluations
+    task by task (`compare_evaluations`)."""
 
 
 def summarize(
@@ -106,9 +109,12 @@ def summarize(
     wins = sum(t.success for t in trajectories)
     low, high = wilson_interval(wins, n)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    outcomes: dict[str, list[int]] = defaultdict(list)
     for t, family in zip(trajectories, families, strict=True):
         counts[family][0] += 1
         counts[family][1] += int(t.success)
+        outcomes[t.task_id].append(int(t.success))
+    tasks = {task: TaskOutcome(sum(v), len(v)) for task, v in outcomes.items()}
     return HeldoutResult(
         step=step,
         version=version,
@@ -124,7 +130,26 @@ def summarize(
             name: FamilyResult(played, won, won / played)
             for name, (played, won) in sorted(counts.items())
         },
+        flip_rate=flip_rate(tasks),
+        per_task={task: tuple(v) for task, v in outcomes.items()},
     )
+
+
+def compare_evaluations(before: HeldoutResult, after: HeldoutResult) -> Comparison | None:
+    """`after` against `before`, paired task by task and episode by episode (both played the
+    same episodes with the same seeds): the difference with its paired bootstrap interval and
+    a verdict (`skyrl_sdk.stats.compare_runs`). None when either lacks its per-task outcomes
+    (an evaluation recorded before they were kept)."""
+    if not before.per_task or not after.per_task:
+        return None
+
+    def keyed(result: HeldoutResult) -> dict[tuple[str, int], bool]:
+        return {(t, k): bool(v) for t, vs in result.per_task.items() for k, v in enumerate(vs)}
+
+    try:
+        return compare_runs(keyed(before), keyed(after))
+    except ValueError:  # no task in common
+        return None
 
 
 def heldout_env_kwargs(
@@ -243,6 +268,7 @@ def read_results(run_dir: Path) -> list[HeldoutResult]:
     for line in path.read_text().splitlines():
         row = json.loads(line)
         row["families"] = {k: FamilyResult(**v) for k, v in row["families"].items()}
+        row["per_task"] = {k: tuple(v) for k, v in row.get("per_task", {}).items()}
         results.append(HeldoutResult(**row))
     return results
 

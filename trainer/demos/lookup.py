@@ -274,8 +274,27 @@ def _summary(
             heldout_ci_end=[last.ci_low, last.ci_high],
             heldout_episodes=last.episodes,
             heldout_temperature=last.temperature,
+            heldout_flip_rate_end=last.flip_rate,
         )
+        summary.update(_heldout_comparison(first, last))
     return summary
+
+
+def _heldout_comparison(first: HeldoutResult, last: HeldoutResult) -> dict[str, Any]:
+    """The trained policy against the untrained one on the same held-out episodes, paired
+    task by task (`skyrl compare`'s statistics); empty without per-task outcomes."""
+    from skyrl_sdk.trainer.heldout import compare_evaluations
+
+    comparison = compare_evaluations(first, last)
+    if comparison is None:
+        return {}
+    return {
+        "heldout_difference": comparison.difference,
+        "heldout_difference_ci": comparison.ci95.to_json(),
+        "heldout_improved": comparison.improved,
+        "heldout_regressed": comparison.regressed,
+        "heldout_verdict": comparison.sentence("the untrained policy", "the trained policy"),
+    }
 
 
 def _curve_table(rows: list[dict[str, Any]]) -> tuple[Table, list[dict[str, Any]]]:
@@ -342,6 +361,15 @@ def _report(
             f"never trains on, before and after training, at temperature "
             f"{summary['heldout_temperature']:g}; each in `heldout.jsonl`, the episodes in "
             "`heldout_trajectories.jsonl`).",
+            "",
+        ]
+    if "heldout_difference" in summary:
+        low, high = summary["heldout_difference_ci"]
+        lines += [
+            f"Paired by task, after - before: {summary['heldout_difference'] * 100:+.1f} points "
+            f"(95% interval {low * 100:+.1f} .. {high * 100:+.1f}, paired bootstrap over "
+            f"tasks; {summary['heldout_improved']} tasks improved, "
+            f"{summary['heldout_regressed']} regressed): {summary['heldout_verdict']}.",
             "",
         ]
     lines += [
