@@ -276,6 +276,7 @@ class GrammarMatcher:
         self._matcher = llg.LLMatcher(self._tokenizer, constraint.grammar(), log_level=0)
         if self._matcher.is_error():
             raise ConstraintError(self._matcher.get_error())
+        self._ended = False
 
     def allowed(self, vocab_size: int) -> torch.Tensor:
         """Which ids may come next (`[vocab_size]` bools; ids the tokenizer lacks never)."""
@@ -298,13 +299,14 @@ class GrammarMatcher:
         """Record the sampled `token` (a stop id counts as the grammar's end token)."""
         if token in self.stop_ids:
             token = self.stop_ids[0]
+            self._ended = True
         self._matcher.consume_token(token)
 
     @property
     def finished(self) -> bool:
-        """Whether the grammar has ended (a stop id was sampled where it accepts): the
-        completion ends there even when the request names no stop ids."""
-        return self._matcher.is_stopped()
+        """Whether a stop id was sampled (the mask allows one only where the grammar
+        accepts): the completion ends there even when the request names no stop ids."""
+        return self._ended
 
     @property
     def accepting(self) -> bool:

@@ -398,3 +398,31 @@ def test_an_upstream_policy_gets_the_constraint_passed_through(tiny, tiny_dir) -
             seed=4,
         )
         assert [c.function.name for c in call.choices[0].message.tool_calls] == ["get_weather"]
+
+
+def test_streamed_constrained_replies(tiny) -> None:
+    """Streamed: the JSON arrives as content deltas, a forced call as a `tool_calls` delta."""
+    _, _, server = tiny
+    client = api(server)
+    stream = client.chat.completions.create(
+        model="tiny", messages=ASK, max_tokens=256, seed=7, stream=True, response_format=PET_FORMAT
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    jsonschema.validate(json.loads(text), PET)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(
+        model="tiny",
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=120,
+        seed=8,
+        stream=True,
+    )
+    chunks = list(stream)
+    calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    assert len(calls) == 1 and calls[0].function.name in ("get_weather", "get_time")
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).strip()
