@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -127,12 +128,8 @@ def evaluate_policy(
         if writer is not None:
             writer.close()
     by_task = {(t.task_id, t.trial): t for t in trajectories}
-    predictions = [_prediction(by_task.get((str(row["task_id"]), 0))) for row in rows]
-    rewards, stops = [], {}
-    for trajectory in trajectories:
-        rewards.append(trajectory.reward)
-        reason = trajectory.stop_reason.value
-        stops[reason] = stops.get(reason, 0) + 1
+    rewards = [t.reward for t in trajectories]
+    stops = dict(Counter(t.stop_reason.value for t in trajectories))
     details = {
         **(extra or {}),
         "policy": spec,
@@ -143,18 +140,15 @@ def evaluate_policy(
         "stop_reasons": stops,
     }
 
-    def score(preds: list[str | None], extra: dict[str, Any]) -> EvalReport:
+    def score(k: int, extra: dict[str, Any]) -> EvalReport:
+        preds = [_prediction(by_task.get((str(r["task_id"]), k))) for r in rows]
         return score_predictions(
             rows, preds, db_root=db_root, metric=metric, timeout_s=timeout_s,
             extra=extra, mode="policy", limits=limits,
         )  # fmt: skip
 
-    first = score(predictions, details)
-    reports = [first] + [
-        score([_prediction(by_task.get((str(r["task_id"]), k))) for r in rows], {})
-        for k in range(1, trials)
-    ]
-    return replace(first, extra={**first.extra, **_trial_statistics(reports)})
+    reports = [score(0, details)] + [score(k, {}) for k in range(1, trials)]
+    return replace(reports[0], extra={**reports[0].extra, **_trial_statistics(reports)})
 
 
 def _prediction(trajectory: Any) -> str | None:
