@@ -11,7 +11,9 @@ server's earlier replies spliced in as their sampled ids), sampled by the same
 `Server.generate` / `streaming.start_stream`, parsed by the same `generation.reply` and
 captured by the same `Server.capture`. So a harness's whole tool-using conversation, sent
 back as items or continued by `previous_response_id`, is one segment of sampled ids; a chat
-client and a Responses client of one session share it.
+client and a Responses client of one session share it. A side conversation (another
+`prompt_cache_key`, else another system text: a sub-agent, a title request) is captured in
+segments of its own marked `auxiliary`, left out of training by default (`thread_of`).
 
 Honoured:
 
@@ -77,6 +79,7 @@ from skyrl_sdk.agents.serving.responses_protocol import (
     new_id,
     output_items,
     response_usage,
+    thread_of,
     tool_set,
 )
 from skyrl_sdk.agents.serving.sse import EventStreamResponse, json_response
@@ -192,6 +195,7 @@ def plan_response(
         n=1,
         stops=req.stops(),
         tool_format=forced_format or (server.config.tool_format if chat_tools else None),
+        auxiliary=server.store.is_auxiliary(session, thread_of(req, messages)),
     )
     head = ResponseHead(new_id("resp"), server.config.model_name, req)
     return ResponsePlan(plan, offered or ToolSet(), items, head)

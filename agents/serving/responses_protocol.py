@@ -12,6 +12,7 @@ back as items is spliced in as its sampled ids, as in a chat conversation.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -397,6 +398,23 @@ def input_messages(instructions: str | None, items: Sequence[InputItem]) -> list
     if not any(m["role"] != "system" for m in out):
         raise ApiError(400, "input must hold at least one message or tool output", param="input")
     return out
+
+
+def thread_of(req: ResponsesRequest, messages: Sequence[ChatMessage]) -> str:
+    """What tells a harness's conversations apart (`SessionStore.is_auxiliary`): its
+    `prompt_cache_key` when it sends one (Codex: the thread's id, a sub-agent's its own),
+    else its leading system text (`instructions` and system/developer items; a title
+    request or a sub-agent brings its own)."""
+    key = getattr(req, "prompt_cache_key", None)
+    if isinstance(key, str) and key:
+        return f"key:{key}"
+    system = []
+    for m in messages:
+        if m["role"] != "system":
+            break
+        system.append(m["content"])
+    text = "\x00".join(system)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # -- output items and the response ----------------------------------------------------------
