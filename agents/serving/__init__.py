@@ -1,8 +1,9 @@
 """`skyrl serve`: an OpenAI-compatible server over any `Policy`, with token-exact capture.
 
 Endpoints: `GET /health` (no key), `GET /v1/models`, `GET /v1/models/{id}`,
-`POST /v1/chat/completions`, `POST /v1/completions`; each `/v1/...` path also answers under
-`/sessions/{id}/v1/...`. What clients can rely on:
+`POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/responses` (the Responses
+API over the same rendering, sampling and capture: `responses_api`); each `/v1/...` path also
+answers under `/sessions/{id}/v1/...`. What clients can rely on:
 
 - **OpenAI's protocol.** Server-sent-event streaming (`stream`, with a final usage chunk for
   `stream_options.include_usage`); `tools` rendered by the chat template and tool calls parsed
