@@ -106,6 +106,8 @@ trial's state they read and set):
   binds with the Dockerfile's steps applied in the sandbox) and the charged copies into it;
 - `docker_setup`: the docker agent phase's image, writable directories and container;
 - `multi_step`: a multi-step task's steps in one environment;
+- `healthcheck`: `[environment.healthcheck]` (run by `start`) and a step's
+  `[steps.healthcheck]` (after its setup hook), before the agent;
 - `verifier_phase`: the grading sandbox, test.sh and its hardened environment;
 - `verdict`: the reward files read back, `VerifierResult` and `VerifierError`.
 """
