@@ -73,7 +73,9 @@ from skyrl_sdk.agents.engine.constraints import Constraint, ToolFunction
 from skyrl_sdk.agents.serving.generation import until_disconnect
 from skyrl_sdk.agents.serving.messages_events import message_events
 from skyrl_sdk.agents.serving.messages_protocol import (
+    ChatTool,
     CountTokensRequest,
+    MessageBody,
     MessagesRequest,
     chat_messages,
     content_blocks,
@@ -94,6 +96,7 @@ from skyrl_sdk.agents.serving.structured import (
     constrain,
     tool_choice_constraint,
 )
+from skyrl_sdk.http_guard import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -115,7 +118,8 @@ def add_routes(app: FastAPI, server: Server) -> None:
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         if not req.stream:
             async with server.settling(plan):
-                return json_response(await message_response(server, request, plan, message_id))
+                answer = await message_response(server, request, plan, message_id)
+                return json_response(dict(answer))
         async with server.settling(plan, streamed=True):
             first = await until_disconnect(request.receive, start_stream(server, plan))
         events = message_events(server, plan, first, message_id)
@@ -136,7 +140,7 @@ def _user(req: CountTokensRequest) -> str | None:
     return req.metadata.user_id if req.metadata is not None else None
 
 
-def offered_tools(req: CountTokensRequest) -> list[dict[str, Any]] | None:
+def offered_tools(req: CountTokensRequest) -> list[ChatTool] | None:
     """The tools to render, after `tool_choice` (None: none); a choice of `any` or a named
     tool needs tools, and the named one must be among them."""
     choice = req.tool_choice
@@ -170,14 +174,18 @@ def forced_tools(server: Server, req: MessagesRequest) -> Constraint | None:
 
 
 def _render(
-    server: Server, session: str, req: CountTokensRequest, tools: list[dict[str, Any]] | None
+    server: Server, session: str, req: CountTokensRequest, tools: list[ChatTool] | None
 ) -> tuple[tuple[int, ...], list[dict[str, Any]]]:
     """The request's prompt ids (known replies as their sampled ids) and chat messages."""
-    messages = normalize_messages(chat_messages(req))
+    messages = normalize_messages([dict(m) for m in chat_messages(req)])
     if server.renderer is None:
         return (), messages
     rendered = chat_prompt(
-        server.renderer, messages, tools, server.store.replies(session), server.context_limit
+        server.renderer,
+        messages,
+        [dict(t) for t in tools] if tools else None,
+        server.store.replies(session),
+        server.context_limit,
     )
     return rendered.token_ids, messages
 
@@ -228,7 +236,7 @@ def plan_messages(server: Server, request: Request, req: MessagesRequest) -> Pla
 
 async def message_response(
     server: Server, request: Request, plan: Plan, message_id: str
-) -> dict[str, Any]:
+) -> MessageBody:
     """The non-streamed answer: the `message` object."""
     (r,), llm_s = await until_disconnect(request.receive, server.generate(plan))
     await server.capture(plan, 0, r, llm_s)
@@ -247,17 +255,17 @@ class AnthropicErrors:
     `{"type": "error", "error": {"type", "message"}}`; the field an OpenAI-shaped body names
     is kept in the message. Other paths and successful answers pass untouched."""
 
-    def __init__(self, app: Any):
+    def __init__(self, app: ASGIApp):
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not PATHS.fullmatch(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
-        start: dict[str, Any] | None = None
+        start: Message | None = None
         chunks: list[bytes] = []
 
-        async def reshape(message: dict[str, Any]) -> None:
+        async def reshape(message: Message) -> None:
             nonlocal start
             if message["type"] == "http.response.start" and message["status"] >= 400:
                 start = message

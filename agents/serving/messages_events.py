@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from skyrl_sdk.agents.policy import PolicyError, TokenChunk
 from skyrl_sdk.agents.serving.generation import TextDeltas, reply
 from skyrl_sdk.agents.serving.messages_protocol import (
+    ContentBlock,
     api_error_body,
     content_blocks,
     error_body,
@@ -38,7 +39,7 @@ from skyrl_sdk.agents.serving.streaming import PrimedStream
 log = logging.getLogger(__name__)
 
 
-def sse(payload: dict[str, Any]) -> bytes:
+def _sse(payload: Mapping[str, object]) -> bytes:
     """One event, named by its payload's `type`."""
     data = json.dumps(payload, ensure_ascii=False)
     return f"event: {payload['type']}\ndata: {data}\n\n".encode()
@@ -53,17 +54,17 @@ class _Blocks:
         self.pinged = False
 
     def _start(self, block: dict[str, Any]) -> list[bytes]:
-        out = [sse({"type": "content_block_start", "index": self.index, "content_block": block})]
+        out = [_sse({"type": "content_block_start", "index": self.index, "content_block": block})]
         if not self.pinged:
             self.pinged = True
-            out.append(sse({"type": "ping"}))
+            out.append(_sse({"type": "ping"}))
         return out
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
-        return sse({"type": "content_block_delta", "index": self.index, "delta": delta})
+        return _sse({"type": "content_block_delta", "index": self.index, "delta": delta})
 
     def _stop(self) -> bytes:
-        out = sse({"type": "content_block_stop", "index": self.index})
+        out = _sse({"type": "content_block_stop", "index": self.index})
         self.index += 1
         return out
 
@@ -81,10 +82,10 @@ class _Blocks:
         self.text_open = False
         return [self._stop()]
 
-    def tool_use(self, block: dict[str, Any]) -> list[bytes]:
+    def tool_use(self, block: ContentBlock) -> list[bytes]:
         """A whole `tool_use` block: start (empty input), its input as JSON, stop."""
         out = self._start({**block, "input": {}})
-        partial = json.dumps(block["input"], ensure_ascii=False)
+        partial = json.dumps(block.get("input", {}), ensure_ascii=False)
         out.append(self._delta({"type": "input_json_delta", "partial_json": partial}))
         out.append(self._stop())
         return out
@@ -94,7 +95,7 @@ class _Blocks:
         if self.pinged:
             return []
         self.pinged = True
-        return [sse({"type": "ping"})]
+        return [_sse({"type": "ping"})]
 
 
 async def message_events(
@@ -106,14 +107,14 @@ async def message_events(
         async for data in _events(server, plan, first, message_id):
             yield data
     except ApiError as e:
-        yield sse(api_error_body(e))
+        yield _sse(api_error_body(e))
     except PolicyError as e:
-        yield sse(error_body(500, str(e)))
+        yield _sse(error_body(500, str(e)))
     except asyncio.CancelledError:
         raise
     except Exception as e:  # never a silent hang: the client learns the stream failed
         log.exception("streaming a message failed")
-        yield sse(error_body(500, f"generation failed: {type(e).__name__}"))
+        yield _sse(error_body(500, f"generation failed: {type(e).__name__}"))
 
 
 async def _events(
@@ -122,7 +123,7 @@ async def _events(
     start = message_body(
         message_id, server.config.model_name, [], (None, None), (len(plan.prompt), 0)
     )
-    yield sse({"type": "message_start", "message": start})
+    yield _sse({"type": "message_start", "message": start})
     blocks = _Blocks()
     deltas = TextDeltas(server.renderer, plan.stops, tools=plan.tool_format is not None)
     completion = None
@@ -147,7 +148,7 @@ async def _events(
     stop_reason, stop_sequence = stop_of(r, plan.stops)
     delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
     tokens = usage(len(plan.prompt), len(completion.token_ids))
-    out.append(sse({"type": "message_delta", "delta": delta, "usage": tokens}))
-    out.append(sse({"type": "message_stop"}))
+    out.append(_sse({"type": "message_delta", "delta": delta, "usage": tokens}))
+    out.append(_sse({"type": "message_stop"}))
     for data in out:
         yield data

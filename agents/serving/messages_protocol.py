@@ -10,7 +10,7 @@ result) is refused with a message naming the block and its type.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -40,17 +40,118 @@ _KINDS = {
 }
 
 
+class ErrorDetail(TypedDict):
+    """The `error` of an error body."""
+
+    type: str
+    """Anthropic's error type (`invalid_request_error`, `not_found_error`, ...)."""
+    message: str
+    """What was wrong."""
+
+
+class ErrorBody(TypedDict):
+    """Anthropic's error body (also the data of a stream's `error` event)."""
+
+    type: Literal["error"]
+    """Always `error`."""
+    error: ErrorDetail
+    """The error."""
+
+
+class ContentBlock(TypedDict):
+    """A content block of an answer: `text` (with `text`) or `tool_use` (`id`, `name`,
+    `input`)."""
+
+    type: Literal["text", "tool_use"]
+    """The block's kind."""
+    text: NotRequired[str]
+    """A text block's text."""
+    id: NotRequired[str]
+    """A tool_use block's id (`toolu_...`)."""
+    name: NotRequired[str]
+    """The tool called."""
+    input: NotRequired[dict[str, Any]]
+    """The call's input (a JSON object)."""
+
+
+class Usage(TypedDict):
+    """Anthropic's `usage`."""
+
+    input_tokens: int
+    """Prompt ids."""
+    output_tokens: int
+    """Sampled ids."""
+    cache_creation_input_tokens: int
+    """Always 0: no prompt cache."""
+    cache_read_input_tokens: int
+    """Always 0: no prompt cache."""
+
+
+class MessageBody(TypedDict):
+    """A `message` object."""
+
+    id: str
+    """`msg_...`."""
+    type: Literal["message"]
+    """Always `message`."""
+    role: Literal["assistant"]
+    """Always `assistant`."""
+    model: str
+    """The served model."""
+    content: list[ContentBlock]
+    """The reply's blocks."""
+    stop_reason: str | None
+    """Why the reply ended (None in `message_start`)."""
+    stop_sequence: str | None
+    """The stop sequence that ended it, if one did."""
+    usage: Usage
+    """Token counts."""
+
+
+class ChatFunction(TypedDict):
+    """A tool as a chat template's function."""
+
+    name: str
+    """The tool's name."""
+    parameters: dict[str, Any]
+    """Its input's JSON schema."""
+    description: NotRequired[str]
+    """What it does."""
+
+
+class ChatTool(TypedDict):
+    """A tool in OpenAI's function shape, what chat templates read."""
+
+    type: Literal["function"]
+    """Always `function`."""
+    function: ChatFunction
+    """The function."""
+
+
+class ChatMessage(TypedDict):
+    """A request message as the chat path renders it (`prompts.normalize_messages` input)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    """The chat role."""
+    content: str
+    """Its text."""
+    tool_calls: NotRequired[list[dict[str, Any]]]
+    """An assistant message's calls (`{"id", "type", "function": {"name", "arguments"}}`)."""
+    tool_call_id: NotRequired[str]
+    """Which call a tool message answers."""
+
+
 def error_kind(status: int) -> str:
     """Anthropic's error `type` for an HTTP status."""
     return _KINDS.get(status, "api_error" if status >= 500 else "invalid_request_error")
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
+def error_body(status: int, message: str) -> ErrorBody:
     """Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`."""
     return {"type": "error", "error": {"type": error_kind(status), "message": message}}
 
 
-def api_error_body(e: ApiError) -> dict[str, Any]:
+def api_error_body(e: ApiError) -> ErrorBody:
     """An `ApiError` in Anthropic's shape (the field at fault is named in the message)."""
     message = e.message
     if e.param and e.param not in message:
@@ -82,9 +183,9 @@ class ToolParam(_Body):
             raise ValueError(f"the server tool {value!r} is not available on this server")
         return value
 
-    def chat_tool(self) -> dict[str, Any]:
+    def chat_tool(self) -> ChatTool:
         """The tool as a chat template reads it (OpenAI's function shape)."""
-        function: dict[str, Any] = {"name": self.name, "parameters": self.input_schema}
+        function: ChatFunction = {"name": self.name, "parameters": self.input_schema}
         if self.description:
             function["description"] = self.description
         return {"type": "function", "function": function}
@@ -173,7 +274,7 @@ class MessagesRequest(CountTokensRequest):
         return self.max_tokens
 
 
-def system_text(system: str | list[dict[str, Any]] | None, where: str = "system") -> str:
+def _system_text(system: str | list[dict[str, Any]] | None, where: str = "system") -> str:
     """The system prompt as one text (text blocks joined by newlines)."""
     if system is None or isinstance(system, str):
         return system or ""
@@ -192,7 +293,7 @@ def _text_block(block: Any, where: str) -> str:
     return text
 
 
-def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
+def _tool_result(block: dict[str, Any], where: str) -> ChatMessage:
     """A `tool_result` block as a chat `tool` message (an error result says so first)."""
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
@@ -224,11 +325,11 @@ def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _user(m: MessageParam, where: str) -> list[dict[str, Any]]:
+def _user(m: MessageParam, where: str) -> list[ChatMessage]:
     """A user message's blocks, in order: runs of text as user messages, results as tool ones."""
     if isinstance(m.content, str):
         return [{"role": "user", "content": m.content}]
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     texts: list[str] = []
     for k, block in enumerate(m.content):
         at = f"{where}.content.{k}"
@@ -244,7 +345,7 @@ def _user(m: MessageParam, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant(m: MessageParam, where: str) -> dict[str, Any]:
+def _assistant(m: MessageParam, where: str) -> ChatMessage:
     """An assistant message: its text blocks as content, its `tool_use` blocks as calls."""
     if isinstance(m.content, str):
         return {"role": "assistant", "content": m.content}
@@ -257,17 +358,17 @@ def _assistant(m: MessageParam, where: str) -> dict[str, Any]:
             calls.append(_tool_use(block, at))
         elif kind not in DROPPED_BLOCKS:
             texts.append(_text_block(block, at))
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    message: ChatMessage = {"role": "assistant", "content": "".join(texts)}
     if calls:
         message["tool_calls"] = calls
     return message
 
 
-def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
+def chat_messages(req: CountTokensRequest) -> list[ChatMessage]:
     """The request as chat messages (the shape `prompts.chat_prompt` renders); 400 naming the
     first block that cannot be rendered."""
-    out: list[dict[str, Any]] = []
-    system = system_text(req.system)
+    out: list[ChatMessage] = []
+    system = _system_text(req.system)
     if system:
         out.append({"role": "system", "content": system})
     for i, m in enumerate(req.messages):
@@ -277,7 +378,7 @@ def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
         elif m.role == "assistant":
             out.append(_assistant(m, where))
         else:
-            out.append({"role": "system", "content": system_text(m.content, f"{where}.content")})
+            out.append({"role": "system", "content": _system_text(m.content, f"{where}.content")})
     if req.messages[-1].role == "assistant":
         where = f"messages.{len(req.messages) - 1}"
         raise ApiError(
@@ -292,7 +393,7 @@ def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
 def thread_of(req: CountTokensRequest) -> str:
     """What tells a harness's conversations apart: its system prompt. A harness's main
     conversation keeps one system prompt; its title requests and sub-agents bring their own."""
-    text = system_text(req.system)
+    text = _system_text(req.system)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -304,9 +405,9 @@ def tool_use_id(call_id: str) -> str:
     return "toolu_" + call_id.removeprefix("call_")
 
 
-def content_blocks(r: Reply) -> list[dict[str, Any]]:
+def content_blocks(r: Reply) -> list[ContentBlock]:
     """The reply's content blocks: its text (if any), then one `tool_use` block per call."""
-    blocks: list[dict[str, Any]] = []
+    blocks: list[ContentBlock] = []
     text = r.content or ""
     if text:
         blocks.append({"type": "text", "text": text})
@@ -337,7 +438,7 @@ def stop_of(r: Reply, stops: tuple[str, ...]) -> tuple[str, str | None]:
     return "end_turn", None
 
 
-def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+def usage(input_tokens: int, output_tokens: int) -> Usage:
     """Anthropic's `usage` (no prompt caching here: the cache counts are 0)."""
     return {
         "input_tokens": input_tokens,
@@ -350,10 +451,10 @@ def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
 def message_body(
     message_id: str,
     model: str,
-    content: list[dict[str, Any]],
+    content: list[ContentBlock],
     stop: tuple[str | None, str | None],
     tokens: tuple[int, int],
-) -> dict[str, Any]:
+) -> MessageBody:
     """A `message` object (the non-streamed answer; `message_start`'s with no content yet)."""
     return {
         "id": message_id,
