@@ -699,3 +699,23 @@ def test_forced_tool_choice_is_a_constrained_call_on_the_tiny_model(tiny_dir, re
                 ids = ids[:-1]
             text = renderer.decode(ids)
             assert text.startswith("<tool_call>\n") and text.endswith("\n</tool_call>")
+
+
+def test_a_session_read_back_from_its_file_continues_its_main_segment(renderer, tmp_path) -> None:
+    """Main turn, side request, the session dropped from memory, main turn again: read back
+    from its capture file, the session continues the main segment (not the side one)."""
+    policy = ScriptedPolicy(["Main one.", "A title", "Main two."], renderer=renderer)
+    with serve(policy, renderer, tmp_path) as server:
+        url = f"{server.session_url('r')}/messages"
+        main = {"model": "tiny", "max_tokens": 20, "system": "You help.", "messages": HI}
+        first = httpx.post(url, json=main, headers=HEADERS).json()
+        side = {**main, "system": "Write a title."}
+        assert httpx.post(url, json=side, headers=HEADERS).json()["content"][0]["text"] == "A title"
+        server.end_session("r")
+        reply = {"role": "assistant", "content": first["content"]}
+        grown = [*HI, reply, {"role": "user", "content": "More?"}]
+        httpx.post(url, json={**main, "messages": grown}, headers=HEADERS).raise_for_status()
+        trajectory = server.session_trajectory("r")
+    assert [s.start for s in trajectory.segments] == [SegmentStart.EPISODE, SegmentStart.AUXILIARY]
+    assert [t.segment for t in trajectory.turns] == [0, 1, 0]
+    assert [t.action for t in trajectory.turns] == ["Main one.", "A title", "Main two."]
