@@ -2,8 +2,11 @@
 
 Endpoints: `GET /health` (no key), `GET /v1/models`, `GET /v1/models/{id}`,
 `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/responses` (the Responses
-API over the same rendering, sampling and capture: `responses_api`); each `/v1/...` path also
-answers under `/sessions/{id}/v1/...`. What clients can rely on:
+API over the same rendering, sampling and capture: `responses_api`), `POST /v1/messages` and
+`POST /v1/messages/count_tokens` (the Anthropic Messages API, likewise, with Anthropic's
+events, errors and `x-api-key`; a harness's side conversations captured as `auxiliary`
+segments: `messages_api`); each `/v1/...` path also answers under `/sessions/{id}/v1/...`.
+What clients can rely on:
 
 - **OpenAI's protocol.** Server-sent-event streaming (`stream`, with a final usage chunk for
   `stream_options.include_usage`); `tools` rendered by the chat template and tool calls parsed
