@@ -397,7 +397,22 @@ def input_messages(instructions: str | None, items: Sequence[InputItem]) -> list
             raise ApiError(400, f"{where}.type {kind!r} is not supported", param=f"{where}.type")
     if not any(m["role"] != "system" for m in out):
         raise ApiError(400, "input must hold at least one message or tool output", param="input")
-    return out
+    return _one_system_first(out)
+
+
+def _one_system_first(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The leading system messages (`instructions`, then Codex's several developer items) as
+    one: many chat templates take a single system message, and only first."""
+    lead = 0
+    while lead < len(messages) and messages[lead]["role"] == "system":
+        lead += 1
+    if lead < 2:
+        return messages
+    merged: ChatMessage = {
+        "role": "system",
+        "content": "\n\n".join(m["content"] for m in messages[:lead]),
+    }
+    return [merged, *messages[lead:]]
 
 
 def thread_of(req: ResponsesRequest, messages: Sequence[ChatMessage]) -> str:

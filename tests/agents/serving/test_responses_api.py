@@ -242,6 +242,48 @@ def test_previous_response_ids_are_per_session_and_evicted_least_recent_first(
         assert api.responses.create(model="tiny", input="y", previous_response_id=r1.id).id
 
 
+def test_items_fold_into_the_chat_messages_a_reply_is_remembered_as() -> None:
+    from skyrl_sdk.agents.serving.responses_protocol import input_messages
+
+    items = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "A"}]},
+        {"role": "developer", "content": "B"},
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Hm."}],
+        },
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"x": 1}'},
+        {"type": "custom_tool_call", "call_id": "c2", "name": "g", "input": "raw"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {
+            "type": "custom_tool_call_output",
+            "call_id": "c2",
+            "output": [{"type": "input_text", "text": "two"}],
+        },
+    ]
+    assert input_messages("I", items) == [
+        {"role": "system", "content": "I\n\nA\n\nB"},
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": "Hm.",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}},
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "g", "arguments": {"input": "raw"}},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "one", "name": "f"},
+        {"role": "tool", "tool_call_id": "c2", "content": "two", "name": "g"},
+    ]
+
+
 def test_response_log_keeps_a_bounded_lru() -> None:
     log = responses_api.ResponseLog(3)
     for k in range(3):
