@@ -719,3 +719,16 @@ def test_a_session_read_back_from_its_file_continues_its_main_segment(renderer, 
     assert [s.start for s in trajectory.segments] == [SegmentStart.EPISODE, SegmentStart.AUXILIARY]
     assert [t.segment for t in trajectory.turns] == [0, 1, 0]
     assert [t.action for t in trajectory.turns] == ["Main one.", "A title", "Main two."]
+
+
+def test_a_policy_failure_is_an_anthropic_api_error_streamed_or_not(renderer) -> None:
+    """A policy that fails (a script with no reply left) answers 500 `api_error` in
+    Anthropic's shape, before any event of a streamed answer is sent."""
+    policy = ScriptedPolicy([], renderer=renderer)
+    with serve(policy, renderer) as server:
+        for stream in (False, True):
+            body = {"model": "tiny", "max_tokens": 5, "messages": HI, "stream": stream}
+            r = httpx.post(f"{server.base_url}/messages", json=body, headers=HEADERS)
+            assert r.status_code == 500
+            assert r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
+            assert "script" in r.json()["error"]["message"]
