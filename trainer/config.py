@@ -289,6 +289,35 @@ class OptimConfig(_Section):
     """Decay after warm-up."""
 
 
+class SyncFailure(enum.Enum):
+    """What a failed weight-sync check does (`SyncCheckConfig.on_fail`)."""
+
+    STOP = "stop"
+    """Stop the run with an error naming the gap (`trainer.sync_check.SyncCheckFailed`)."""
+    WARN = "warn"
+    """Print a warning and go on (the metrics still record the gap)."""
+
+
+class SyncCheckConfig(_Section):
+    """The check after every weight publish (`trainer.sync_check`): the engine and the
+    learner score a fixed probe at the new version; their logprob gap must stay at the noise
+    floor."""
+
+    enabled: bool = True
+    """Run the check (a learner or engine that cannot score is reported once and skipped)."""
+    probe_sequences: int = Field(4, ge=1)
+    """Stored sequences in the probe (the first step's episodes, one per group)."""
+    probe_max_tokens: int = Field(128, ge=1)
+    """Most completion tokens scored per probe sequence."""
+    max_gap: float | None = Field(None, gt=0)
+    """Largest accepted |engine - learner| logprob of any probe token (None: 10x the floor
+    measured at the first version checked, at least `min_gap`)."""
+    min_gap: float = Field(1e-4, gt=0)
+    """Least threshold the default `max_gap` takes (float rounding alone stays below it)."""
+    on_fail: SyncFailure = SyncFailure.STOP
+    """What a gap above `max_gap` does."""
+
+
 class TrainerLoopConfig(_Section):
     """The async loop, checkpoints and threads."""
 
@@ -308,6 +337,8 @@ class TrainerLoopConfig(_Section):
     """torch intra-op threads (None: torch's default)."""
     step_timeout_s: float = Field(600.0, gt=0)
     """Fail if the learner waits longer than this for a batch (a hung env or engine)."""
+    sync_check: SyncCheckConfig = SyncCheckConfig()
+    """The weight-sync check after every publish (`trainer.sync_check`)."""
 
 
 class LoggingConfig(_Section):

@@ -16,6 +16,7 @@ into full weights, so inference engines never need to know about adapters.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import math
 import time
@@ -320,6 +321,21 @@ class Learner:
             assert self.ref_model is not None
             logits = self._logits(self.ref_model, batch)
         return losses.token_logprobs(logits, batch.targets)
+
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """Each completion token's logprob under the current weights (`agents.scoring.Scorer`:
+        raw logits, no temperature; with LoRA, the adapters on). Not while `train_step` runs."""
+        return await asyncio.to_thread(self._score, [*prompt_ids], [*completion_ids])
+
+    @torch.no_grad()
+    def _score(self, prompt: list[int], completion: list[int]) -> list[float]:
+        ids = torch.tensor([prompt + completion], dtype=torch.long, device=self._device())
+        self.model.eval()  # dropout (LoRA's too) off: the engine has none
+        try:
+            logits = self.model(input_ids=ids).logits[:, len(prompt) - 1 : -1]
+        finally:
+            self.model.train()
+        return losses.token_logprobs(logits, ids[:, len(prompt) :])[0].tolist()
 
     # -- weights and state ----------------------------------------------------------------
 

@@ -24,8 +24,10 @@ One training step, top to bottom (`TrainingLoop._train_step`):
        truncated IS corrects tokens from older versions
     4. publish: `learner.engine_weights()` -> `engine.update_weights(weights, version)`, without
        waiting for episodes in flight (a local engine loads them between two decoding steps and
-       tags later tokens with the new version); then open the gate one version
-       further (except after the last step)
+       tags later tokens with the new version); the sync check (`trainer.sync_check`: engine
+       and learner score a fixed probe at the new version; the first step measures the floor
+       and takes the probe from its batch); then open the gate one version further (except
+       after the last step)
     5. mark the groups consumed; held-out evaluation when due (`trainer.heldout`: before
        the first step, every `every_steps`, after the last; no weights are published while
        it runs); log metrics; checkpoint; at the end write `summary.json`
@@ -72,6 +74,7 @@ from skyrl_sdk.trainer.generation import GroupGenerator
 from skyrl_sdk.trainer.metrics import MultiSink
 from skyrl_sdk.trainer.run import RunState, rollout_limits
 from skyrl_sdk.trainer.run_env import make_env
+from skyrl_sdk.trainer.sync_check import SyncCheck
 
 if TYPE_CHECKING:  # `loop.PolicyEngine` and `loop.PolicyLearner` resolve, deprecated, below
     from skyrl_sdk.trainer.backends.base import PolicyEngine, PolicyLearner
@@ -151,6 +154,8 @@ class TrainingLoop:
     """Plays every episode instead of `rollout` when `agent.spec` is `command:CMD` (set by
     `train`: an external program in the episode's sandbox, against `policy` served over
     OpenAI's API; its captured tokens are the trajectory)."""
+    sync_check: SyncCheck
+    """Scores a probe on the engine and the learner after every publish (set by `train`)."""
     agent: Agent
     """What plays every episode (set by `train`): `command_agent`, or the loop agent
     (`LoopAgent`: `policy` through `rollout`, with `limits` and `sampling`)."""
@@ -223,6 +228,7 @@ class TrainingLoop:
             self.config.agent, self.policy, self.run_dir
         )
         self.agent = self.command_agent or LoopAgent(self.policy, self.limits, self.sampling)
+        self.sync_check = SyncCheck(cfg.sync_check, self.learner, self.engine, self.console)
         history: list[dict[str, Any]] = []
         outcome = RunOutcome.ERRORED
         evaluator = self._heldout_evaluator()
@@ -264,6 +270,7 @@ class TrainingLoop:
         t_wait = time.perf_counter() - t_step
         # 2. Advantages, flattened to one per training sample.
         samples, advantages, adv_values = build_batch(groups, self.config.algorithm)
+        await self.sync_check.calibrate(samples, self.learner.version)  # the first step only
         flat = flat_groups(groups)
         if len(flat) == len(groups):
             self._no_signal(flat)
@@ -281,6 +288,7 @@ class TrainingLoop:
         self.cursor.mark_consumed(g.index for g in groups)
         self.step += 1
         metrics = step_metrics(groups, stats, adv_values, self.learner.version)
+        metrics.update(self.sync_check.pop_metrics())
         metrics["groups/no_variance"] = len(flat)
         self.hooks.add_metrics(metrics)
         metrics.update(
@@ -363,9 +371,11 @@ class TrainingLoop:
         }
 
     async def _publish(self) -> None:
-        """Hand the learner's current weights to the engine."""
+        """Hand the learner's current weights to the engine, then check the sync (before
+        any episode of the new version is admitted)."""
         weights = await asyncio.to_thread(self.learner.engine_weights)
         self.engine.update_weights(weights, self.learner.version)
+        await self.sync_check.after_publish(self.learner.version)
 
     async def _play_group(self, index: int, version: int) -> Group:
         """Group `index` (admitted at learner `version`): its task's `group_size` episodes."""

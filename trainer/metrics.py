@@ -43,6 +43,7 @@ class ConsoleSink:
         ("policy/entropy", "ent", "{:.3f}"),
         ("policy/kl_sampler", "kl", "{:.4f}"),
         ("staleness/max", "stale", "{:d}"),
+        ("sync/logprob_gap_max", "sync", "{:.1e}"),
         ("throughput/tokens_per_s", "tok/s", "{:.0f}"),
         ("time/step_s", "step_s", "{:.2f}"),
     )
