@@ -21,6 +21,7 @@ import httpx
 import openai
 import pytest
 
+from skyrl_sdk.agents.policy import PolicyError, TokenChunk
 from skyrl_sdk.agents.scripted import ScriptedPolicy
 from skyrl_sdk.agents.serving import ServeConfig, responses_api, start_server
 from skyrl_sdk.agents.trajectory import SegmentStart
@@ -176,6 +177,45 @@ def test_streamed_text_events_add_up_to_the_reply(renderer) -> None:
             final = stream.get_final_response()
         odd = sampled(renderer, non_canonical(renderer, text))
         assert final.output_text == text and final.usage.output_tokens == len(odd)
+
+
+def test_a_disconnect_cancels_the_generation(renderer) -> None:
+    long_reply = "word " * 2000
+    policy = ScriptedPolicy([long_reply], renderer=renderer, token_delay_s=0.002)
+    with serve(policy, renderer) as server:
+        stream = client(server, "s").responses.create(model="tiny", input="x", stream=True)
+        for k, _ in enumerate(stream):
+            if k == 5:
+                break
+        stream.close()
+        deadline = time.monotonic() + 10
+        while policy.active_streams and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert policy.active_streams == 0
+        sent = policy.streamed_tokens
+        time.sleep(0.2)
+        assert policy.streamed_tokens == sent < len(renderer.encode(long_reply))
+        assert server.session_trajectory("s") is None  # an abandoned turn is not captured
+
+
+class FailingMidStream(ScriptedPolicy):
+    """Streams two tokens of its reply, then fails (an engine error mid-answer)."""
+
+    async def generate_stream(self, prompt_token_ids, sampling, *, context=None):
+        completion = await self.generate(prompt_token_ids, sampling, context=context)
+        for token in completion.token_ids[:2]:
+            yield TokenChunk((token,), None)
+        raise PolicyError("the engine fell over")
+
+
+def test_a_failure_mid_stream_is_response_failed(renderer) -> None:
+    policy = FailingMidStream(["Hello there, world."], renderer=renderer)
+    with serve(policy, renderer) as server:
+        events = list(client(server, "s").responses.create(model="tiny", input="x", stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.failed"
+    assert events[-1].response.error.code == "policy_error"
+    assert "fell over" in events[-1].response.error.message
+    assert [e.sequence_number for e in events] == list(range(len(events)))
 
 
 def test_a_custom_tool_and_reasoning_items_keep_one_segment(renderer) -> None:
