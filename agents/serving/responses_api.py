@@ -34,9 +34,10 @@ Honoured:
   `required` are enforced by constrained decoding (`responses_choice`, through the chat
   route's `structured`): on a policy that cannot enforce them, a 400 naming `tool_choice`,
   never silently ignored. A named tool that is not in `tools` is a 400 too, as in chat.
-- `previous_response_id`: the server keeps each answered response's items (input and output)
-  for `MAX_STORED_RESPONSES` responses, least recently used evicted first, whatever `store`
-  says; a response of another session, or one evicted, is a 404 naming the field.
+- `previous_response_id` and `store`: the server keeps each answered response's items (input
+  and output) unless the request said `store: false` (Codex does, and sends the whole
+  conversation each turn), for `MAX_STORED_RESPONSES` responses, least recently used evicted
+  first; a response of another session, not stored, or evicted is a 404 naming the field.
 - `max_output_tokens` (bounded by the context, 400 `context_length_exceeded`; a reply cut by
   it is `status: incomplete`, `incomplete_details.reason: max_output_tokens`),
   `temperature`, `top_p`, `stream`, `user` (the session when the URL names none); extensions
@@ -45,7 +46,7 @@ Honoured:
 - `text.format`: `text`; `json_schema` (its `schema`) and `json_object` enforced by constrained
   decoding like chat's `response_format` (else a 400 naming `text.format`).
 
-Accepted as no-ops: `reasoning` (effort, summary), `store`, `parallel_tool_calls` under
+Accepted as no-ops: `reasoning` (effort, summary), `parallel_tool_calls` under
 `auto` (a reply may always hold several calls; with a forced choice `false` allows one),
 `metadata` (echoed), `text.verbosity`, `include` (encrypted reasoning, logprobs),
 `truncation`, `prompt_cache_key`, `safety_identifier`, `service_tier`, `client_metadata`,
@@ -59,7 +60,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
@@ -127,8 +128,8 @@ class ResponseLog:
                 return found[1]
         raise ApiError(
             404,
-            f"no response {response_id!r} in this session (unknown, or no longer kept: the "
-            f"server keeps the last {self.capacity})",
+            f"no response {response_id!r} in this session (unknown, answered with store: "
+            f"false, or no longer kept: the server keeps the last {self.capacity})",
             param="previous_response_id",
             code="previous_response_not_found",
         )
@@ -146,6 +147,8 @@ class ResponsePlan:
     """The whole conversation so far (a previous response's items, then `input`)."""
     head: ResponseHead
     """The response's id and echoed fields."""
+    stored: bool = True
+    """Whether its items are kept for `previous_response_id` (not with `store: false`)."""
 
 
 def plan_response(
@@ -198,7 +201,8 @@ def plan_response(
         auxiliary=server.store.is_auxiliary(session, thread_of(req, messages)),
     )
     head = ResponseHead(new_id("resp"), server.config.model_name, req)
-    return ResponsePlan(plan, offered or ToolSet(), items, head)
+    stored = getattr(req, "store", None) is not False
+    return ResponsePlan(plan, offered or ToolSet(), items, head, stored)
 
 
 async def _answer(
@@ -208,7 +212,8 @@ async def _answer(
     (r,), llm_s = await until_disconnect(request.receive, server.generate(rp.plan))
     await server.capture(rp.plan, 0, r, llm_s)
     items = output_items(r, rp.tools)
-    log.put(rp.head.id, rp.plan.session, (*rp.items, *items))
+    if rp.stored:
+        log.put(rp.head.id, rp.plan.session, (*rp.items, *items))
     status = "incomplete" if r.finish_reason == "length" else "completed"
     usage = response_usage(len(rp.plan.prompt), len(r.completion.token_ids))
     return rp.head.body(status, items, usage)
@@ -224,14 +229,15 @@ def add_routes(app: FastAPI, server: Server) -> None:
         req = parse_body(await request.body(), ResponsesRequest)
         rp = plan_response(server, request, req, log)
         plan = server.admit(rp.plan)
-        rp = ResponsePlan(plan, rp.tools, rp.items, rp.head)
+        rp = replace(rp, plan=plan)
         if not req.stream:
             async with server.settling(plan):
                 return json_response(await _answer(server, request, rp, log))
 
         async def finish(r: Reply, items: list[OutputItem]) -> None:
             await server.capture(plan, 0, r, first.elapsed())
-            log.put(rp.head.id, plan.session, (*rp.items, *items))
+            if rp.stored:
+                log.put(rp.head.id, plan.session, (*rp.items, *items))
 
         async with server.settling(plan, streamed=True):
             first = await until_disconnect(request.receive, start_stream(server, plan))

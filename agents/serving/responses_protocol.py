@@ -524,7 +524,7 @@ class ResponseObject(TypedDict):
     reasoning: dict[str, None]
     """No reasoning is sampled."""
     store: bool
-    """Echoed (the items are kept either way)."""
+    """Echoed (`false`: the items are not kept for `previous_response_id`)."""
     temperature: float
     """Echoed."""
     text: dict[str, dict[str, str]]

@@ -280,6 +280,9 @@ def test_previous_response_ids_are_per_session_and_evicted_least_recent_first(
             api.responses.create(model="tiny", input="x", previous_response_id=r2.id)
         assert evicted.value.body["code"] == "previous_response_not_found"
         assert api.responses.create(model="tiny", input="y", previous_response_id=r1.id).id
+        unstored = api.responses.create(model="tiny", input="z", store=False)
+        with pytest.raises(openai.NotFoundError):
+            api.responses.create(model="tiny", input="x", previous_response_id=unstored.id)
 
 
 def test_items_fold_into_the_chat_messages_a_reply_is_remembered_as() -> None:
