@@ -64,7 +64,7 @@ CLOCK = ToolFunction(
 
 @pytest.fixture(scope="module")
 def engine(tiny_dir):
-    eng = LocalEngine.from_pretrained(tiny_dir)
+    eng = LocalEngine.from_pretrained(tiny_dir, num_threads=1)
     yield eng
     asyncio.run(eng.aclose())
 

@@ -86,13 +86,13 @@ ASK = [{"role": "user", "content": "Tell me about a pet."}]
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_dir) -> Any:
-    """`skyrl serve --policy tiny`'s parts: the tiny random model and its tools renderer."""
-    from skyrl_sdk.agents.engine import LocalEngine
-    from skyrl_sdk.agents.tiny import tiny_renderer
+def tiny() -> Any:
+    """What `skyrl serve --policy tiny` serves: the tiny random model (one decoding thread)
+    and its tools renderer, loaded the same way."""
+    from skyrl_sdk.agents.policy_spec import PolicyUse, load_policy
 
-    engine = LocalEngine.from_pretrained(tiny_dir, name="tiny")
-    renderer = tiny_renderer(tiny_dir)
+    loaded = load_policy("tiny", use=PolicyUse.SERVE)
+    engine, renderer = loaded.policy, loaded.renderer
     config = ServeConfig(model_name="tiny")
     with start_server(engine, config, renderer=renderer) as server:
         yield engine, renderer, server
@@ -236,7 +236,7 @@ def test_a_named_function_and_none(tiny) -> None:
     assert not server.session_trajectory("none").turns[0].constrained
 
 
-def test_what_cannot_be_enforced_is_a_400_naming_the_field(tiny, tiny_dir) -> None:
+def test_what_cannot_be_enforced_is_a_400_naming_the_field(tiny) -> None:
     _, renderer, server = tiny
     client = api(server)
     cases = [
