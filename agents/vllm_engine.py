@@ -84,9 +84,11 @@ def _import_vllm() -> Any:
     return vllm
 
 
-def _structured(vllm: Any, constraint: Constraint) -> dict[str, Any]:
-    """vLLM's sampling argument for `constraint`: its schema as JSON, else its Lark grammar
-    (`StructuredOutputsParams` from vLLM 0.11, `GuidedDecodingParams` before)."""
+def _structured(vllm: Any, constraint: Constraint | None) -> dict[str, Any]:
+    """vLLM's sampling argument for `constraint` (none for None): its schema as JSON, else
+    its Lark grammar (`StructuredOutputsParams` from vLLM 0.11, `GuidedDecodingParams` before)."""
+    if constraint is None:
+        return {}
     schema = constraint.schema
     spec = {"json": dict(schema)} if schema is not None else {"grammar": constraint.source}
     params = getattr(vllm.sampling_params, "StructuredOutputsParams", None)
@@ -123,10 +125,8 @@ def _reload_weights(worker: Any, payload: bytes) -> int:
 class VLLMEngine:
     """A `Policy` over vLLM's async engine, with in-flight weight updates."""
 
-    supports_constraints = True
-    """`SamplingParams.constraint` is handed to vLLM's structured outputs, which enforce it."""
-    passes_constraints_through = True
-    """vLLM, not this wrapper, compiles the grammar."""
+    # `SamplingParams.constraint` goes to vLLM's structured outputs, which compile and enforce it.
+    supports_constraints = passes_constraints_through = True
 
     def __init__(
         self,
@@ -267,8 +267,7 @@ class VLLMEngine:
         }
         if sampling.top_k > 0:
             params["top_k"] = sampling.top_k
-        if sampling.constraint is not None:
-            params.update(_structured(vllm, sampling.constraint))
+        params.update(_structured(vllm, sampling.constraint))
         if self._pending is not None or self._update_lock.locked():
             # Weights queued before this request load first, so none of its tokens comes from
             # older ones (as with `LocalEngine`; the trainer's staleness bound relies on it).
