@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
-EXTRAS := train,duckdb,server,docker,swebench,dev,lora,tinker,deepspeed,ray,parquet
+EXTRAS := train,duckdb,server,docker,swebench,dev,lora,tinker,deepspeed,ray,parquet,grammar
 # DeepSpeed installs without building its C++/CUDA ops (the learners use torch's AdamW).
 export DS_BUILD_OPS := 0
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
