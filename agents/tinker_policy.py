@@ -95,6 +95,21 @@ class TinkerPolicy:
             policy_version=version,
         )
 
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """Each completion token's logprob under the sampling client's weights
+        (`agents.scoring.Scorer`), from its `compute_logprobs` of the whole sequence."""
+        types = import_tinker().types
+        if self._client is None:
+            raise PolicyError("no sampling client yet: call use(client, version) first")
+        if not prompt_ids or not completion_ids:
+            raise ValueError("scoring needs a non-empty prompt and completion")
+        sequence = [*prompt_ids, *completion_ids]
+        logprobs = await self._client.compute_logprobs(types.ModelInput.from_ints(sequence))
+        scored = list(logprobs)[len(prompt_ids) :]
+        if len(scored) != len(completion_ids) or any(x is None for x in scored):
+            raise PolicyError("the Tinker sampler returned no logprob per completion token")
+        return [float(x) for x in scored]
+
     async def aclose(self) -> None:
         """Nothing to release: the sampling client belongs to whoever made it."""
 

@@ -81,6 +81,33 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("multiprocess")
+def test_a_stale_sampling_adapter_fails_the_sync_check(
+    server_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine is told of each new version but keeps sampling from the first adapters
+    saved for sampling (a stale LoRA adapter after a sync): the first sync whose step
+    changed the adapters stops the run, naming the gap."""
+    from skyrl_sdk.agents.tinker_policy import TinkerPolicy
+    from skyrl_sdk.trainer.sync_check import SyncCheckFailed
+
+    keep_first = TinkerPolicy.use
+
+    def stale_use(self: TinkerPolicy, sampling_client: object, version: int) -> None:
+        if self._client is None:
+            keep_first(self, sampling_client, version)
+        self.version = version  # the version moves on; the adapters do not
+
+    monkeypatch.setattr(TinkerPolicy, "use", stale_use)
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    run_dir = tmp_path / "run"
+    out = CliRunner().invoke(cli.app, _tinker_args(server_url, run_dir, steps=3))
+    assert isinstance(out.exception, SyncCheckFailed), out.output
+    assert "differ by up to" in str(out.exception)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("multiprocess")
 def test_skyrl_train_through_our_tinker_server(
     server_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -107,6 +134,10 @@ def test_skyrl_train_through_our_tinker_server(
         # Sampler and trainer agree on the sampled tokens (same weights, on-policy).
         assert r["policy/kl_sampler"] < 1e-3
     assert any(r["optim/grad_norm"] > 0 for r in rows), "no step had a learning signal"
+    # The sync check ran after every publish: the adapters saved for sampling at each version
+    # score the probe as the training client's adapters do.
+    assert rows[0]["sync/floor"] <= rows[0]["sync/max_gap"]
+    assert all(r["sync/logprob_gap_max"] <= rows[0]["sync/max_gap"] for r in rows)
     paths = [r["tinker/sampler_path"] for r in rows]
     assert [p.rsplit("/", 1)[1] for p in paths] == ["step_000000", "step_000001", "step_000002"]
     assert all(p.startswith("tinker://") and "/sampler_weights/" in p for p in paths)

@@ -33,6 +33,7 @@ into it).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -207,6 +208,22 @@ class TinkerLearner:
         self.sampler_path = saved.path
         return SamplerWeights(saved.path, client)
 
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """Each completion token's logprob under the training client's current adapters
+        (`agents.scoring.Scorer`): a forward pass with `cross_entropy`, no gradient step."""
+        return await asyncio.to_thread(self._score, [*prompt_ids], [*completion_ids])
+
+    def _score(self, prompt: list[int], completion: list[int]) -> list[float]:
+        types = self.tinker.types
+        ids = prompt + completion
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints(ids[:-1]),
+            loss_fn_inputs={"target_tokens": ids[1:], "weights": [0.0] * (len(ids) - 1)},
+        )
+        output = self.training.forward([datum], "cross_entropy").result()
+        logprobs = output.loss_fn_outputs[0]["logprobs"].tolist()
+        return [float(x) for x in logprobs[len(prompt) - 1 :]]
+
     def state_dict(self) -> dict[str, Any]:
         """save_state on the endpoint (weights + optimizer); a checkpoint keeps its path."""
         saved = self.training.save_state(f"step_{self.version:06d}").result()
@@ -316,6 +333,11 @@ class TinkerEngine:
         """Sample from `weights`' client from the next turn on."""
         self.sampler.use(weights.client, version)
         self.policy_version = version
+
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """The current sampling client's scores (`TinkerPolicy.score`): the adapters saved
+        for sampling at `policy_version`."""
+        return await self.sampler.score(prompt_ids, completion_ids)
 
     def wait_for_version(self, version: int, timeout: float | None = 30.0) -> bool:
         """True once a client of `version` is in use (`update_weights` switches at once)."""
