@@ -34,9 +34,15 @@ token of it comes from weights older than the last update queued before it.
 With `recompute_on_update=True` the pause also clears the KV and prefix caches: requests in
 flight are preempted and recomputed with the new weights when generation resumes (slower,
 but no token attends to keys and values from older weights). By default the KV cache is
-kept, like `LocalEngine` and vLLM's "keep" pause: new tokens come from the new weights but
-attend to cached keys and values computed by older ones, as do new requests whose
-prompt prefix is still in vLLM's prefix cache.
+kept, like `LocalEngine` and vLLM's "keep" pause: new tokens of requests in flight come from
+the new weights but attend to cached keys and values computed by older ones. New requests
+never do: every request carries its weights version as vLLM's `cache_salt` (`cache_salt`),
+which vLLM's prefix-cache hashes include, so blocks cached under one version are never read
+under another (the prefix cache is versioned, as `LocalEngine`'s; without it this would be
+SkyRL #2246's stale cache).
+
+`score(prompt_ids, completion_ids)` (`agents.scoring.Scorer`) reads vLLM's prompt logprobs of
+the sequence through that prefix cache, for the trainer's weight-sync check.
 
 Transport: the weights travel as one safetensors blob of CPU tensors through vLLM's RPC
 (bytes pass its serializer unchanged; the loader function crosses by pickle, which vLLM
@@ -95,6 +101,13 @@ def _structured(vllm: Any, constraint: Constraint | None) -> dict[str, Any]:
     if params is not None:
         return {"structured_outputs": params(**spec)}
     return {"guided_decoding": vllm.sampling_params.GuidedDecodingParams(**spec)}
+
+
+def cache_salt(version: int) -> str:
+    """The salt of a request started at weights `version`: vLLM's prefix-cache hashes include
+    it, so its prefix cache is versioned (a request never reads keys and values that requests
+    of another version computed, even those cached before an update)."""
+    return f"skyrl-weights-v{version}"
 
 
 def _pack(state_dict: Mapping[str, Any]) -> bytes:
@@ -199,6 +212,20 @@ class VLLMEngine:
         )
         return await asyncio.wrap_future(future)
 
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """Each completion token's logprob under the loaded weights (`agents.scoring.Scorer`),
+        from vLLM's prompt logprobs of the whole sequence at temperature 1, read over the
+        prefix cache of the loaded version as a rollout's prompt would be (`_score`)."""
+        if self._closed:
+            raise PolicyError(f"{self.name} is closed")
+        if not prompt_ids or not completion_ids:
+            raise ValueError("scoring needs a non-empty prompt and completion")
+        sequence = [*prompt_ids, *completion_ids]
+        future = asyncio.run_coroutine_threadsafe(
+            self._score(sequence, len(prompt_ids)), self._loop
+        )
+        return await asyncio.wrap_future(future)
+
     # -- weights --------------------------------------------------------------------------
 
     def update_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
@@ -276,7 +303,7 @@ class VLLMEngine:
         version_at_start = self.policy_version
         final = None
         async for output in self.engine.generate(
-            TokensPrompt(prompt_token_ids=prompt),
+            TokensPrompt(prompt_token_ids=prompt, cache_salt=cache_salt(version_at_start)),
             vllm.SamplingParams(**params),
             request_id=uuid.uuid4().hex,
         ):
@@ -303,6 +330,52 @@ class VLLMEngine:
             token_policy_versions=versions if len(set(versions)) > 1 else (),
             constrained=sampling.constraint is not None,
         )
+
+    async def _score(self, sequence: list[int], start: int) -> list[float]:
+        """Logprobs of `sequence[start:]`. vLLM skips its prefix cache for prompt logprobs
+        unless told otherwise, and then leaves the cached positions' logprobs empty: the
+        first pass reads the cache (so stale keys and values show, as they would in a
+        rollout), a second pass without it fills any completion position the cache covered."""
+        if self._pending is not None or self._update_lock.locked():
+            async with self._update_lock:  # queued weights load first, as in `_generate`
+                pass
+        logprobs, cached = await self._prompt_logprobs(sequence, read_cache=True)
+        if cached + 1 > start:  # positions before `cached + 1` were not computed
+            fresh, _ = await self._prompt_logprobs(sequence, read_cache=False)
+            logprobs[start : cached + 1] = fresh[start : cached + 1]
+        return logprobs[start:]
+
+    async def _prompt_logprobs(
+        self, sequence: list[int], *, read_cache: bool
+    ) -> tuple[list[float], int]:
+        """Each token's logprob given those before it in one request (0.0 for the first and
+        for those whose predecessor came from the cache), and how many leading tokens vLLM
+        took from its prefix cache."""
+        vllm = _import_vllm()
+        from vllm.inputs import TokensPrompt
+
+        params = vllm.SamplingParams(
+            max_tokens=1,
+            temperature=1.0,
+            prompt_logprobs=0,  # the prompt token's own logprob
+            skip_reading_prefix_cache=not read_cache,
+            detokenize=False,
+        )
+        prompt = TokensPrompt(prompt_token_ids=sequence, cache_salt=cache_salt(self.policy_version))
+        final = None
+        async for output in self.engine.generate(prompt, params, request_id=uuid.uuid4().hex):
+            final = output
+        self._raise_update_error()
+        if final is None or final.prompt_logprobs is None:
+            raise PolicyError(f"{self.name}: vLLM returned no prompt logprobs")
+        cached = int(final.num_cached_tokens or 0) if read_cache else 0
+        # Positions up to `cached` were not computed: vLLM's entries there are placeholders.
+        logprobs = [
+            float(step[token].logprob) if i > cached else 0.0
+            for i, (step, token) in enumerate(zip(final.prompt_logprobs, sequence, strict=True))
+            if i > 0
+        ]
+        return [0.0, *logprobs], cached
 
     def _token_versions(self, spans: Any, n: int) -> tuple[int, ...] | None:
         """Per-token versions from vLLM's weight-version spans (None if it gave none)."""

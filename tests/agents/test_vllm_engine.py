@@ -294,3 +294,55 @@ def test_vllm_engine_updates_weights_in_flight(engine: VLLMEngine, models: Model
         restored,
         range(len(restored.token_ids)),
     )
+
+
+@needs_vllm
+@pytest.mark.timeout(900)
+def test_vllm_engine_scores_through_its_versioned_prefix_cache(
+    engine: VLLMEngine, models: Models, monkeypatch
+) -> None:
+    """`score` gives the loaded weights' logprobs whether or not the sequence is in vLLM's
+    prefix cache; after an update, blocks cached under the old version are not read (the
+    request's `cache_salt` is its version). With the salt fixed (SkyRL #2246's stale cache,
+    injected), the scores after an update read the old weights' keys and values."""
+    import skyrl_sdk.agents.vllm_engine as vllm_engine
+    from skyrl_sdk.agents.policy import SamplingParams
+    from skyrl_sdk.agents.scoring import Scorer
+
+    assert isinstance(engine, Scorer)
+    a = {k: v.clone() for k, v in models.a.state_dict().items()}
+    b = {k: v.clone() for k, v in models.b.state_dict().items()}
+    long = "Count the apples on every shelf, then the pears, then the plums. " * 12
+
+    def prompt(text: str) -> tuple[int, ...]:  # longer than a block: its blocks get cached
+        return engine.renderer.prompt([{"role": "user", "content": text + long}]).token_ids
+
+    def error(model: Any, p: Sequence[int], c: Sequence[int], scored: list[float]) -> float:
+        lp = _full(model, [*p, *c])
+        return max(abs(float(lp[len(p) + j - 1, t]) - scored[j]) for j, t in enumerate(c))
+
+    async def scenario(p: tuple[int, ...], version: int):
+        sampled = await engine.generate(p, SamplingParams(max_tokens=24, seed=1))
+        c = sampled.token_ids
+        cold = await engine.score(p, c)  # the rollout's blocks are cached: read them
+        again = await engine.score(p, c)
+        engine.update_weights(b, version=version)
+        after = await engine.score(p, c)  # queued weights load first
+        engine.update_weights(a, version=version + 1)
+        assert await asyncio.to_thread(engine.wait_for_version, version + 1, 120)
+        return c, cold, again, after
+
+    start = engine.policy_version
+    p = prompt("First. ")
+    assert len(p) > 128
+    c, cold, again, after = asyncio.run(scenario(p, start + 1))
+    assert len(cold) == len(c)
+    assert error(models.a, p, c, cold) < TOL and error(models.a, p, c, again) < TOL
+    assert error(models.b, p, c, after) < TOL  # nothing of A's cache was read
+
+    monkeypatch.setattr(vllm_engine, "cache_salt", lambda version: "one salt for all")
+    p = prompt("Second. ")
+    c, cold, _, after = asyncio.run(scenario(p, start + 3))
+    assert error(models.a, p, c, cold) < TOL
+    assert error(models.b, p, c, after) > APART  # stale keys and values: the gap shows
+    assert engine.policy_version == start + 4
