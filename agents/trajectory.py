@@ -141,6 +141,9 @@ class TrainingSample:
     """Sampler logprob on sampled ids, 0.0 elsewhere."""
     policy_versions: tuple[int, ...]
     """Version per sampled id, -1 elsewhere."""
+    observation_mask: tuple[int, ...] = ()
+    """1 on the env's observation ids (what the env answered between turns), 0 elsewhere; empty
+    when unknown (samples built by hand). The target of `algorithm.observation_loss_coef`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,21 +240,25 @@ class Trajectory:
             if seg.start is SegmentStart.AUXILIARY and not auxiliary:
                 continue
             n = len(seg.prompt_ids)
-            ids, mask = list(seg.prompt_ids), [0] * n
+            ids, mask, observed = list(seg.prompt_ids), [0] * n, [0] * n
             logprobs, versions = [0.0] * n, [-1] * n
             for t in (t for t in self.turns if t.segment == index):
                 k = len(t.token_ids)
                 ids.extend(t.token_ids)
                 mask.extend([1] * k)
+                observed.extend([0] * k)
                 logprobs.extend(t.logprobs if t.logprobs is not None else [0.0] * k)
                 versions.extend(t.policy_versions)
                 m = len(t.observation_ids)
                 ids.extend(t.observation_ids)
                 mask.extend([0] * m)
+                observed.extend([1] * m)
                 logprobs.extend([0.0] * m)
                 versions.extend([-1] * m)
             samples.append(
-                TrainingSample(tuple(ids), tuple(mask), tuple(logprobs), tuple(versions))
+                TrainingSample(
+                    tuple(ids), tuple(mask), tuple(logprobs), tuple(versions), tuple(observed)
+                )
             )
         return samples
 

@@ -140,6 +140,7 @@ def step_metrics(
         "advantage/std": float(adv.std()) if adv.numel() > 1 else 0.0,
         "loss/total": stats.loss,
         "loss/policy": stats.policy_loss,
+        "loss/observation": stats.observation_loss,
         "policy/kl_ref": stats.kl_ref,
         "policy/kl_sampler": stats.kl_sampler,
         "policy/entropy": stats.entropy,

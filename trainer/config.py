@@ -258,6 +258,10 @@ class AlgorithmConfig(_Section):
     """Estimator of the KL penalty (`k1` or `k3`)."""
     entropy_coef: float = Field(0.0, ge=0)
     """Entropy bonus weight."""
+    observation_loss_coef: float = Field(0.0, ge=0)
+    """Weight of the cross-entropy on the env's observation tokens (ECHO), added to the policy
+    loss: the policy also learns to predict what the environment answers (tool outputs, error
+    messages). Token mean over the batch's observation tokens; 0: off (the loss is unchanged)."""
     filter_zero_variance: bool = False
     """Drop groups whose rewards are all equal (they have zero advantage)."""
 

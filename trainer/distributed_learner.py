@@ -101,6 +101,7 @@ def combine_stats(per_rank: Sequence[LearnerStats], *, tokens: int, sequences: i
         staleness_mean=token_mean("staleness_mean"),
         staleness_max=max(s.staleness_max for s in per_rank),
         duration_s=max(s.duration_s for s in per_rank),
+        observation_loss=rank_mean("observation_loss"),
     )
 
 

@@ -70,6 +70,9 @@ class LearnerStats:
     """Largest staleness of any generated token."""
     duration_s: float
     """Wall time of the step."""
+    observation_loss: float = 0.0
+    """The observation-token NLL (ECHO's term, before its coefficient): token mean over the
+    batch's observation tokens (0 when `observation_loss_coef` is 0)."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ class Learner:
         acc: _Accumulator,
     ) -> None:
         total_tokens = sum(sum(s.loss_mask[1:]) for s in samples)
+        total_obs = sum(sum(s.observation_mask[1:]) for s in samples)
         total_seqs = len(samples)
         for start in range(0, len(samples), self.micro_batch_size):
             idx = range(start, min(start + self.micro_batch_size, len(samples)))
@@ -231,7 +235,8 @@ class Learner:
                 if self.reduction is losses.Reduction.TOKEN_MEAN
                 else len(idx) / total_seqs
             )
-            self._backward(loss * share)
+            obs = self._observation_term(logits, logprobs, batch, total_obs)
+            self._backward(loss * share + self.algorithm.observation_loss_coef * obs)
             with torch.no_grad():
                 # KL(sampler || learner) from the sampler's own tokens: k3 with r = p_learner /
                 # p_sampler (the estimator's "policy" is the distribution sampled from).
@@ -248,6 +253,7 @@ class Learner:
                     clip=pstats.clip_fraction * n_tok,
                     ratio=pstats.ratio_mean * n_tok,
                     tis=tis_hits,
+                    obs=float(obs),
                     versions=batch.versions[mask.bool()],
                 )
 
@@ -273,6 +279,19 @@ class Learner:
             with torch.no_grad():
                 entropy_tok = losses.entropy_from_logits(logits.detach())
         return loss, kl_ref, entropy_tok
+
+    def _observation_term(
+        self, logits: torch.Tensor, logprobs: torch.Tensor, batch: _Padded, total: int
+    ) -> torch.Tensor:
+        """This micro-batch's part of ECHO's observation NLL (`losses.observation_loss`), or
+        zero without computing anything when `observation_loss_coef` is 0 (the loss is then
+        exactly what it was without the term)."""
+        if self.algorithm.observation_loss_coef == 0 or total == 0:
+            return torch.zeros((), device=logprobs.device)
+        if self.temperature != 1.0:
+            # The env's tokens were not sampled: score them under the untempered model.
+            logprobs = losses.token_logprobs(logits * self.temperature, batch.targets)
+        return losses.observation_loss(logprobs, batch.observation, total)
 
     def _backward(self, loss: torch.Tensor) -> None:
         """Backward of one micro-batch's share of the loss (DeepSpeed overrides this)."""
@@ -402,6 +421,7 @@ class _Padded:
     mask: torch.Tensor
     sampler_logprobs: torch.Tensor
     versions: torch.Tensor
+    observation: torch.Tensor
 
 
 def _pad(
@@ -414,6 +434,7 @@ def _pad(
     mask = torch.zeros((n, width), dtype=torch.float32)
     sampler = torch.zeros((n, width), dtype=torch.float32)
     versions = torch.full((n, width), -1, dtype=torch.long)
+    observed = torch.zeros((n, width), dtype=torch.float32)
     for row, s in enumerate(samples):
         k = len(s.input_ids)
         ids[row, :k] = torch.tensor(s.input_ids)
@@ -421,12 +442,16 @@ def _pad(
         mask[row, :k] = torch.tensor(s.loss_mask, dtype=torch.float32)
         sampler[row, :k] = torch.tensor(s.logprobs, dtype=torch.float32)
         versions[row, :k] = torch.tensor(s.policy_versions)
+        if s.observation_mask:
+            observed[row, :k] = torch.tensor(s.observation_mask, dtype=torch.float32)
     if device is not None:  # one copy per tensor, after filling them row by row on the host
-        ids, attention, mask, sampler, versions = (
-            t.to(device) for t in (ids, attention, mask, sampler, versions)
+        ids, attention, mask, sampler, versions, observed = (
+            t.to(device) for t in (ids, attention, mask, sampler, versions, observed)
         )
     # Shift: position t's logits score token t+1, so per-token fields drop their first entry.
-    return _Padded(ids, attention, ids[:, 1:], mask[:, 1:], sampler[:, 1:], versions[:, 1:])
+    return _Padded(
+        ids, attention, ids[:, 1:], mask[:, 1:], sampler[:, 1:], versions[:, 1:], observed[:, 1:]
+    )
 
 
 def _pad_rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
@@ -475,6 +500,7 @@ class _Accumulator:
             staleness_mean=float(lag.mean()) if lag.numel() else 0.0,
             staleness_max=int(lag.max()) if lag.numel() else 0,
             duration_s=duration,
+            observation_loss=t.get("obs", 0.0),
         )
 
 

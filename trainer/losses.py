@@ -417,6 +417,20 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x * mask).sum() / mask.sum().clamp(min=1.0))
 
 
+def observation_loss(
+    logprobs: torch.Tensor, observation_mask: torch.Tensor, num_tokens: float
+) -> torch.Tensor:
+    """ECHO's term: the summed negative log-likelihood of the env's observation tokens
+    (`observation_mask` 1, `[batch, tokens]`) divided by `num_tokens` (the batch's observation
+    tokens, so micro-batch terms add up to the batch's token mean).
+
+    `logprobs` are the learner's log-probabilities of the tokens that were there, as for the
+    policy loss; the trainer adds `algorithm.observation_loss_coef` times this term.
+    """
+    mask = observation_mask.to(logprobs.dtype)
+    return -(logprobs * mask).sum() / max(float(num_tokens), 1.0)
+
+
 def truncated_is_weights(
     proximal_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, cap: float = 2.0
 ) -> tuple[torch.Tensor, float]:
