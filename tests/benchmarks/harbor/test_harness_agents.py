@@ -183,17 +183,26 @@ def check_trial(job: Path, renderer, script: list, canary_seen: list[str]) -> st
     return log
 
 
+def stdout_of(log: str) -> str:
+    """The command's stdout as its agent log keeps it."""
+    return log.split("--- stdout ---\n", 1)[1].split("--- stderr ---", 1)[0]
+
+
 def test_codex_exec_solves_a_bundled_task_in_the_sandbox(
     tmp_path, renderer, wrappers, canary
 ) -> None:
     """Codex CLI through `codex.sh`: its `exec_command` tool solves find-file, it prints the
     final text; the Responses API session is one segment of exactly the scripted ids."""
-    harness = npm_harness("codex")
+    prefix, launcher = npm_harness("codex")
+    native = prefix / "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl"
+    # The launcher is a Node script; the sandbox sees only the host's system Node, if any.
+    has_node = shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") is not None
+    harness = (prefix, launcher if has_node else native / "bin" / "codex")
     port, seen = canary
     call = tool_call("exec_command", cmd=f"{SOLVE}; {PROBE.format(port=port)}")
     script, job = run_harness(tmp_path, renderer, wrappers / "codex.sh", harness, call)
     log = check_trial(job, renderer, script, seen)
-    assert FINAL in log.split("--- stdout ---", 1)[1]
+    assert stdout_of(log).strip() == FINAL  # `codex exec` prints only the final message
 
 
 def test_claude_code_solves_a_bundled_task_in_the_sandbox(
@@ -208,7 +217,6 @@ def test_claude_code_solves_a_bundled_task_in_the_sandbox(
     call = tool_call("Bash", command=command, description="Find the file")
     script, job = run_harness(tmp_path, renderer, wrappers / "claude_code.sh", harness, call)
     log = check_trial(job, renderer, script, seen)
-    stdout = log.split("--- stdout ---", 1)[1].split("--- stderr ---", 1)[0]
-    result = json.loads(stdout)
+    result = json.loads(stdout_of(log))
     assert result["result"] == FINAL and not result["is_error"], result
     assert result["num_turns"] == 2
