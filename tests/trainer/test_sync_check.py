@@ -118,3 +118,25 @@ def test_the_probe_takes_one_sequence_per_group_from_the_first_tokens_generated(
     assert all(len(p.completion_ids) == 2 for p in probe)
     assert probe[0].completion_ids == (3, 4)
     assert probe_from(samples[:1], 4, max_tokens=10)[0].completion_ids == (3, 4, 5, 6, 7)
+
+
+def test_parts_that_cannot_score_are_named_once_and_the_check_is_off():
+    import asyncio
+
+    from rich.console import Console
+
+    from skyrl_sdk.trainer.config import SyncCheckConfig
+    from skyrl_sdk.trainer.sync_check import SyncCheck
+
+    class Silent:  # an engine without `score` (e.g. a Ray engine actor's handle)
+        policy_version = 0
+
+    console = Console(record=True, width=200)
+    check = SyncCheck(SyncCheckConfig(), learner=Silent(), engine=Silent(), console=console)
+    assert not check.active
+    text = console.export_text()
+    assert "no weight-sync check" in text and "the engine (Silent) and the learner (Silent)" in text
+    asyncio.run(check.after_publish(1))  # nothing to check, nothing raised
+    assert check.gaps == [] and check.pop_metrics() == {}
+    off = SyncCheck(SyncCheckConfig(enabled=False), Silent(), Silent(), Console(record=True))
+    assert not off.active

@@ -87,6 +87,10 @@ def test_async_training_with_vllm_engine(tmp_path) -> None:
     # 1. The run finished every step.
     assert result.steps == result.version == STEPS
     assert [m["step"] for m in result.history] == list(range(1, STEPS + 1))
+    # Every sync was checked: vLLM's scores of the probe are the learner's at each version.
+    check = trainer.sync_check
+    assert check.active and [g.version for g in check.gaps] == list(range(1, STEPS + 1))
+    assert all(m["sync/logprob_gap_max"] <= check.max_gap for m in result.history)
 
     # 2. The staleness bound held, and generation ran ahead of the learner.
     lags = [m["staleness/max"] for m in result.history]
