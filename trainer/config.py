@@ -141,6 +141,12 @@ class ModelConfig(_Section):
     it stops early once the model reads values back (0: start from random weights)."""
     lora: LoRAConfig = LoRAConfig()
     """Adapter settings."""
+    init_from: str | None = None
+    """Start from one of our checkpoints (SFT or RL, LoRA or full weights) loaded on top of
+    `source` (`trainer.init_from`): a run directory (its latest checkpoint), its `checkpoints`
+    directory, a `step_N` directory or its `state.pt`. Its run must have trained the same
+    model (source, path, size and, for the built tiny models, seed); LoRA adapters are merged
+    into the weights, and `lora` then trains new ones on top (None: the source's weights)."""
 
     @model_validator(mode="after")
     def _path_for_pretrained(self) -> ModelConfig:

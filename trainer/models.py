@@ -28,7 +28,18 @@ SMOLLM2_DIR = "smollm2-135m-instruct"
 
 
 def load_model(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
-    """The policy model and its tokenizer (which has a chat template)."""
+    """The policy model and its tokenizer (which has a chat template); with `cfg.init_from`,
+    the checkpoint's weights on top of the source's (`trainer.init_from`)."""
+    model, tokenizer = _load_source(cfg, seed=seed)
+    if cfg.init_from:
+        from skyrl_sdk.trainer.init_from import apply_checkpoint
+
+        model = apply_checkpoint(model, cfg.init_from, cfg, seed)
+    return model, tokenizer
+
+
+def _load_source(cfg: ModelConfig, *, seed: int) -> tuple[Any, Any]:
+    """The model and tokenizer `cfg.source` names, without `init_from`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
