@@ -81,7 +81,8 @@ async def run_job(
     async def one(task_dir: Path, trial: int) -> TrialResult:
         def record(trajectory: Any) -> None:
             if writer is not None:
-                episode_id = trial_episode_id(trajectory.task_id, trial)
+                # A multi-step task's episodes are `task/step`: keep that, mark the trial.
+                episode_id = trial_episode_id(trajectory.episode_id, trial)
                 writer.write(dataclasses.replace(trajectory, trial=trial, episode_id=episode_id))
 
         async with limit:
