@@ -115,6 +115,11 @@ _TRIALS_OPTION = typer.Option(
     help="Trials per task (Harbor's -k/--n-attempts); the summary gives the success "
     "interval, pass@k, pass^k and flip rate (success: reward >= 1).",
 )
+_SEED_OPTION = typer.Option(
+    None,
+    "--seed",
+    help="llm agent: sampling seed of trial 0; trial k gets its own seed derived from it.",
+)
 _MAX_TURNS_OPTION = typer.Option(30, help="llm agent: assistant turns per trial.")
 _MAX_TOKENS_OPTION = typer.Option(1024, help="llm agent: tokens per turn.")
 
@@ -138,6 +143,7 @@ def run_command(
     max_turns: int = _MAX_TURNS_OPTION,
     max_tokens: int = _MAX_TOKENS_OPTION,
     trials: int = _TRIALS_OPTION,
+    seed: int | None = _SEED_OPTION,
 ) -> None:
     """Run every task under PATH with one agent; write DIR/job.json and a trial folder each."""
     from skyrl_sdk.benchmarks.harbor.job import JobConfig, summary_table
@@ -161,6 +167,7 @@ def run_command(
             max_turns=max_turns,
             max_tokens=max_tokens,
             trials=trials,
+            seed=seed,
         )
     _check_backend(config)
     job = _run_job(config)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_gym.envs.harbor.task import find_task_dirs
-from skyrl_sdk.agents.trials import trial_episode_id
+from skyrl_sdk.agents.trials import trial_episode_id, trial_seed
 from skyrl_sdk.benchmarks.harbor.agents import AgentKind
 from skyrl_sdk.benchmarks.harbor.records import (
     JOB_FILE,
@@ -86,9 +86,10 @@ async def run_job(
                 writer.write(dataclasses.replace(trajectory, trial=trial, episode_id=episode_id))
 
         async with limit:
+            seed = trial_seed(config.seed, trial, config.trials)
             result = await run_trial(
                 task_dir,
-                config,
+                dataclasses.replace(config, seed=seed),
                 out,
                 policy=runner or policy,
                 on_trajectory=record if writer else None,

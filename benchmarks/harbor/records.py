@@ -188,6 +188,9 @@ class JobConfig:
     by default (a missing image is an environment error naming it)."""
     trials: int = 1
     """Trials per task (`--trials K`, Harbor's `-k/--n-attempts`)."""
+    seed: int | None = None
+    """llm agent: the sampling seed of trial 0 (`--seed`); trial k samples with
+    `trials.trial_seed(seed, k, trials)`, so trials differ and a rerun repeats them."""
 
     def __post_init__(self) -> None:
         if isinstance(self.agent, str) and self.agent.startswith("command:"):

@@ -37,6 +37,7 @@ from skyrl_gym.envs.harbor.task import (
     load_task,
     roll_up_rewards,
 )
+from skyrl_sdk.agents.policy import SamplingParams
 from skyrl_sdk.benchmarks.harbor.agents import (
     AgentFailure,
     AgentKind,
@@ -311,6 +312,7 @@ async def _play_llm(plan: _TrialPlan, run: _TrialRun) -> None:
         ),
         max_turns=config.max_turns,
         max_tokens=config.max_tokens,
+        sampling=None if config.seed is None else SamplingParams(seed=config.seed),
     )
     run.agent_execution_s = time.perf_counter() - t1
     run.runtime = env.runtime

@@ -82,3 +82,31 @@ def test_a_coin_flipping_agent_with_k_2_reports_its_noise(tmp_path: Path) -> Non
     assert Counter((json.loads(x)["task_id"], json.loads(x)["trial"]) for x in lines) == {
         (task, k): 1 for task in BUNDLED for k in (0, 1)
     }
+
+
+def _sampled(out: Path) -> dict[int, list[int]]:
+    """Trial -> the ids the llm agent sampled in it (trajectories.jsonl)."""
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    episodes = [json.loads(line) for line in lines]
+    return {e["trial"]: [t for turn in e["turns"] for t in turn["token_ids"]] for e in episodes}
+
+
+def test_llm_agent_trials_sample_with_seeds_of_their_own(tmp_path: Path) -> None:
+    """`--seed S -k 2`: trial 1 samples with another seed than trial 0 (the tiny random
+    model's tokens differ), and the same command again samples the same tokens."""
+    task = str(BUNDLED_TASKS / BUNDLED[0])
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        result = CliRunner().invoke(
+            skyrl_app,
+            [
+                *("harbor", "run", "-p", task, "-a", "llm", "--policy", "tiny", "-k", "2"),
+                *("--seed", "5", "--max-turns", "1", "--max-tokens", "16", "-o", str(out)),
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        runs.append(_sampled(out))
+    assert set(runs[0]) == {0, 1}
+    assert runs[0][0] != runs[0][1]
+    assert runs[0] == runs[1]
