@@ -466,6 +466,27 @@ class TinkerConfig(_Section):
     """Environment variable with the API key (unset: a placeholder, for loopback URLs only)."""
 
 
+class SFTConfig(_Section):
+    """Supervised training (`skyrl sft`, `trainer.sft`): the data and its held-out split; the
+    model, LoRA, optimizer, `trainer.steps`, checkpoints and logging are the run's as for RL."""
+
+    data: str | None = None
+    """A JSONL file, or a directory of them (`skyrl serve --capture DIR`): `Trajectory`
+    records (eval's `trajectories.jsonl`, captured sessions; trained token-exact on their
+    sampled ids) or chat rows `{"messages": [...]}` (rendered with the model's chat template,
+    loss on the assistant messages). Required by `skyrl sft`."""
+    min_reward: float | None = None
+    """Trajectories with a lower reward are left out (None: all; chat rows have none)."""
+    heldout_fraction: float = Field(0.1, ge=0, lt=1)
+    """Share of the sequences kept out of training to measure held-out NLL (seeded split)."""
+    batch_size: int = Field(8, ge=1)
+    """Sequences per optimizer step (the data is reshuffled, seeded, every epoch)."""
+    eval_every: int = Field(0, ge=0)
+    """Held-out NLL every this many steps (0: before the first step and after the last)."""
+    max_length: int | None = Field(None, ge=2)
+    """Sequences longer than this many tokens are left out (None: all are kept)."""
+
+
 class TrainConfig(_Section):
     """One training run."""
 
@@ -497,6 +518,8 @@ class TrainConfig(_Section):
     """Learner ranks and env actors in Ray mode."""
     agent: AgentConfig = AgentConfig()
     """Who plays the episodes (our agent loop, or `command:CMD`)."""
+    sft: SFTConfig = SFTConfig()
+    """Supervised training's data (`skyrl sft`; unused by `skyrl train`)."""
 
     @model_validator(mode="after")
     def _tinker_backend(self) -> TrainConfig:

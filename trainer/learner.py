@@ -94,6 +94,9 @@ class LearnerSettings:
     """Optimizer steps of the whole run, for the learning-rate schedule."""
     micro_batch_size: int = 64
     """Sequences per forward/backward (gradient accumulation above it)."""
+    supervised: bool = False
+    """The data was not sampled by this policy (SFT): no truncated importance weights toward
+    a sampler, whose logprobs the samples do not carry."""
 
     @classmethod
     def from_config(cls, config: TrainConfig, tokenizer: Any) -> LearnerSettings:
@@ -224,7 +227,7 @@ class Learner:
                 self.loss_config,
                 reduction=self.reduction,
                 normalizer=self.algorithm.normalizer,
-                is_weights=is_weights if proximal_loss else None,
+                is_weights=is_weights if proximal_loss and not self.settings.supervised else None,
             )
             loss, kl_ref, entropy_tok = self._regularised(pg, logits, logprobs, batch)
             # Micro-batches are parts of one batch: weight each by its share, so the sum is

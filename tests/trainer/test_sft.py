@@ -1,0 +1,174 @@
+"""`skyrl sft`: chat rows rendered with loss on the assistant only, trajectories filtered by
+reward and trained on their sampled ids, and a tiny model whose held-out NLL goes down (with
+checkpoints that `model.init_from` loads and a resume that continues the same run)."""
+
+import json
+import random
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from skyrl_gym.cli import CommandEntry, load_command
+from skyrl_sdk.agents.chat import ChatRenderer
+from skyrl_sdk.agents.policy import FinishReason
+from skyrl_sdk.agents.trajectory import Segment, StopReason, Trajectory, Turn
+from skyrl_sdk.trainer.config import SFTConfig, build_config
+from skyrl_sdk.trainer.models import load_model
+from skyrl_sdk.trainer.sft import (
+    SFTDataError,
+    batch_indices,
+    chat_sample,
+    read_samples,
+    sft_config,
+    train_sft,
+)
+
+SFT = load_command(CommandEntry("sft", "skyrl_sdk.trainer.sft:sft_command"))
+WORDS = ["apple", "river", "stone", "cloud", "maple", "tiger", "lemon", "piano"]
+
+
+@pytest.fixture(scope="module")
+def renderer():
+    _, tokenizer = load_model(build_config({}, ["model.hidden_size=32"]).model)
+    return ChatRenderer(tokenizer)
+
+
+def _chat_rows(n, seed=0):
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        word = rng.choice(WORDS)
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": f"Repeat: {word}"},
+                    {"role": "assistant", "content": f"{word} {word}"},
+                ]
+            }
+        )
+    return rows
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_chat_rows_train_on_the_assistant_tokens_only(renderer):
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "bye"},
+    ]
+    sample = chat_sample(renderer, messages)
+    whole = renderer.render(messages, add_generation_prompt=False)
+    assert renderer.decode(sample.input_ids) == whole
+    trained = [i for i, m in zip(sample.input_ids, sample.loss_mask, strict=True) if m]
+    text = renderer.decode(trained)
+    assert "hello" in text and "bye" in text
+    assert "hi" not in text and "again" not in text and "brief" not in text
+    # each assistant message ends with its end-of-turn marker, which is trained
+    assert text.count(renderer.decode([renderer.end_of_turn_id])) == 2
+
+
+def _trajectory(reward, ids=(40, 41)):
+    turn = Turn(
+        index=0,
+        segment=0,
+        action="x",
+        token_ids=ids,
+        logprobs=(-1.0,) * len(ids),
+        policy_versions=(3,) * len(ids),
+        finish_reason=FinishReason.STOP,
+        observation=(),
+        observation_ids=(),
+        reward=reward,
+    )
+    return Trajectory(
+        episode_id=f"e{reward}",
+        task_id="t",
+        env_id="env",
+        policy="p",
+        stop_reason=StopReason.DONE,
+        turns=(turn,),
+        segments=(Segment(prompt_ids=(1, 2, 3), prompt_messages=(), first_turn=0),),
+        prompt_messages=(),
+        reward=reward,
+        success=reward > 0,
+    )
+
+
+def test_trajectories_are_filtered_by_reward_and_kept_token_exact(tmp_path, renderer):
+    path = _write(tmp_path / "t.jsonl", [_trajectory(r).to_json() for r in (0.0, 1.0, 0.5)])
+    samples, dropped = read_samples(path, renderer, SFTConfig(min_reward=0.5))
+    assert dropped == 1 and len(samples) == 2
+    assert samples[0].input_ids == (1, 2, 3, 40, 41) and samples[0].loss_mask == (0, 0, 0, 1, 1)
+    # a capture directory: every JSONL file in it
+    (tmp_path / "dir").mkdir()
+    _write(tmp_path / "dir" / "a.jsonl", [_trajectory(1.0).to_json()])
+    _write(tmp_path / "dir" / "b.jsonl", _chat_rows(1))
+    samples, _ = read_samples(tmp_path / "dir", renderer, SFTConfig())
+    assert len(samples) == 2
+    with pytest.raises(SFTDataError, match="no JSONL"):
+        read_samples(tmp_path / "none.jsonl", renderer, SFTConfig())
+
+
+def test_the_loss_must_be_cross_entropy():
+    cfg = build_config({}, ["sft.data=x.jsonl"])
+    assert sft_config(cfg).algorithm.loss.value == "cross_entropy"
+    with pytest.raises(SFTDataError, match="cross_entropy"):
+        sft_config(build_config({}, ["sft.data=x.jsonl", "algorithm.loss=ppo"]))
+    with pytest.raises(SFTDataError, match=r"sft\.data is required"):
+        sft_config(build_config({}, []))
+
+
+def test_batches_cover_every_sequence_each_epoch():
+    seen = [i for step in range(4) for i in batch_indices(8, 4, step, seed=0)]
+    assert sorted(seen[:8]) == sorted(seen[8:]) == list(range(8))
+    assert seen[:8] != seen[8:]  # reshuffled
+
+
+SMALL = (
+    "model.hidden_size=32",
+    "model.num_layers=1",
+    "optim.lr=0.003",
+    "sft.batch_size=8",
+    "sft.heldout_fraction=0.2",
+    "trainer.micro_batch_size=8",
+    "logging.console=false",
+)
+
+
+def test_sft_lowers_heldout_nll_through_the_command(tmp_path):
+    data = _write(tmp_path / "chat.jsonl", _chat_rows(40))
+    out = tmp_path / "run"
+    args = ["-", f"sft.data={data}", f"out_dir={out}", "trainer.steps=30", *SMALL]
+    result = CliRunner().invoke(SFT, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["heldout_sequences"] == 8 and summary["train_sequences"] == 32
+    assert summary["heldout_nll_end"] < summary["heldout_nll_start"] - 1.0, summary
+    assert "held-out NLL" in result.output
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 30 and "sft/heldout_nll" in metrics[-1]
+    # the checkpoint is a run's: model.init_from starts from it
+    cfg = build_config({}, [*SMALL, f"model.init_from={out}"])
+    model, _ = load_model(cfg.model, seed=cfg.seed)
+    base, _ = load_model(build_config({}, list(SMALL)).model)
+    assert not torch.equal(model.lm_head.weight, base.lm_head.weight)
+
+
+def test_a_resumed_run_trains_what_one_run_would(tmp_path):
+    data = _write(tmp_path / "chat.jsonl", _chat_rows(12))
+    common = [f"sft.data={data}", "model.lora.enabled=true", "trainer.checkpoint_every=2", *SMALL]
+    whole = train_sft(build_config({}, [*common, f"out_dir={tmp_path / 'a'}", "trainer.steps=4"]))
+    first = build_config({}, [*common, f"out_dir={tmp_path / 'b'}", "trainer.steps=2"])
+    train_sft(first)
+    resumed = train_sft(
+        build_config({}, [*common, f"out_dir={tmp_path / 'b'}", "trainer.steps=4"]), resume=True
+    )
+    assert resumed.steps == whole.steps == 4
+    assert resumed.heldout_nll_end == pytest.approx(whole.heldout_nll_end, abs=1e-6)
