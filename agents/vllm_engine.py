@@ -110,6 +110,43 @@ def cache_salt(version: int) -> str:
     return f"skyrl-weights-v{version}"
 
 
+async def _prompt_logprobs(engine: Any, sequence: list[int], salt: str, *, read_cache: bool) -> Any:
+    """vLLM's output for `sequence` as a prompt, with each prompt token's logprob at
+    temperature 1, reading the prefix cache of `salt` or not."""
+    vllm = _import_vllm()
+    from vllm.inputs import TokensPrompt
+
+    params = vllm.SamplingParams(
+        max_tokens=1,
+        temperature=1.0,
+        prompt_logprobs=0,  # the prompt token's own logprob
+        skip_reading_prefix_cache=not read_cache,
+        detokenize=False,
+    )
+    final = None
+    prompt = TokensPrompt(prompt_token_ids=sequence, cache_salt=salt)
+    async for output in engine.generate(prompt, params, request_id=uuid.uuid4().hex):
+        final = output
+    return final
+
+
+def _read_prompt_logprobs(
+    name: str, final: Any, sequence: list[int], *, read_cache: bool
+) -> tuple[list[float], int]:
+    """Each token's logprob given those before it (0.0 for the first and for those whose
+    predecessor came from the cache), and how many leading tokens vLLM took from its cache."""
+    if final is None or final.prompt_logprobs is None:
+        raise PolicyError(f"{name}: vLLM returned no prompt logprobs")
+    cached = int(final.num_cached_tokens or 0) if read_cache else 0
+    # Positions up to `cached` were not computed: vLLM's entries there are placeholders.
+    logprobs = [
+        float(step[token].logprob) if i > cached else 0.0
+        for i, (step, token) in enumerate(zip(final.prompt_logprobs, sequence, strict=True))
+        if i > 0
+    ]
+    return [0.0, *logprobs], cached
+
+
 def _pack(state_dict: Mapping[str, Any]) -> bytes:
     """The weights as one safetensors blob (CPU tensors; tied entries become copies)."""
     from safetensors.torch import save
@@ -339,43 +376,16 @@ class VLLMEngine:
         if self._pending is not None or self._update_lock.locked():
             async with self._update_lock:  # queued weights load first, as in `_generate`
                 pass
-        logprobs, cached = await self._prompt_logprobs(sequence, read_cache=True)
+        salt = cache_salt(self.policy_version)
+        final = await _prompt_logprobs(self.engine, sequence, salt, read_cache=True)
+        self._raise_update_error()
+        logprobs, cached = _read_prompt_logprobs(self.name, final, sequence, read_cache=True)
         if cached + 1 > start:  # positions before `cached + 1` were not computed
-            fresh, _ = await self._prompt_logprobs(sequence, read_cache=False)
+            final = await _prompt_logprobs(self.engine, sequence, salt, read_cache=False)
+            self._raise_update_error()
+            fresh, _ = _read_prompt_logprobs(self.name, final, sequence, read_cache=False)
             logprobs[start : cached + 1] = fresh[start : cached + 1]
         return logprobs[start:]
-
-    async def _prompt_logprobs(
-        self, sequence: list[int], *, read_cache: bool
-    ) -> tuple[list[float], int]:
-        """Each token's logprob given those before it in one request (0.0 for the first and
-        for those whose predecessor came from the cache), and how many leading tokens vLLM
-        took from its prefix cache."""
-        vllm = _import_vllm()
-        from vllm.inputs import TokensPrompt
-
-        params = vllm.SamplingParams(
-            max_tokens=1,
-            temperature=1.0,
-            prompt_logprobs=0,  # the prompt token's own logprob
-            skip_reading_prefix_cache=not read_cache,
-            detokenize=False,
-        )
-        prompt = TokensPrompt(prompt_token_ids=sequence, cache_salt=cache_salt(self.policy_version))
-        final = None
-        async for output in self.engine.generate(prompt, params, request_id=uuid.uuid4().hex):
-            final = output
-        self._raise_update_error()
-        if final is None or final.prompt_logprobs is None:
-            raise PolicyError(f"{self.name}: vLLM returned no prompt logprobs")
-        cached = int(final.num_cached_tokens or 0) if read_cache else 0
-        # Positions up to `cached` were not computed: vLLM's entries there are placeholders.
-        logprobs = [
-            float(step[token].logprob) if i > cached else 0.0
-            for i, (step, token) in enumerate(zip(final.prompt_logprobs, sequence, strict=True))
-            if i > 0
-        ]
-        return [0.0, *logprobs], cached
 
     def _token_versions(self, spans: Any, n: int) -> tuple[int, ...] | None:
         """Per-token versions from vLLM's weight-version spans (None if it gave none)."""
