@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from skyrl_sdk.http_guard import API_KEY_ENV, DEFAULT_MAX_REQUEST_BYTES
+
+if TYPE_CHECKING:  # service_config imports torch; the CLI imports it only to serve
+    from skyrl_sdk.trainer.tinker.service_config import TokenizerIds
 
 app = typer.Typer(help="A local server for the Tinker training API.", no_args_is_help=True)
 
@@ -186,6 +189,16 @@ HeaderTimeout = Annotated[
         help="Seconds a connection has to send a whole request head, else it is closed.",
     ),
 ]
+TokenizerIdsOpt = Annotated[
+    str,
+    typer.Option(
+        "--tokenizer-ids",
+        help="What get_info reports as tokenizer_id: 'path' (the tokenizer's directory here; "
+        "clients on this machine load it as is), 'name' (the base model's name; clients "
+        "elsewhere load it after `skyrl tinker tokenizer pull`), or 'auto': name when HOST "
+        "is not loopback.",
+    ),
+]
 
 
 @app.command()
@@ -202,6 +215,7 @@ def serve(
     abandon_after: AbandonAfter = 60.0,
     max_queued_sample_tokens: MaxQueuedSampleTokens = 16 * 65_536,
     header_timeout: HeaderTimeout = 10.0,
+    tokenizer_ids: TokenizerIdsOpt = "auto",
 ) -> None:
     """Serve the Tinker API; point the SDK at it with `TINKER_BASE_URL=http://HOST:PORT`."""
     from skyrl_sdk.http_guard import InsecureBindError, check_bind
@@ -211,6 +225,7 @@ def serve(
     except InsecureBindError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    reported = _tokenizer_ids(tokenizer_ids, host)
     if api_key and not api_key.startswith(("tml-", "eyJ")):
         typer.echo(
             "warning: the tinker SDK only sends keys that start with 'tml-'; "
@@ -236,6 +251,7 @@ def serve(
         abandon_after_s=abandon_after,
         max_queued_sample_tokens=max_queued_sample_tokens,
         header_timeout_s=header_timeout,
+        tokenizer_ids=reported,
     )
     if state_dir is not None:
         config.state_dir = state_dir
@@ -247,3 +263,46 @@ def serve(
     uvicorn.run(
         create_app(config), host=host, port=port, log_level="warning", http=uvicorn_http(config)
     )
+
+
+def _tokenizer_ids(choice: str, host: str) -> TokenizerIds:
+    from skyrl_sdk.http_guard import is_loopback
+    from skyrl_sdk.trainer.tinker.service_config import TokenizerIds
+
+    if choice == "auto":
+        return TokenizerIds.PATH if is_loopback(host) else TokenizerIds.NAME
+    try:
+        return TokenizerIds(choice)
+    except ValueError:
+        raise typer.BadParameter(f"--tokenizer-ids: auto, path or name, not {choice!r}") from None
+
+
+tokenizer_app = typer.Typer(help="A Tinker server's tokenizers on this machine.")
+app.add_typer(tokenizer_app, name="tokenizer")
+
+
+@tokenizer_app.command("pull")
+def tokenizer_pull(
+    base_url: Annotated[str, typer.Option(envvar="TINKER_BASE_URL", help="The server's URL.")],
+    api_key: Annotated[
+        str | None, typer.Option(envvar="TINKER_API_KEY", show_default=False, help="Its API key.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="One base model (default: every one it serves).")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Hub cache to write (default: $HF_HOME/hub).")
+    ] = None,
+) -> None:
+    """Store the server's tokenizers in the local Hugging Face cache under their base model
+    names, so `AutoTokenizer.from_pretrained(base_model)` (the tinker SDK's get_tokenizer,
+    tinker-cookbook's) loads them here, offline too."""
+    from skyrl_sdk.trainer.tinker.tokenizer_pull import PullError, pull
+
+    try:
+        pulled = pull(base_url, api_key, model, cache_dir)
+    except PullError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    for p in pulled:
+        typer.echo(f"{p.base_model}: {', '.join(p.files)} -> {p.snapshot}")

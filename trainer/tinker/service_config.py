@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from skyrl_sdk.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES
 from skyrl_sdk.sampling_limits import MAX_SAMPLED_TOKENS
 from skyrl_sdk.trainer.tinker.backend import DEFAULT_MICRO_BATCH_TOKENS, BaseModelSpec
+
+
+class TokenizerIds(StrEnum):
+    """What `get_info` reports as a model's `tokenizer_id` (the `tinker` SDK's
+    `TrainingClient.get_tokenizer()` loads it with `AutoTokenizer.from_pretrained`)."""
+
+    PATH = "path"
+    """The tokenizer's directory on the server: loads only on the server's machine."""
+    NAME = "name"
+    """The base model's name: loads wherever the tokenizer is in the Hugging Face cache under
+    that name (`skyrl tinker tokenizer pull`), as `SamplingClient.get_tokenizer()` and
+    tinker-cookbook's `get_tokenizer(model_name)` need anyway."""
 
 
 @dataclass
@@ -51,3 +64,6 @@ class ServerConfig:
     hand-over to the event loop (to answer the submit, to read the poll, to send the result)
     waited up to 5 ms, most of the per-call overhead. Set for the whole process while the
     server runs, restored after."""
+    tokenizer_ids: TokenizerIds = TokenizerIds.PATH
+    """What `get_info` reports as `tokenizer_id` (`skyrl tinker serve` picks NAME when it binds
+    a non-loopback host, where clients are on other machines)."""

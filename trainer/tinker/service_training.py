@@ -14,8 +14,9 @@ from collections.abc import Callable
 
 from skyrl_sdk.trainer.tinker import lora as lora_records
 from skyrl_sdk.trainer.tinker import wire
-from skyrl_sdk.trainer.tinker.backend import BaseModels, check_loss
+from skyrl_sdk.trainer.tinker.backend import BaseModels, BaseModelSpec, check_loss
 from skyrl_sdk.trainer.tinker.errors import ServiceError, Status
+from skyrl_sdk.trainer.tinker.service_config import TokenizerIds
 from skyrl_sdk.trainer.tinker.service_futures import Futures, Outcome
 from skyrl_sdk.trainer.tinker.service_runs import Runs
 from skyrl_sdk.trainer.tinker.store import Registry
@@ -93,12 +94,17 @@ class Training:
             model_id=run.model_id,
             model_data=wire.ModelData(
                 model_name=run.base_model,
-                tokenizer_id=None if spec is None else str(spec.tokenizer_dir),
+                tokenizer_id=None if spec is None else self._tokenizer_id(spec),
             ),
             is_lora=lora is not None,
             lora_rank=None if lora is None else lora.r,
             model_name=run.base_model,
         )
+
+    def _tokenizer_id(self, spec: BaseModelSpec) -> str:
+        if self.runs.config.tokenizer_ids is TokenizerIds.NAME:
+            return spec.name
+        return str(spec.tokenizer_dir)
 
     def unload_model(self, model_id: str) -> wire.FutureReply:
         """Drop a model for good (on the worker, after its queued requests)."""

@@ -17,12 +17,24 @@ from skyrl_sdk.trainer.tinker.routes import (
     runs,
     sampling,
     sessions,
+    tokenizer,
     training,
     unsupported,
     weights,
 )
 
-ROUTERS = (client, models, training, weights, sampling, futures, runs, sessions, unsupported)
+ROUTERS = (
+    client,
+    models,
+    training,
+    weights,
+    sampling,
+    futures,
+    runs,
+    sessions,
+    tokenizer,
+    unsupported,
+)
 """The route modules, in registration order."""
 
 
