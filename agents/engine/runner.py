@@ -62,8 +62,7 @@ class ModelRunner:
         self.device = batch.device
         check_cache_layers(model)
         # transformers renamed `past_key_values` to `cache` (5.x); support both spellings.
-        # A peft model (a LoRA snapshot) passes keyword arguments through: read its base's.
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        inner = getattr(model, "get_base_model", lambda: model)()  # peft: its base's arguments
         params = inspect.signature(inner.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keep_arg = "logits_to_keep" in params
@@ -98,7 +97,6 @@ class ModelRunner:
             return cached.kv, cached.next_logits
         cache = _cache(cached.kv)
         scored = r.options.prompt_logprobs  # every position's logits (admitted uncached)
-        assert not (scored and reuse)
         out = self.forward(
             cache,
             all_logits=scored,
@@ -118,22 +116,11 @@ class ModelRunner:
         return kv, logits
 
     def forward(self, cache: Any, *, all_logits: bool = False, **inputs: Any) -> Any:
-        """One forward pass that appends to `cache` (a `DynamicCache`, updated in place);
-        the logits of the last position only, unless `all_logits`."""
+        """A forward pass appending to `cache` (in place); last logits unless `all_logits`."""
         inputs[self._cache_arg] = cache
         if self._keep_arg and not all_logits:
             inputs["logits_to_keep"] = 1  # only the last position is sampled from
         return self.model(use_cache=True, **inputs)
-
-    def score(self, prompt: Sequence[int]) -> list[float | None]:
-        """Each token's logprob given those before it (None for the first): a prompt scored
-        without sampling (`RequestOptions.prompt_logprobs` with nothing to generate)."""
-        import torch
-
-        ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, use_cache=False)
-        self.counters.computed += len(prompt)
-        return prompt_logprobs(out.logits[0], prompt)
 
     # -- steps ------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from skyrl_sdk.agents.engine.options import DEFAULT_OPTIONS, RequestOptions
 from skyrl_sdk.agents.engine.packed_step import supports_mixed_steps
 from skyrl_sdk.agents.engine.prefix_cache import PrefixCache
 from skyrl_sdk.agents.engine.request import Request
-from skyrl_sdk.agents.engine.runner import ModelRunner
+from skyrl_sdk.agents.engine.runner import ModelRunner, prompt_logprobs
 from skyrl_sdk.agents.engine.scheduler import Scheduling, make_scheduler
 from skyrl_sdk.agents.engine.split_linear import split_small_linears, use_split_linears
 from skyrl_sdk.agents.engine.stats import Counters, EngineStats
@@ -142,8 +142,11 @@ class SyncEngine:
         """Each prompt token's logprob (None for the first), with nothing sampled."""
         import torch
 
+        ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
         with torch.no_grad():
-            return self._core.runner.score(prompt)
+            out = self.model(input_ids=ids, use_cache=False)
+        self.counters.computed += len(prompt)
+        return prompt_logprobs(out.logits[0], prompt)
 
     def run(self, between: Callable[[], None] | None = None) -> None:
         """Step until nothing is queued or running, calling `between()` before each step
