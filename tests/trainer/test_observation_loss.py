@@ -3,6 +3,7 @@ that it is exactly off at coefficient 0, and that it teaches a tiny model the en
 
 import math
 
+import pytest
 import torch
 
 from skyrl_sdk.agents.policy import FinishReason
@@ -127,3 +128,15 @@ def test_training_samples_mark_the_observation_ids():
     assert sample.input_ids == (1, 2, 9, 10, 20, 21, 22, 11)
     assert sample.loss_mask == (0, 0, 1, 1, 0, 0, 0, 1)
     assert sample.observation_mask == (0, 0, 0, 0, 1, 1, 1, 0)
+
+
+def test_the_tinker_backend_refuses_it():
+    from skyrl_sdk.trainer.backends.tinker import check_config
+    from skyrl_sdk.trainer.config import ConfigError, build_config
+
+    tinker = ["backend=tinker", "tinker.base_url=http://127.0.0.1:1", "tinker.base_model=m"]
+    check_config(build_config({}, tinker))
+    with pytest.raises(ConfigError, match="observation_loss_coef"):
+        check_config(build_config({}, [*tinker, "algorithm.observation_loss_coef=0.1"]))
+    with pytest.raises(ConfigError, match="init_from"):
+        check_config(build_config({}, [*tinker, "model.init_from=runs/sft"]))

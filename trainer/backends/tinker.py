@@ -80,6 +80,16 @@ def check_config(config: TrainConfig) -> None:
         problems.append(
             "algorithm.entropy_coef: Tinker's losses have no entropy bonus; set it to 0"
         )
+    if alg.observation_loss_coef > 0:
+        problems.append(
+            "algorithm.observation_loss_coef: the tinker backend has no observation-token "
+            "loss; set it to 0"
+        )
+    if config.model.init_from:
+        problems.append(
+            "model.init_from: the tinker backend trains the endpoint's base_model; "
+            "start from a local checkpoint with backend 'local'"
+        )
     if alg.loss is PolicyLoss.PPO and alg.mini_batches > 1 and alg.dual_clip is not None:
         problems.append(
             "algorithm.dual_clip: Tinker's ppo loss has no dual clip, which matters with "
