@@ -324,6 +324,9 @@ def sft_command(
     resume: bool = typer.Option(
         False, "--resume", help="Continue from the run's latest checkpoint (same config)."
     ),
+    min_reward: float | None = typer.Option(
+        None, "--min-reward", help="Leave out trajectories below this reward (sft.min_reward)."
+    ),
 ) -> None:
     """Supervised training on trajectories or chat rows (`sft.data`), with the training
     config's model, LoRA, optimizer, steps and checkpoints; reports held-out NLL."""
@@ -335,7 +338,8 @@ def sft_command(
 
     console = Console()
     try:
-        cfg = load_config(None if config == "-" else config, overrides or [])
+        extra = [] if min_reward is None else [f"sft.min_reward={min_reward}"]
+        cfg = load_config(None if config == "-" else config, [*(overrides or []), *extra])
         result = train_sft(cfg, resume=resume, console=console)
     except (ConfigError, SFTDataError, ResumeConfigError, InitFromError) as e:
         typer.echo(f"error: {e}", err=True)

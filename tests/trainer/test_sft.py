@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from skyrl_gym.cli import CommandEntry, load_command
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import FinishReason
-from skyrl_sdk.agents.trajectory import Segment, StopReason, Trajectory, Turn
+from skyrl_sdk.agents.trajectory import Segment, StopReason, Trajectory, Turn, read_trajectories
 from skyrl_sdk.trainer.config import SFTConfig, build_config
 from skyrl_sdk.trainer.models import load_model
 from skyrl_sdk.trainer.sft import (
@@ -172,3 +172,28 @@ def test_a_resumed_run_trains_what_one_run_would(tmp_path):
     )
     assert resumed.steps == whole.steps == 4
     assert resumed.heldout_nll_end == pytest.approx(whole.heldout_nll_end, abs=1e-6)
+
+
+EVAL = load_command(CommandEntry("eval", "skyrl_sdk.agents.cli:eval_command"))
+
+
+def test_sft_on_eval_trajectories_filtered_by_reward(tmp_path, renderer):
+    out = tmp_path / "eval"
+    args = ["math", "--policy", "tiny", "--num", "4", "--max-turns", "2", "--max-tokens", "12"]
+    played = CliRunner().invoke(EVAL, [*args, "--seed", "0", "--out", str(out)])
+    assert played.exit_code == 0, played.output
+    data = out / "trajectories.jsonl"
+    samples, _ = read_samples(data, renderer, SFTConfig())
+    played_ids = [s.input_ids for t in read_trajectories(data) for s in t.training_samples()]
+    assert [s.input_ids for s in samples] == played_ids and len(played_ids) == 4
+    run = tmp_path / "sft"
+    common = ["-", f"sft.data={data}", f"out_dir={run}", "trainer.steps=2", "logging.console=false"]
+    # the eval's policy is `tiny`, the default model.source: its sampled ids train token-exact
+    result = CliRunner().invoke(SFT, [*common, "--min-reward", "-1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["train_sequences"] + summary["heldout_sequences"] >= 4
+    assert (run / "checkpoints" / "latest").is_file()
+    # a reward no episode reached leaves nothing: one line, exit 2
+    refused = CliRunner().invoke(SFT, [*common, f"out_dir={tmp_path / 'x'}", "--min-reward", "2"])
+    assert refused.exit_code == 2 and "no sequence to train on" in refused.output
