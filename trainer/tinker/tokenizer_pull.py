@@ -30,6 +30,11 @@ API = "/api/v1"
 """Prefix of the server's endpoints."""
 
 
+LLAMA3_TOKENIZER = "thinkingmachineslabinc/meta-llama-3-instruct-tokenizer"
+"""Where the `tinker` SDK's `SamplingClient.get_tokenizer()` loads a Llama 3 tokenizer from
+(it avoids the gated meta-llama repos)."""
+
+
 class PullError(Exception):
     """The server refused, or sent something that is not a tokenizer of a base model."""
 
@@ -101,22 +106,23 @@ def _mark_absent(repo: Path, manifest: TokenizerManifest) -> None:
             (marks / name).touch()
 
 
-def pull_one(client: httpx.Client, base_model: str, cache: Path) -> PulledTokenizer:
-    """Store one base model's tokenizer in `cache`; its snapshot becomes `refs/main`."""
-    repo = repo_dir(cache, base_model)
-    manifest = TokenizerManifest.model_validate(
-        _get(client, "/tokenizer", base_model=base_model).json()
-    )
-    if len(manifest.revision) != 40 or not all(c in "0123456789abcdef" for c in manifest.revision):
-        raise PullError(f"bad revision {manifest.revision!r}")
-    if not any(f.name in ("tokenizer.json", "tokenizer_config.json") for f in manifest.files):
-        raise PullError(f"the server has no tokenizer files for {base_model}")
+def sdk_names(base_model: str) -> tuple[str, ...]:
+    """The names the `tinker` SDK loads `base_model`'s tokenizer by: the name itself, and for
+    `meta-llama/Llama-3*` the ungated copy `SamplingClient.get_tokenizer()` asks for instead."""
+    if base_model.startswith("meta-llama/Llama-3"):
+        return (base_model, LLAMA3_TOKENIZER)
+    return (base_model,)
+
+
+def _store(cache: Path, name: str, manifest: TokenizerManifest, files: Path) -> Path:
+    """Copy the downloaded `files` into `name`'s repo as the snapshot `refs/main` names."""
+    repo = repo_dir(cache, name)
     snapshots = repo / "snapshots"
     snapshots.mkdir(parents=True, exist_ok=True)
-    # Written beside the snapshot and renamed into place, so a reader never sees half a set.
+    # Copied beside the snapshot and renamed into place, so a reader never sees half a set.
     staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=snapshots))
     try:
-        _download(client, base_model, manifest, staging)
+        shutil.copytree(files, staging, dirs_exist_ok=True)
         snapshot = snapshots / manifest.revision
         if snapshot.exists():
             shutil.rmtree(snapshot)
@@ -126,7 +132,26 @@ def pull_one(client: httpx.Client, base_model: str, cache: Path) -> PulledTokeni
     _mark_absent(repo, manifest)
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(manifest.revision)
-    return PulledTokenizer(base_model, snapshot, tuple(f.name for f in manifest.files))
+    return snapshot
+
+
+def pull_one(client: httpx.Client, base_model: str, cache: Path) -> PulledTokenizer:
+    """Store one base model's tokenizer in `cache` under each of its `sdk_names`."""
+    names = sdk_names(base_model)
+    for name in names:
+        repo_dir(cache, name)  # refuse a name that is no repo id before downloading
+    manifest = TokenizerManifest.model_validate(
+        _get(client, "/tokenizer", base_model=base_model).json()
+    )
+    if len(manifest.revision) != 40 or not all(c in "0123456789abcdef" for c in manifest.revision):
+        raise PullError(f"bad revision {manifest.revision!r}")
+    if not any(f.name in ("tokenizer.json", "tokenizer_config.json") for f in manifest.files):
+        raise PullError(f"the server has no tokenizer files for {base_model}")
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".skyrl-pull-", dir=cache) as downloaded:
+        _download(client, base_model, manifest, Path(downloaded))
+        stored = [_store(cache, name, manifest, Path(downloaded)) for name in names]
+    return PulledTokenizer(base_model, stored[0], tuple(f.name for f in manifest.files))
 
 
 def pull(

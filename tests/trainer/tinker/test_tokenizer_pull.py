@@ -195,3 +195,10 @@ def test_a_name_that_is_no_repo_id_is_not_stored(tmp_path: Path) -> None:
     for bad in ["../evil", "a/b/c", "/abs", "org/..", "a\\b", ""]:
         with pytest.raises(PullError):
             repo_dir(tmp_path, bad)
+
+
+def test_llama3_is_stored_where_the_sdk_looks_too() -> None:
+    from skyrl_sdk.trainer.tinker.tokenizer_pull import LLAMA3_TOKENIZER, sdk_names
+
+    assert sdk_names("meta-llama/Llama-3.2-1B") == ("meta-llama/Llama-3.2-1B", LLAMA3_TOKENIZER)
+    assert sdk_names("Qwen/Qwen3-0.6B") == ("Qwen/Qwen3-0.6B",)
