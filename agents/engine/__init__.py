@@ -13,7 +13,10 @@
   manager); `prefix_cache`: keys and values of earlier prompts and sequences.
 - `packed_step`: the mixed step's attention; `split_linear`: small-batch products over every
   CPU core; `sampler`: temperature, top-k, top-p (the one sampler of the SDK).
-- `request`, `stats`, `weights`: a generate call, the counters, weight sync.
+- `request`, `stats`, `weights`: a generate call, the counters, weight sync; `options`: a
+  request's engine-level options (logprob mode, prompt logprobs, stop suffixes).
+- `sync`: `SyncEngine`, the same parts stepped by the caller's own thread (the Tinker server's
+  sampler, `trainer.tinker.backend.Sampler`).
 
 Importing this package does not import torch or transformers (they load with the first
 engine).
