@@ -45,7 +45,13 @@ from skyrl_sdk.trainer.checkpoint import (
     check_resume_config,
     restore_rng,
 )
-from skyrl_sdk.trainer.config import PolicyLoss, SFTConfig, TrainConfig
+from skyrl_sdk.trainer.config import (
+    Backend,
+    DistributedStrategy,
+    PolicyLoss,
+    SFTConfig,
+    TrainConfig,
+)
 from skyrl_sdk.trainer.learner import Learner, LearnerSettings
 from skyrl_sdk.trainer.metrics import build_sinks, truncate_metrics
 from skyrl_sdk.trainer.models import load_model
@@ -224,6 +230,12 @@ def sft_config(config: TrainConfig) -> TrainConfig:
     (which must then be it), and `sft.data` given; `SFTDataError` otherwise."""
     if config.sft.data is None:
         raise SFTDataError("sft.data is required: a JSONL file of trajectories or chat rows")
+    if config.backend is not Backend.LOCAL or config.distributed.strategy is not (
+        DistributedStrategy.NONE
+    ):
+        raise SFTDataError(
+            "skyrl sft trains in this process: backend 'local', distributed.strategy 'none'"
+        )
     algorithm = config.algorithm
     if "loss" not in algorithm.model_fields_set:
         algorithm = algorithm.model_copy(update={"loss": PolicyLoss.CROSS_ENTROPY})

@@ -123,6 +123,8 @@ def test_the_loss_must_be_cross_entropy():
         sft_config(build_config({}, ["sft.data=x.jsonl", "algorithm.loss=ppo"]))
     with pytest.raises(SFTDataError, match=r"sft\.data is required"):
         sft_config(build_config({}, []))
+    with pytest.raises(SFTDataError, match="backend 'local'"):
+        sft_config(build_config({}, ["sft.data=x.jsonl", "distributed.strategy=fsdp"]))
 
 
 def test_batches_cover_every_sequence_each_epoch():
