@@ -24,11 +24,11 @@ makes such a bug stop the run at its first sync.
   that does not serve the published version fails the check: `on_fail: stop` raises
   `SyncCheckFailed` naming the gap, `warn` prints it.
 
-Both sides are `agents.scoring.Scorer`s (the local engine, vLLM, Tinker's sampling client; the
-torch learner, Tinker's training client). With LoRA the version checked is the adapters':
+Both sides are `agents.scoring.Scorer`s (the local engine, vLLM, Ray engine actors, Tinker's
+sampling client; the torch learner, its Ray actor, Tinker's training client). With LoRA the version checked is the adapters':
 the Tinker engine samples from adapters saved for sampling at each version, and its scores
-are those adapters'. Parts that cannot score (Ray actors, the distributed learners) are named
-once and the check is skipped.
+are those adapters'. Parts that cannot score (the FSDP2 / DeepSpeed ranks of
+`distributed_learner`, for now) are named once and the check is skipped.
 """
 
 from __future__ import annotations

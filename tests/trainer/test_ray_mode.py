@@ -149,6 +149,9 @@ def test_short_async_run_completes_with_ray_actors(local_ray, tmp_path):
     assert len({learner_pid, engine_pid, os.getpid()}) == 3  # three processes
     result = trainer.run()
     assert result.steps == 4 and result.version == 4
+    # Every sync was checked across processes: the engine actor's scores are the learner's.
+    assert trainer.sync_check.active and len(trainer.sync_check.gaps) == 4
+    assert all(m["sync/logprob_gap_max"] <= trainer.sync_check.max_gap for m in result.history)
     lags = [m["staleness/max"] for m in result.history]
     assert max(lags) <= 1  # the staleness bound holds across processes
     assert (tmp_path / "checkpoints" / "latest").exists()

@@ -32,6 +32,7 @@ Actors ask for `num_cpus=0` so that they never leave tasks pending on a small ma
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import socket
@@ -115,6 +116,10 @@ class LearnerActor:
 
     def engine_weights(self) -> dict[str, torch.Tensor]:
         return self.learner.engine_weights()
+
+    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        # A synchronous actor: no event loop runs here, so the learner's coroutine gets one.
+        return asyncio.run(self.learner.score(prompt_ids, completion_ids))
 
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()
@@ -222,6 +227,10 @@ class RayLearner:
     def engine_weights(self) -> Any:
         """A reference to the weights in the object store (engines resolve it themselves)."""
         return self.actor.engine_weights.remote()
+
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """The learner actor's scores (`agents.scoring.Scorer`)."""
+        return await self.actor.score.remote(list(prompt_ids), list(completion_ids))
 
     def state_dict(self) -> dict[str, Any]:
         return ray.get(self.actor.state_dict.remote())
@@ -341,6 +350,9 @@ class EngineActor:
     async def update_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
         self.engine.update_weights(weights, version)
 
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        return await self.engine.score(prompt_ids, completion_ids)
+
     async def policy_version(self) -> int:
         return self.engine.policy_version
 
@@ -384,6 +396,12 @@ class RayEngine:
     ) -> Completion:
         actor = next(self._next)
         return await actor.generate.remote(list(prompt_token_ids), sampling, context)
+
+    async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """One engine's scores (`agents.scoring.Scorer`), round robin as `generate`: the sync
+        check's probe sequences spread over the engines."""
+        actor = next(self._next)
+        return await actor.score.remote(list(prompt_ids), list(completion_ids))
 
     def update_weights(self, weights: Any, version: int) -> None:
         """Send new weights (a dict or an object reference) to every engine, in flight.
