@@ -140,3 +140,28 @@ def test_the_tinker_backend_refuses_it():
         check_config(build_config({}, [*tinker, "algorithm.observation_loss_coef=0.1"]))
     with pytest.raises(ConfigError, match="init_from"):
         check_config(build_config({}, [*tinker, "model.init_from=runs/sft"]))
+
+
+def test_micro_batches_add_up_to_the_batch_token_mean():
+    # two samples with 2 and 1 observation tokens: the batch mean is over all 3 tokens,
+    # however the batch is split into micro-batches
+    short = TrainingSample(
+        (5, 9, 20, 10), (0, 1, 0, 1), (0.0, -3.0, 0.0, -3.0), (-1, 0, -1, 0), (0, 0, 1, 0)
+    )
+    results = []
+    for micro in (2, 1):
+        settings = LearnerSettings(
+            algorithm=AlgorithmConfig(observation_loss_coef=1.0),
+            optim=OptimConfig(lr=1e-2),
+            micro_batch_size=micro,
+        )
+        learner = Learner(_model(), settings)
+        expected = (
+            2 * _observation_nll(learner.model, _sample()) + _observation_nll(learner.model, short)
+        ) / 3
+        stats = learner.train_step([_sample(), short], [0.0, 0.0])
+        assert math.isclose(stats.observation_loss, expected, rel_tol=1e-5)
+        results.append((stats.grad_norm, learner.model.state_dict()))
+    (ga, wa), (gb, wb) = results
+    assert math.isclose(ga, gb, rel_tol=1e-4)
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
