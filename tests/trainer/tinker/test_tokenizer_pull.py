@@ -35,6 +35,10 @@ from transformers import AutoTokenizer
 
 base_url, key, texts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 CHAT = [{"role": "user", "content": texts[0]}]
+try:  # tinker-cookbook's loader, where it is installed (it is no dependency of ours)
+    from tinker_cookbook import tokenizer_utils as cookbook
+except ImportError:
+    cookbook = None
 service = tinker.ServiceClient(base_url=base_url, api_key=key)
 names = [m.model_name for m in service.get_server_capabilities().supported_models]
 out = {}
@@ -46,6 +50,8 @@ for name in names:
         "sampling": sampler.get_tokenizer(),
         "auto": AutoTokenizer.from_pretrained(name),
     }
+    if cookbook is not None:
+        toks["cookbook"] = cookbook.get_tokenizer(name)
     out[name] = {
         "tokenizer_id": trainer.get_info().model_data.tokenizer_id,
         "loaded_from": {k: t.name_or_path for k, t in toks.items()},
@@ -111,9 +117,11 @@ def test_pulled_tokenizers_load_offline_and_match_the_server(
         expected = [served.encode(t) for t in TEXTS]
         got = report[name]
         assert got["tokenizer_id"] == name
-        assert got["ids"] == {"training": expected, "sampling": expected, "auto": expected}, name
+        loaders = set(got["ids"])
+        assert loaders >= {"training", "sampling", "auto"}
+        assert got["ids"] == dict.fromkeys(loaders, expected), name
         chat = served.apply_chat_template([{"role": "user", "content": TEXTS[0]}], tokenize=False)
-        assert got["chat"] == {"training": chat, "sampling": chat, "auto": chat}, name
+        assert got["chat"] == dict.fromkeys(loaders, chat), name
         # Loaded by name from the pulled cache, not from the server's directory.
         assert set(got["loaded_from"].values()) == {name}
         repo = tmp_path / "hub" / ("models--" + name.replace("/", "--"))
