@@ -86,10 +86,9 @@ async def run_job(
                 writer.write(dataclasses.replace(trajectory, trial=trial, episode_id=episode_id))
 
         async with limit:
-            seed = trial_seed(config.seed, trial, config.trials)
             result = await run_trial(
                 task_dir,
-                dataclasses.replace(config, seed=seed),
+                dataclasses.replace(config, seed=trial_seed(config.seed, trial, config.trials)),
                 out,
                 policy=runner or policy,
                 on_trajectory=record if writer else None,
