@@ -65,6 +65,10 @@ whitespace, so a model cannot spend its token budget on blanks (and tool calls l
 ones the chat template renders)."""
 
 
+CUSTOM_INPUT = "input"
+"""The one string argument of a custom tool's call (`{"input": "..."}`)."""
+
+
 class UpstreamFields(TypedDict, total=False):
     """Request fields that pass a `Constraint` on to an OpenAI-compatible server."""
 
@@ -111,6 +115,11 @@ class ToolFunction:
     """The function's name."""
     parameters: Mapping[str, Any] | None = None
     """JSON schema of its arguments (None: any JSON object)."""
+    grammar: str | None = None
+    """A grammar-typed custom tool's Lark grammar (llguidance's dialect) over its raw input:
+    the call's arguments are then `{"input": <a sentence of it>}`, the input JSON-escaped
+    in the call and the grammar applied to it as written (`lark_json`); `parameters` is
+    ignored."""
 
 
 @dataclass(frozen=True)
@@ -145,15 +154,20 @@ class Constraint:
         syntax: ToolCallSyntax = ToolCallSyntax.HERMES,
         name: str | None = None,
         parallel: bool = True,
+        optional: bool = False,
     ) -> Constraint:
         """The whole reply is tool calls in `syntax`: one call of `name`, or (`name` None) one
-        or more calls of any of `functions` (exactly one when `parallel` is false)."""
+        or more calls of any of `functions` (exactly one when `parallel` is false).
+
+        `optional` (`tool_choice: auto`): the reply may be any text, but once it opens a call
+        (the syntax's marker: `<tool_call>`, `[TOOL_CALLS]`, a leading `{`) the call must be
+        one of `functions`, arguments valid, a custom tool's input a sentence of its grammar
+        (a lazy grammar: the text before the marker is free)."""
         chosen = [f for f in functions if name is None or f.name == name]
         if not chosen:
             raise ConstraintError(f"no function named {name!r} to call")
-        return cls(
-            ConstraintKind.TOOL_CALLS, tool_call_grammar(chosen, syntax, name is None and parallel)
-        )
+        many = name is None and parallel
+        return cls(ConstraintKind.TOOL_CALLS, tool_call_grammar(chosen, syntax, many, optional))
 
     @property
     def schema(self) -> Mapping[str, Any] | None:
@@ -191,35 +205,59 @@ class Constraint:
             raise ConstraintError(error)
 
 
-def tool_call_grammar(functions: Sequence[ToolFunction], syntax: ToolCallSyntax, many: bool) -> str:
-    """A Lark grammar for calls of `functions` in `syntax`: each call is a JSON object with
-    the function's name as a constant and its arguments under the syntax's key."""
+def tool_call_grammar(
+    functions: Sequence[ToolFunction], syntax: ToolCallSyntax, many: bool, optional: bool = False
+) -> str:
+    """A Lark grammar for calls of `functions` in `syntax`: each call is the JSON object
+    `{"name": <name>, <key>: <arguments>}` written as `json.dumps` does, the arguments
+    valid under the function's schema, or a custom tool's `{"input": ...}` under its grammar.
+    `optional`: free text unless a call is opened (see `Constraint.tool_calls`)."""
     key = "parameters" if syntax is ToolCallSyntax.LLAMA3 else "arguments"
-    bodies = []
-    for f in functions:
-        schema = {
-            "type": "object",
-            "properties": {
-                "name": {"const": f.name},
-                key: dict(f.parameters or {"type": "object"}),
-            },
-            "required": ["name", key],
-            "additionalProperties": False,
-            "x-guidance": JSON_STYLE,
-        }
-        bodies.append(f"%json {json.dumps(schema)}")
-    lines = ["body: " + "\n    | ".join(bodies)]
+    rules = ["body: " + " | ".join(f"call_{i}" for i in range(len(functions)))]
+    for i, f in enumerate(functions):
+        rules.extend(_call_rules(f"call_{i}", f, key))
     if syntax is ToolCallSyntax.HERMES:
-        lines.append(
-            f"call: {_lit(HermesFormat.OPEN + chr(10))} body {_lit(chr(10) + HermesFormat.CLOSE)}"
-        )
-        lines.insert(0, 'start: call ("\\n" call)*' if many else "start: call")
+        open_, close = _lit(HermesFormat.OPEN + "\n"), _lit("\n" + HermesFormat.CLOSE)
+        if optional:  # free text; a call opened by the marker (a lazy lexeme) is enforced
+            rules[:0] = ["start: (head call)* TEXT", f"head[lazy]: /(?s:.*)/ {open_}"]
+            rules.append(f"call: body {close}")
+        else:
+            rules.insert(0, 'start: call ("\\n" call)*' if many else "start: call")
+            rules.append(f"call: {open_} body {close}")
     elif syntax is ToolCallSyntax.MISTRAL:
         rest = ' (", " body)*' if many else ""
-        lines.insert(0, f'start: {_lit(MistralFormat.MARK + " [")} body{rest} "]"')
+        if optional:
+            rules.insert(0, f'start: TEXT | head body{rest} "]"')
+            rules.append(f"head[lazy]: /(?s:.*)/ {_lit(MistralFormat.MARK + ' [')}")
+        else:
+            rules.insert(0, f'start: {_lit(MistralFormat.MARK + " [")} body{rest} "]"')
     else:
-        lines.insert(0, 'start: body ("; " body)*' if many else "start: body")
-    return "\n".join(lines) + "\n"
+        calls = 'body ("; " body)*' if many else "body"
+        rules.insert(0, f"start: NO_CALL | {calls}" if optional else f"start: {calls}")
+        rules.append(r"NO_CALL: /(?s:.*)/ & ~/[ \t\r\n]*(\{|<\|python_tag\|>)(?s:.*)/")
+    if optional:
+        rules.append("TEXT: /(?s:.*)/")
+    return "\n".join(rules) + "\n"
+
+
+def _call_rules(rule: str, f: ToolFunction, key: str) -> list[str]:
+    """The rules of one call of `f` (named `rule`): its name and key written as literals,
+    then the arguments' JSON schema, or a custom tool's grammar inside the JSON string."""
+    head = json.dumps({"name": f.name})[:-1] + f", {json.dumps(key)}: "
+    if f.grammar is None:
+        schema = {**dict(f.parameters or {"type": "object"}), "x-guidance": JSON_STYLE}
+        return [f"{rule}: {_lit(head)} %json {json.dumps(schema)} " + '"}"']
+    from skyrl_sdk.agents.engine.lark_json import json_string_grammar
+
+    try:
+        inner = json_string_grammar(f.grammar)
+    except ValueError as e:
+        raise ConstraintError(f"the grammar of custom tool {f.name!r}: {e}") from None
+    opening = head + "{" + json.dumps(CUSTOM_INPUT) + ': "'
+    return [
+        f"{rule}: {_lit(opening)} {rule}_input " + _lit('"}}'),
+        f"{rule}_input: %lark {{\n{inner}}}",
+    ]
 
 
 def _lit(text: str) -> str:

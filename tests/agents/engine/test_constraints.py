@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from dataclasses import replace
 
@@ -218,3 +219,107 @@ def test_without_the_library_the_error_names_the_extra(engine, monkeypatch) -> N
     monkeypatch.setitem(sys.modules, "llguidance", None)
     with pytest.raises(ConstraintError, match=r"skyrl-sdk\[grammar\]"):
         Constraint.json_object().check(engine.renderer.tokenizer)
+
+
+# -- grammar-typed custom tools (Codex's apply_patch shape) ---------------------------------------
+
+PATCH = r"""start: begin hunk{1,2} "*** End Patch" LF?
+begin: "*** Begin Patch" LF
+hunk: "*** Add File: " PATH LF add_line{1,3}
+add_line: "+" /[a-z "\\]{0,12}/ LF -> line
+PATH: /[a-z]{1,8}\.txt/
+%import common.LF
+"""
+"""A small grammar of the shape of Codex's `apply_patch` (rules, an alias, a repeat, an
+import, regexes whose characters need escaping in JSON: `"` and a backslash)."""
+
+PATCH_RE = r'\*\*\* Begin Patch\n(\*\*\* Add File: [a-z]{1,8}\.txt\n(\+[a-z "\\]{0,12}\n){1,3}){1,2}\*\*\* End Patch\n?'
+"""The same language as a Python regex (the check the sampled inputs are held to)."""
+
+APPLY_PATCH = ToolFunction("apply_patch", grammar=PATCH)
+
+
+def feed(engine: LocalEngine, constraint: Constraint, text: str) -> tuple[bool, bool]:
+    """Whether the grammar accepts every token of `text` (tokenized as the model would), and
+    whether it accepts `text` as a whole."""
+    matcher = GrammarMatcher(constraint, engine.renderer.tokenizer, engine.renderer.stop_token_ids)
+    vocab = len(engine.renderer.tokenizer)
+    for token in engine.renderer.tokenizer.encode(text, add_special_tokens=False):
+        if not bool(matcher.allowed(vocab)[token]):
+            return False, False
+        matcher.advance(token)
+    return True, matcher.accepting
+
+
+def hermes(name: str, arguments: dict) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+GOOD = '*** Begin Patch\n*** Add File: a.txt\n+a "b" \\ c\n*** End Patch\n'
+BAD = "*** Begin Patch\n*** Add File: a.txt\nno plus\n*** End Patch\n"
+
+
+def test_a_custom_tools_grammar_applies_to_its_input_inside_the_json_string(engine) -> None:
+    """The input is JSON-escaped in the call (`\\n`, `\\"`, `\\\\`), and the grammar holds
+    for the text it decodes to: a valid patch passes, an invalid one is masked out."""
+    assert re.fullmatch(PATCH_RE, GOOD) and not re.fullmatch(PATCH_RE, BAD)
+    forced = Constraint.tool_calls([WEATHER, APPLY_PATCH], name="apply_patch")
+    assert feed(engine, forced, hermes("apply_patch", {"input": GOOD})) == (True, True)
+    assert feed(engine, forced, hermes("apply_patch", {"input": BAD}))[0] is False
+    assert feed(engine, forced, hermes("get_weather", {"city": "Paris", "days": 2}))[0] is False
+
+
+def test_under_auto_text_is_free_and_an_opened_call_is_enforced(engine) -> None:
+    """`optional` (tool_choice auto): any text, or text then calls; once a call is opened it
+    must be a valid call of an offered tool, a custom tool's input under its grammar."""
+    auto = Constraint.tool_calls([WEATHER, APPLY_PATCH], optional=True)
+    patch = hermes("apply_patch", {"input": GOOD})
+    weather = hermes("get_weather", {"city": "Rome", "days": 3})
+    for text in ("Just text, <b>no</b> call.", "Patching.\n" + patch, patch + "\n" + weather):
+        assert feed(engine, auto, text) == (True, True), text
+    for text in ("Ok.\n" + hermes("apply_patch", {"input": BAD}), hermes("nope", {})):
+        assert feed(engine, auto, text)[0] is False, text
+
+
+@pytest.mark.parametrize(
+    ("syntax", "parser"),
+    [
+        (ToolCallSyntax.HERMES, HermesFormat()),
+        (ToolCallSyntax.MISTRAL, MistralFormat()),
+        (ToolCallSyntax.LLAMA3, Llama3JSONFormat()),
+    ],
+)
+def test_forced_custom_tool_calls_sample_inputs_of_its_grammar(engine, syntax, parser) -> None:
+    """Sampled by the random model under the mask: every reply is one call whose input
+    matches the grammar, token-exact (the ids decode to the reply the formats parse)."""
+    constraint = Constraint.tool_calls([APPLY_PATCH, WEATHER], syntax=syntax, name="apply_patch")
+    for c in sample(engine, constraint, 4, temperature=1.0):
+        assert c.finish_reason is FinishReason.STOP and c.constrained, c.text
+        assert engine.renderer.tokenizer.decode(c.token_ids, skip_special_tokens=True) == c.text
+        action = parser.parse(c.text)
+        assert action.error is None and len(action.tool_calls) == 1, c.text
+        (call,) = action.tool_calls
+        assert call.name == "apply_patch" and re.fullmatch(PATCH_RE, call.arguments["input"])
+
+
+@pytest.mark.parametrize(
+    ("grammar", "problem"),
+    [
+        ('start: "a"i', "case-insensitive"),
+        ("start: /^a/", "cannot be JSON-escaped"),
+        ("start: <|im_end|>", "cannot be used"),
+        ('start: %json {"type": "object"}', "cannot be used"),
+        ("start: A\n%import common.ESCAPED_STRING -> A", "not supported"),
+    ],
+)
+def test_grammars_that_cannot_be_escaped_name_the_problem(grammar, problem) -> None:
+    with pytest.raises(ConstraintError, match=f"custom tool 'g'.*{problem}"):
+        Constraint.tool_calls([ToolFunction("g", grammar=grammar)])
+
+
+def test_a_recursive_grammar_is_refused_when_checked(engine) -> None:
+    """A tool grammar is matched as one terminal (a regular language); a recursive one is a
+    `ConstraintError` from the library, which the routes answer as a 400."""
+    nested = ToolFunction("g", grammar='start: "(" start ")" | "x"')
+    with pytest.raises(ConstraintError):
+        Constraint.tool_calls([nested]).check(engine.renderer.tokenizer)
