@@ -81,6 +81,17 @@ class PipelineSettings:
     """Sampling temperature of RL and of every evaluation."""
 
 
+def pipeline_settings(families: str | None = None, **sizes: int | None) -> PipelineSettings:
+    """`PipelineSettings` with the sizes given (None: the default) and a comma-separated
+    family list (`skyrl demo --task terminal`'s options)."""
+    from skyrl_gym.envs.terminal_gen.generate import resolve_families
+
+    chosen: dict[str, Any] = {k: v for k, v in sizes.items() if v is not None}
+    if families:
+        chosen["families"] = tuple(resolve_families(families))
+    return PipelineSettings(**chosen)
+
+
 def _configs(
     out: Path, seed: int, s: PipelineSettings, overrides: Mapping[str, Any] | None
 ) -> tuple[dict[str, Any], TrainConfig]:

@@ -9,7 +9,11 @@ import shutil
 import pytest
 
 from skyrl_sdk.agents.trajectory import read_trajectories
-from skyrl_sdk.trainer.demos.terminal_pipeline import PipelineSettings, run_terminal_pipeline
+from skyrl_sdk.trainer.demos.terminal_pipeline import (
+    PipelineSettings,
+    pipeline_settings,
+    run_terminal_pipeline,
+)
 from skyrl_sdk.trainer.heldout import read_results
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
@@ -64,3 +68,11 @@ def test_pipeline_writes_per_family_rates_for_base_sft_and_rl(tmp_path):
     assert set(results["phases_s"]) == {"demonstrations_s", "base_eval_s", "sft_s", "rl_s"}
     report = (out / "report.md").read_text()
     assert "| family | base | SFT | SFT + RL |" in report and "| sed-replace |" in report
+
+
+def test_settings_from_the_demo_command_options():
+    s = pipeline_settings(families="echo-word, make-dirs", rl_steps=3, sft_steps=None)
+    assert s.families == ("echo-word", "make-dirs") and s.rl_steps == 3
+    assert s.sft_steps == PipelineSettings().sft_steps
+    with pytest.raises(ValueError, match="unknown families"):
+        pipeline_settings(families="no-such-family")
