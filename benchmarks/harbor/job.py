@@ -168,8 +168,11 @@ def summary_table(job: JobResult) -> Any:
             f"{t.duration_s:.1f}",
         )
     errors = ", ".join(f"{k}: {v}" for k, v in sorted(job.errors_by_kind.items())) or "none"
+    # Where the time went, over all trials (a slow build shows in build, not agent).
+    totals = ", ".join(f"{k.value} {v:.1f}s" for k, v in job.stage_seconds.items())
     table.caption = (
         f"mean reward {job.mean_reward:.3f} over {len(job.trials)} trial(s); errors: {errors}"
+        f"\ntime by stage: {totals}"
     )
     return table
 

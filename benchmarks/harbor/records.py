@@ -27,6 +27,10 @@ class TrialError(enum.StrEnum):
     """The task folder is malformed (bad task.toml, missing test.sh, unknown schema, ...)."""
     ENVIRONMENT = "environment_error"
     """The environment could not be built or started."""
+    BUILD_TIMEOUT = "build_timeout"
+    """Building the environment (its image or root, the Dockerfile's steps) ran past
+    `[environment].build_timeout_sec` times the timeout multiplier; the agent never ran and
+    there is no reward."""
     AGENT_TIMEOUT = "agent_timeout"
     """The agent ran past its timeout (still graded)."""
     AGENT_NONZERO_EXIT = "agent_nonzero_exit"
@@ -72,14 +76,18 @@ class Stage(enum.StrEnum):
     """The stages of a trial, in order (`trials[].stages` in job.json)."""
 
     BUILD = "build"
-    """Reading the task folder (and converting a Terminal-Bench 1 folder)."""
+    """Reading the task folder (and converting a Terminal-Bench 1 folder), then building
+    the environment: its root or image and the Dockerfile's steps, limited by
+    `[environment].build_timeout_sec` (`build_timeout`)."""
     START = "start"
-    """Building the environment's root (Dockerfile steps) and opening the agent's sandbox (a
+    """Opening the agent's sandbox over the built environment and its healthcheck (a
     multi-step trial: every step's sandbox and its `workdir/setup.sh`)."""
     AGENT = "agent"
-    """The agent phase."""
+    """The agent phase, limited by `[agent].timeout_sec` (`agent_timeout`); its clock
+    starts after the environment has started, whatever the agent."""
     VERIFIER = "verifier"
-    """The verifier phase: test.sh and the reward files."""
+    """The verifier phase: test.sh and the reward files, limited by `[verifier].timeout_sec`
+    (`verifier_timeout`)."""
 
 
 class StageStatus(enum.StrEnum):
@@ -134,7 +142,9 @@ class StepResult:
     below its `min_reward`."""
 
 
-_TIMEOUT_ERRORS = frozenset({TrialError.AGENT_TIMEOUT, TrialError.VERIFIER_TIMEOUT})
+_TIMEOUT_ERRORS = frozenset(
+    {TrialError.BUILD_TIMEOUT, TrialError.AGENT_TIMEOUT, TrialError.VERIFIER_TIMEOUT}
+)
 
 
 def stage_outcome(
@@ -167,7 +177,7 @@ class JobConfig:
     rootfs: str | None = None
     """bwrap: root filesystem to use instead of the host's."""
     timeout_multiplier: float = 1.0
-    """Scales the agent and verifier timeouts of every task."""
+    """Scales the build, agent and verifier timeouts of every task."""
     require_exit_zero: bool = False
     """Grade every task as if its task.toml set `[verifier] require_exit_zero = true` (a
     reward counts only when test.sh exited 0 and nothing it started outlived its parent)."""
@@ -335,6 +345,15 @@ class JobResult:
         return trial_stats(per_task((t.task, t.success) for t in self.trials))
 
     @property
+    def stage_seconds(self) -> dict[Stage, float]:
+        """Seconds per stage over all trials, every stage in order: where the job's time
+        went (a slow build is in `build`, never in `agent`)."""
+        return {
+            name: sum(t.stages.get(name, StageOutcome()).duration_s for t in self.trials)
+            for name in Stage
+        }
+
+    @property
     def errors_by_kind(self) -> dict[str, int]:
         """Trials per error kind."""
         return dict(Counter(t.error.value for t in self.trials if t.error is not None))
@@ -350,6 +369,7 @@ class JobResult:
             "mean_reward": self.mean_reward,
             "errors_by_kind": self.errors_by_kind,
             "duration_s": self.duration_s,
+            "stage_seconds": {k.value: v for k, v in self.stage_seconds.items()},
             # trials, per_task, mean, ci95, pass_at_k, pass_hat_k, flip_rate (success is
             # reward >= 1): the same statistics as `skyrl eval`'s results.json.
             **({"statistics": stats.to_json()} if stats is not None else {}),

@@ -29,7 +29,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skyrl_gym.envs.harbor.runtime import HarborRuntime, TaskEnvironmentError, VerifierResult
+from skyrl_gym.envs.harbor.runtime import (
+    BuildTimeoutError,
+    HarborRuntime,
+    TaskEnvironmentError,
+    VerifierResult,
+)
 from skyrl_gym.envs.harbor.task import (
     HarborTask,
     StepSetupError,
@@ -129,6 +134,9 @@ class _TrialRun:
 
     stages: dict[Stage, StageOutcome]
     """Each stage that ran (or failed) so far."""
+    read_s: float = 0.0
+    """Seconds reading the task folder (the `build` stage's first part; the environment's
+    build, `HarborRuntime.build_s`, is the rest)."""
     environment_setup_s: float = 0.0
     """Seconds to build / start the environment."""
     agent_execution_s: float = 0.0
@@ -157,6 +165,24 @@ class _TrialRun:
     def fail(self, error: TrialError, message: str) -> _TrialFailure:
         """Charge `error` to the stage running."""
         self.stages[self.running] = stage_outcome(time.perf_counter() - self.since, error, message)
+        return _TrialFailure(error, message)
+
+    def started(self, seconds: float) -> None:
+        """The environment started in `seconds`: its build (`HarborRuntime.build_s`) is
+        the `build` stage's (after reading the task), the rest the `start` stage's."""
+        build_s = self.runtime.build_s if self.runtime is not None else 0.0
+        self.stages[Stage.BUILD] = stage_outcome(self.read_s + build_s)
+        self.stages[Stage.START] = stage_outcome(max(seconds - build_s, 0.0))
+
+    def fail_build(self, e: BuildTimeoutError) -> _TrialFailure:
+        """The environment's build ran past its limit: a `build_timeout` of the `build`
+        stage (reading the task and the build), nothing after it ran; no reward."""
+        error, message = TrialError.BUILD_TIMEOUT, str(e)
+        build_s = self.runtime.build_s if self.runtime is not None else 0.0
+        build_s = build_s or time.perf_counter() - self.since
+        self.stages[Stage.BUILD] = stage_outcome(self.read_s + build_s, error, message)
+        self.stages.pop(Stage.START, None)
+        self.verified = None
         return _TrialFailure(error, message)
 
     def fail_setup(self, e: StepSetupError) -> _TrialFailure:
@@ -203,7 +229,8 @@ async def run_trial(
         task = load_task(task_dir, pass_env=config.pass_env)
     except TaskFormatError as e:
         return _invalid_task(trial_dir, header, t0, e)
-    run = _TrialRun(stages={Stage.BUILD: stage_outcome(time.perf_counter() - t0)})
+    read_s = time.perf_counter() - t0
+    run = _TrialRun(stages={Stage.BUILD: stage_outcome(read_s)}, read_s=read_s)
     plan = _prepare(trial_dir, header, t0, task, config, policy, on_trajectory)
     run.begin(Stage.START)
     failure = _TrialFailure()
@@ -211,6 +238,8 @@ async def run_trial(
         await _play(plan, run)
     except StepSetupError as e:
         failure = run.fail_setup(e)
+    except BuildTimeoutError as e:  # before its base class: the build's own stop reason
+        failure = run.fail_build(e)
     except (TaskEnvironmentError, SandboxError, OSError) as e:
         failure = run.fail(TrialError.ENVIRONMENT, f"{type(e).__name__}: {e}")
     except Exception as e:  # a bug: record it, keep the job going
@@ -250,8 +279,11 @@ def _prepare(
     scale = config.timeout_multiplier
     agent_timeout = task.agent.timeout_s * scale if task.agent.timeout_s else None
     if scale != 1.0:
+        build_s = task.environment.build_timeout_s * scale
         task = replace(
-            task, verifier=replace(task.verifier, timeout_s=task.verifier.timeout_s * scale)
+            task,
+            environment=replace(task.environment, build_timeout_s=build_s),
+            verifier=replace(task.verifier, timeout_s=task.verifier.timeout_s * scale),
         )
     if config.require_exit_zero:
         task = replace(task, verifier=replace(task.verifier, require_exit_zero=True))
@@ -294,12 +326,21 @@ def _harbor_env(task: HarborTask, config: JobConfig) -> HarborEnv:
 
 
 async def _play_llm(plan: _TrialPlan, run: _TrialRun) -> None:
-    """The llm agent: one episode of our agent loop; the environment starts inside the
-    episode's reset (its time is the agent's) and a multi-step task's steps are verified as
+    """The llm agent: one episode of our agent loop. The environment is built and started
+    before the episode (`HarborEnv.astart_environment`: the `build` and `start` stages), so
+    the agent's clock starts with its agent phase; a multi-step task's steps are verified as
     the episode goes on (`make("harbor")`'s multi-step play)."""
     task, config = plan.task, plan.config
     env = run.env = _harbor_env(task, config)
-    run.stages[Stage.START] = stage_outcome(0.0)
+    t0 = time.perf_counter()
+    try:
+        await env.astart_environment(env.tasks[0])
+    except StepSetupError:  # step 1's setup hook failed: recorded as a step
+        run.steps[:] = _env_steps(env)
+        raise
+    finally:
+        run.runtime = env.runtime
+    run.started(time.perf_counter() - t0)
     run.begin(Stage.AGENT)
     t1 = time.perf_counter()
     run.outcome = await run_llm(
@@ -377,7 +418,7 @@ async def _start_runtime(run: _TrialRun, runtime: HarborRuntime, *, with_solutio
     t1 = time.perf_counter()
     await runtime.start(with_solution=with_solution)
     run.environment_setup_s = time.perf_counter() - t1
-    run.stages[Stage.START] = stage_outcome(run.environment_setup_s)
+    run.started(run.environment_setup_s)
 
 
 async def _verify_runtime(run: _TrialRun, runtime: HarborRuntime) -> VerifierResult:
@@ -665,7 +706,7 @@ async def _begin_step(
         run.stages[Stage.START] = StageOutcome(tally.start_s, StageStatus.OK)
         raise
     tally.start_s += time.perf_counter() - t1
-    run.stages[Stage.START] = stage_outcome(tally.start_s)
+    run.started(tally.start_s)
 
 
 async def _play_step(

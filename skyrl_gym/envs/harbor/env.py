@@ -166,12 +166,15 @@ class StepOutcome:
 
 
 def scale_timeouts(task: HarborTask, multiplier: float) -> HarborTask:
-    """`task` with its agent and verifier timeouts (its steps' too) times `multiplier`."""
+    """`task` with its build, agent and verifier timeouts (its steps' too) times
+    `multiplier`."""
     if multiplier == 1.0:
         return task
     agent_s = task.agent.timeout_s
+    build_s = task.environment.build_timeout_s * multiplier
     return replace(
         task,
+        environment=replace(task.environment, build_timeout_s=build_s),
         agent=replace(task.agent, timeout_s=agent_s and agent_s * multiplier),
         verifier=replace(task.verifier, timeout_s=task.verifier.timeout_s * multiplier),
         steps=tuple(
@@ -190,7 +193,8 @@ class HarborEnv(SandboxToolEnv):
     gives the reward after `answer` (a multi-step task: after each step's `answer`, and the
     episode goes on with the next step; see the module docstring).
 
-    `timeout_multiplier` scales every task's agent and verifier timeouts (its steps' too)."""
+    `timeout_multiplier` scales every task's build, agent and verifier timeouts (its steps'
+    too)."""
 
     required_fields: ClassVar[tuple[str, ...]] = ("path",)
     system_prompt: ClassVar[str] = (
@@ -242,6 +246,7 @@ class HarborEnv(SandboxToolEnv):
         self._step_index = 0
         self._step_started = 0.0
         self._steps_over = False
+        self._prestarted: str | None = None  # the task id `astart_environment` started
 
     def make_tools(self, sandbox: Sandbox) -> list[Tool]:
         shell = self.runtime.shell if self.runtime is not None else "bash"
@@ -262,6 +267,30 @@ class HarborEnv(SandboxToolEnv):
     ) -> tuple[Messages, dict[str, Any]]:
         gym.Env.reset(self, seed=seed)
         row = self.choose_task(options)
+        prestarted = self._prestarted == row["task_id"] and self.runtime is not None
+        self._prestarted = None
+        if not prestarted:
+            await self._start_environment(row)
+        runtime = self.runtime
+        assert runtime is not None and self.sandbox is not None
+        self._step_started = time.monotonic()
+        self._bind_tools(self.sandbox)
+        return self.start(row), {"task_id": row["task_id"], "notes": list(runtime.notes)}
+
+    async def astart_environment(self, task: TaskRow) -> None:
+        """Build and start `task`'s environment ahead of the reset that plays it
+        (`reset(options={"task": task})`), which then takes it as it is: the agent's clock
+        (the rollout's timeout counts from the reset) starts with its agent phase, and the
+        build and start are never charged to it. Raises what starting raises (recorded in
+        `start_error`, `step_setup_error`)."""
+        row = self.choose_task({"task": task})
+        # On the env's own loop, as reset and step: the sandbox is bound to it.
+        await self._loop.arun(self._start_environment(row))
+        self._prestarted = row["task_id"]
+
+    async def _start_environment(self, row: TaskRow) -> None:
+        """Close the last episode's environment, then build and start `row`'s (a multi-step
+        task: step 1's sandbox and its setup hook)."""
         await self._close_sandbox()
         self.task, self.start_error, self.verifier_result = row, None, None
         self.step_outcomes, self.step_setup_error = [], None
@@ -283,9 +312,6 @@ class HarborEnv(SandboxToolEnv):
                 self.step_setup_error = e
             self.start_error = f"{type(e).__name__}: {e}"
             raise
-        self._step_started = time.monotonic()
-        self._bind_tools(self.sandbox)
-        return self.start(row), {"task_id": row["task_id"], "notes": list(runtime.notes)}
 
     def _bind_tools(self, sandbox: Sandbox) -> None:
         """The episode's tools on `sandbox` (each step of a multi-step task has its own)."""

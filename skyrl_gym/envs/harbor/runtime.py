@@ -123,7 +123,7 @@ from pathlib import Path
 from skyrl_gym.envs.harbor import multi_step, verifier_phase
 from skyrl_gym.envs.harbor.bwrap_setup import ROOT_MODE_ENV, start_bwrap
 from skyrl_gym.envs.harbor.docker_setup import copy_out_logs, start_docker
-from skyrl_gym.envs.harbor.errors import TaskEnvironmentError
+from skyrl_gym.envs.harbor.errors import BuildTimeoutError, TaskEnvironmentError
 from skyrl_gym.envs.harbor.healthcheck import ENV_HEALTHCHECK, run_healthcheck
 from skyrl_gym.envs.harbor.host import HostMaxima, clamp_task_sizes
 from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR, HarborTask, NetworkMode, TaskStep
@@ -177,6 +177,7 @@ __all__ = [
     "SOLUTION",
     "TESTS",
     "VERIFIER_LOGS",
+    "BuildTimeoutError",
     "HarborRuntime",
     "RewardFileError",
     "TaskEnvironmentError",
@@ -226,6 +227,10 @@ class HarborRuntime:
     pull: bool = False
     """docker: pull `[environment].docker_image` (and the Dockerfile's FROM images) when the
     engine lacks them (`skyrl harbor run --pull`); never without it."""
+    build_s: float = 0.0
+    """Seconds `start` spent building the environment (the task's root or image and the
+    Dockerfile's steps, under `build_timeout_sec`): the trial's `build` stage, apart from
+    opening the sandbox (`start`)."""
 
     def __post_init__(self) -> None:
         self.backend = Backend(self.backend)

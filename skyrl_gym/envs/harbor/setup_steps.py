@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from skyrl_gym.envs.harbor.dockerfile import SetupStep, StepKind, inside, match_sources
-from skyrl_gym.envs.harbor.errors import TaskEnvironmentError
+from skyrl_gym.envs.harbor.errors import BuildTimeoutError, TaskEnvironmentError
 from skyrl_gym.envs.harbor.host import CopyError, CopyJob, charged_copy
 from skyrl_gym.envs.harbor.trial_paths import SANDBOX_UID, give
 from skyrl_gym.envs.harbor.trial_sandbox import BoundBwrap
@@ -51,7 +51,7 @@ async def apply_steps(
             continue
         left = deadline - time.monotonic()
         if left <= 0:
-            raise TaskEnvironmentError(
+            raise BuildTimeoutError(
                 f"environment setup ran past build_timeout_sec={rt.task.environment.build_timeout_s}"
             )
         cwd = step.workdir if workspace_root(rt, step.workdir) else rt.workdir
@@ -59,7 +59,7 @@ async def apply_steps(
             await sandbox.exec(["mkdir", "-p", cwd], timeout=30)
         result = await sandbox.exec(["/bin/sh", "-c", step.command], timeout=left, cwd=cwd)
         if result.timed_out:
-            raise TaskEnvironmentError(
+            raise BuildTimeoutError(
                 f"{where} {step.command!r} ran past build_timeout_sec="
                 f"{rt.task.environment.build_timeout_s}"
             )
@@ -125,7 +125,7 @@ async def copy_into_workspace(
             memory_bytes=spec.memory_bytes if procs else None,
         )
     except TimeoutError:
-        raise TaskEnvironmentError(
+        raise BuildTimeoutError(
             f"{where} ran past build_timeout_sec={rt.task.environment.build_timeout_s}"
         ) from None
     except (CopyError, OSError) as e:
