@@ -144,6 +144,10 @@ class TrainingSample:
     observation_mask: tuple[int, ...] = ()
     """1 on the env's observation ids (what the env answered between turns), 0 elsewhere; empty
     when unknown (samples built by hand). The target of `algorithm.observation_loss_coef`."""
+    token_advantages: tuple[float, ...] = ()
+    """A per-token advantage for each id (0.0 off the loss mask), added to the one advantage
+    the trainer gives the whole sample; empty: none. On-policy distillation sets it
+    (`trainer.opd`: the teacher's logprob minus the sampler's, token by token)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,7 +78,9 @@ def build_batch(
 ) -> tuple[list[TrainingSample], list[float], list[float]]:
     """Samples with one advantage each, from finished groups.
 
-    Returns (samples, advantage per sample, advantage per episode). Episodes without exact
+    Returns (samples, advantage per sample, advantage per episode). With `advantage: opd` the
+    advantage is `opd_reward_coef` times GRPO's (the teacher's per-token part is added by
+    `trainer.opd.distill`). Episodes without exact
     sampled ids (failed at reset, text-only) still count in their group's baseline but add no
     samples. With `filter_zero_variance`, groups whose rewards are all equal are left out
     (unless that would leave nothing).
@@ -90,10 +92,15 @@ def build_batch(
         adv = adv_fns.rloo_advantages(rewards)
     else:
         adv = adv_fns.grpo_advantages(
-            rewards, normalize_std=algorithm.advantage is AdvantageEstimator.GRPO
+            rewards, normalize_std=algorithm.advantage is not AdvantageEstimator.DR_GRPO
         )
+    distilling = algorithm.advantage is AdvantageEstimator.OPD
+    if distilling:
+        # The task reward's share; the teacher's per-token part comes later (`trainer.opd`).
+        adv = adv * algorithm.opd_reward_coef
     keep = [True] * len(groups)
-    if algorithm.filter_zero_variance:
+    # Under distillation a group without reward variance still has a signal in every token.
+    if algorithm.filter_zero_variance and not distilling:
         mask = adv_fns.nonzero_variance_groups(rewards).tolist()
         if any(mask):
             keep = mask

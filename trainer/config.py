@@ -49,6 +49,10 @@ class AdvantageEstimator(enum.Enum):
     """Group mean baseline, no std scaling (Dr.GRPO)."""
     RLOO = "rloo"
     """Leave-one-out mean baseline."""
+    OPD = "opd"
+    """On-policy distillation (`trainer.opd`): per token, the teacher's logprob of the sampled
+    token minus the sampler's (the negative reverse-KL estimate), on the student's sampled
+    tokens only; plus `opd_reward_coef` times GRPO's advantage of the episode's reward."""
 
 
 class PolicyLoss(enum.Enum):
@@ -270,9 +274,25 @@ class AlgorithmConfig(_Section):
     messages). Token mean over the batch's observation tokens; 0: off (the loss is unchanged)."""
     filter_zero_variance: bool = False
     """Drop groups whose rewards are all equal (they have zero advantage)."""
+    teacher: str | None = None
+    """`advantage: opd`'s teacher, which scores every sampled token (`trainer.opd`): one of our
+    run or checkpoint directories (as `model.init_from`; its run's model), a transformers
+    model directory, `smollm2`, or `tiny[:SEED]` / `lookup-tiny[:SEED]` (the built tiny
+    models, with the run's `model` sizes and another seed). It must share the student's
+    tokenizer. Built once per run and frozen."""
+    opd_reward_coef: float = Field(0.0, ge=0)
+    """`advantage: opd`: weight of GRPO's advantage of the task reward, added to every sampled
+    token's distillation advantage (0: pure distillation)."""
 
     @model_validator(mode="after")
     def _check(self) -> AlgorithmConfig:
+        if self.advantage is AdvantageEstimator.OPD and not (self.teacher or "").strip():
+            raise ValueError(
+                "algorithm.teacher is required when algorithm.advantage is 'opd' (a run or "
+                "model directory, smollm2, or tiny[:SEED])"
+            )
+        if self.teacher is not None and self.advantage is not AdvantageEstimator.OPD:
+            raise ValueError("algorithm.teacher is only used with algorithm.advantage 'opd'")
         if self.reduction is Reduction.CONSTANT and not self.normalizer:
             raise ValueError(
                 "algorithm.normalizer is required when algorithm.reduction is 'constant'"

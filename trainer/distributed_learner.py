@@ -25,6 +25,7 @@ Not supported here: LoRA, and (DeepSpeed) ZeRO-3. `engine_weights()` returns ful
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -52,13 +53,16 @@ def shard_batch(
     samples: Sequence[TrainingSample], advantages: Sequence[float], rank: int, world: int
 ) -> tuple[list[TrainingSample], list[float]]:
     """This rank's equal share of a global batch (strided); short shares are padded with a
-    copy of their first sample at advantage 0 (no policy gradient)."""
+    copy of their first sample at advantage 0, without per-token advantages (no policy
+    gradient)."""
     if len(samples) != len(advantages) or not samples:
         raise ValueError("need one advantage per sample, and at least one sample")
     per_rank = math.ceil(len(samples) / world)
     local = list(samples[rank::world])
     adv = [float(a) for a in advantages[rank::world]]
     filler = local[0] if local else samples[0]
+    # No gradient from the filler: its per-token advantages (distillation's) go too.
+    filler = dataclasses.replace(filler, token_advantages=())
     while len(local) < per_rank:
         local.append(filler)
         adv.append(0.0)

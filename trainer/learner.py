@@ -201,6 +201,8 @@ class Learner:
             adv = torch.tensor(
                 [advantages[i] for i in idx], dtype=torch.float32, device=batch.mask.device
             )
+            if batch.token_advantages is not None:  # per token (`TrainingSample.token_advantages`)
+                adv = adv[:, None] + batch.token_advantages
             logits = self._logits(self.model, batch)
             logprobs = losses.token_logprobs(logits, batch.targets)
             mask = batch.mask
@@ -425,6 +427,8 @@ class _Padded:
     sampler_logprobs: torch.Tensor
     versions: torch.Tensor
     observation: torch.Tensor
+    token_advantages: torch.Tensor | None = None
+    """Per-token advantages added to each sample's own (None: no sample carries any)."""
 
 
 def _pad(
@@ -438,6 +442,7 @@ def _pad(
     sampler = torch.zeros((n, width), dtype=torch.float32)
     versions = torch.full((n, width), -1, dtype=torch.long)
     observed = torch.zeros((n, width), dtype=torch.float32)
+    per_token = torch.zeros((n, width), dtype=torch.float32)
     for row, s in enumerate(samples):
         k = len(s.input_ids)
         ids[row, :k] = torch.tensor(s.input_ids)
@@ -447,13 +452,23 @@ def _pad(
         versions[row, :k] = torch.tensor(s.policy_versions)
         if s.observation_mask:
             observed[row, :k] = torch.tensor(s.observation_mask, dtype=torch.float32)
+        if s.token_advantages:
+            per_token[row, :k] = torch.tensor(s.token_advantages, dtype=torch.float32)
+    any_per_token = any(s.token_advantages for s in samples)
     if device is not None:  # one copy per tensor, after filling them row by row on the host
-        ids, attention, mask, sampler, versions, observed = (
-            t.to(device) for t in (ids, attention, mask, sampler, versions, observed)
+        ids, attention, mask, sampler, versions, observed, per_token = (
+            t.to(device) for t in (ids, attention, mask, sampler, versions, observed, per_token)
         )
     # Shift: position t's logits score token t+1, so per-token fields drop their first entry.
     return _Padded(
-        ids, attention, ids[:, 1:], mask[:, 1:], sampler[:, 1:], versions[:, 1:], observed[:, 1:]
+        ids,
+        attention,
+        ids[:, 1:],
+        mask[:, 1:],
+        sampler[:, 1:],
+        versions[:, 1:],
+        observed[:, 1:],
+        per_token[:, 1:] if any_per_token else None,
     )
 
 

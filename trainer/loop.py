@@ -19,7 +19,9 @@ One training step, top to bottom (`TrainingLoop._train_step`):
     1. wait for a batch: `groups_per_step` finished groups, oldest first; groups at their
        staleness limit are always included, so the bound holds for every sample
     2. advantages per group (GRPO / Dr.GRPO / RLOO) -> one advantage per TrainingSample;
-       every token keeps the policy version that produced it (`trainer.batch`)
+       every token keeps the policy version that produced it (`trainer.batch`); on-policy
+       distillation (`advantage: opd`) adds a per-token one: the teacher scores every sampled
+       token (`trainer.opd`)
     3. `learner.train_step` in a worker thread (the event loop keeps generating meanwhile);
        truncated IS corrects tokens from older versions
     4. publish: `learner.engine_weights()` -> `engine.update_weights(weights, version)`, without
@@ -64,8 +66,9 @@ from skyrl_sdk.agents.command_agent import CommandAgentRunner
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
 from skyrl_sdk.agents.rollout import LoopAgent, RolloutLimits
 from skyrl_sdk.agents.rollout import play_episode as play_agent_episode
+from skyrl_sdk.agents.scoring import Scorer
 from skyrl_sdk.agents.trajectory import Trajectory, TrajectoryWriter
-from skyrl_sdk.trainer import heldout
+from skyrl_sdk.trainer import heldout, opd
 from skyrl_sdk.trainer._moved import moved_name
 from skyrl_sdk.trainer.backends.base import BackendHooks, RunOutcome
 from skyrl_sdk.trainer.batch import Group, build_batch, flat_groups, step_metrics
@@ -156,6 +159,8 @@ class TrainingLoop:
     OpenAI's API; its captured tokens are the trajectory)."""
     sync_check: SyncCheck
     """Scores a probe on the engine and the learner after every publish (set by `train`)."""
+    teacher: Scorer | None = None
+    """`advantage: opd`'s teacher (`trainer.opd`): built by `train` unless a caller set one."""
     agent: Agent
     """What plays every episode (set by `train`): `command_agent`, or the loop agent
     (`LoopAgent`: `policy` through `rollout`, with `limits` and `sampling`)."""
@@ -229,6 +234,8 @@ class TrainingLoop:
         )
         self.agent = self.command_agent or LoopAgent(self.policy, self.limits, self.sampling)
         self.sync_check = SyncCheck(cfg.sync_check, self.learner, self.engine, self.console)
+        if self.teacher is None:  # None again unless `advantage: opd`
+            self.teacher = await opd.teacher_for(self.config, self.engine)
         history: list[dict[str, Any]] = []
         outcome = RunOutcome.ERRORED
         evaluator = self._heldout_evaluator()
@@ -271,8 +278,9 @@ class TrainingLoop:
         # 2. Advantages, flattened to one per training sample.
         samples, advantages, adv_values = build_batch(groups, self.config.algorithm)
         await self.sync_check.calibrate(samples, self.learner.version)  # the first step only
+        samples, distilled = await opd.distill_batch(samples, self.teacher)  # opd only
         flat = flat_groups(groups)
-        if len(flat) == len(groups):
+        if len(flat) == len(groups) and self.teacher is None:
             self._no_signal(flat)
         # 3. Train off the event loop, so episodes keep running meanwhile.
         t0 = time.perf_counter()
@@ -289,6 +297,7 @@ class TrainingLoop:
         self.step += 1
         metrics = step_metrics(groups, stats, adv_values, self.learner.version)
         metrics.update(self.sync_check.pop_metrics())
+        metrics.update(distilled)
         metrics["groups/no_variance"] = len(flat)
         self.hooks.add_metrics(metrics)
         metrics.update(

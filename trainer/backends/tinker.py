@@ -54,7 +54,13 @@ from skyrl_sdk.agents.tinker_policy import TinkerPolicy, import_tinker
 from skyrl_sdk.agents.trajectory import TrainingSample
 from skyrl_sdk.trainer import losses
 from skyrl_sdk.trainer.backends.base import BackendHooks, Parts, RunOutcome
-from skyrl_sdk.trainer.config import AlgorithmConfig, ConfigError, PolicyLoss, TrainConfig
+from skyrl_sdk.trainer.config import (
+    AdvantageEstimator,
+    AlgorithmConfig,
+    ConfigError,
+    PolicyLoss,
+    TrainConfig,
+)
 from skyrl_sdk.trainer.learner import LearnerStats, lr_schedule
 from skyrl_sdk.trainer.run import RunState, rollout_limits
 
@@ -84,6 +90,11 @@ def check_config(config: TrainConfig) -> None:
         problems.append(
             "algorithm.observation_loss_coef: the tinker backend has no observation-token "
             "loss; set it to 0"
+        )
+    if alg.advantage is AdvantageEstimator.OPD:
+        problems.append(
+            "algorithm.advantage 'opd': the tinker backend does not train per-token "
+            "advantages yet; use backend 'local'"
         )
     if config.model.init_from:
         problems.append(
