@@ -27,8 +27,13 @@ Honoured:
   `namespace` tools (their functions offered by name, calls carry `namespace`). Hosted kinds
   (`web_search`, `file_search`, `code_interpreter`, `computer_use_preview`,
   `image_generation`, `local_shell`, `mcp`, `tool_search`) are accepted and not offered: the
-  server runs no tools. A custom tool with a grammar `format` is a 400 naming
-  `tools.N.format` (not enforced).
+  server runs no tools. A custom tool with a `grammar` `format` (syntax `lark`, as Codex
+  sends `apply_patch` for models it has metadata for, or `regex`) is enforced by constrained
+  decoding: its input is produced under the grammar, written JSON-escaped inside the call
+  (`engine.lark_json`); under `auto` the reply is free text until it opens a call (a lazy
+  grammar), forced as any named tool. A policy without constrained decoding, another
+  syntax, or a grammar that cannot be escaped (case-insensitive literals, anchors, special
+  tokens, recursion) is a 400 naming `tools.N.format`.
 - `tool_choice`: `auto`; `none` (tools neither rendered nor parsed); `allowed_tools` (only
   those offered); `required`, a named function or custom tool, and `allowed_tools` in mode
   `required` are enforced by constrained decoding (`responses_choice`, through the chat

@@ -86,18 +86,31 @@ def _text_format(req: ResponsesRequest) -> dict[str, object] | None:
 def enforce(
     server: Server, req: ResponsesRequest, choice: ToolChoice, sampling: SamplingParams
 ) -> tuple[SamplingParams, ToolOutputFormat | None]:
-    """`sampling` with the constraint a forcing `tool_choice` or a JSON `text.format` needs,
-    and how a forced reply's calls are parsed (None: as the server's tool format says)."""
+    """`sampling` with the constraint a forcing `tool_choice`, a grammar-typed custom tool or
+    a JSON `text.format` needs, and how a constrained reply's calls are parsed (None: as the
+    server's tool format says). A grammar tool offered under `auto` gets a lazy tool-call
+    grammar: the reply is free until it opens a call, which must then be a valid call, a
+    grammar tool's input a sentence of its grammar."""
     fmt = _text_format(req)
-    if fmt is None and choice.forced is None:
+    offered = choice.offered
+    grammars = {n: g for n, g in offered.grammars.items() if n in offered.names} if offered else {}
+    if fmt is None and choice.forced is None and not grammars:
         return sampling, None
-    param = "tool_choice" if choice.forced is not None else "text.format"
-    if fmt is not None and choice.forced is not None:
+    if choice.forced is not None:
+        param = "tool_choice"
+    elif fmt is not None:
+        param = "text.format"
+    else:
+        param = next(iter(grammars.values()))[1]
+    if fmt is not None and (choice.forced is not None or grammars):
         raise ApiError(
-            400, "text.format cannot be enforced together with a forced tool_choice", param=param
+            400,
+            "text.format cannot be enforced together with a forced tool_choice or a "
+            "grammar-typed custom tool (one grammar per reply)",
+            param="text.format",
         )
     try:
-        from skyrl_sdk.agents.engine.constraints import ToolFunction
+        from skyrl_sdk.agents.engine.constraints import Constraint, ConstraintError, ToolFunction
         from skyrl_sdk.agents.serving import structured
     except ImportError:  # a tree without constrained decoding
         raise ApiError(400, f"{param} cannot be enforced by this server", param=param) from None
@@ -110,14 +123,23 @@ def enforce(
         ), None
     assert choice.offered is not None
     functions = [
-        ToolFunction(t["function"]["name"], t["function"].get("parameters"))
+        ToolFunction(
+            t["function"]["name"],
+            t["function"].get("parameters"),
+            grammars.get(t["function"]["name"], (None, ""))[0],
+        )
         for t in choice.offered.chat_tools
     ]
-    constraint = structured.tool_choice_constraint(
-        functions,
-        choice.forced,
-        server.config.tool_format,
-        parallel=getattr(req, "parallel_tool_calls", None) is not False,
-    )
+    syntax = structured.SYNTAX[server.config.tool_format]
+    parallel = getattr(req, "parallel_tool_calls", None) is not False
+    try:
+        if choice.forced is None:
+            constraint = Constraint.tool_calls(functions, syntax=syntax, optional=True)
+        else:
+            constraint = structured.tool_choice_constraint(
+                functions, choice.forced, server.config.tool_format, parallel=parallel
+            )
+    except ConstraintError as e:  # a grammar that cannot be written inside a tool call
+        raise ApiError(400, f"{param} cannot be enforced: {e}", param=param) from None
     sampling = structured.constrain(server.policy, tokenizer, sampling, constraint, param=param)
-    return sampling, structured.FORCED_FORMAT[structured.SYNTAX[server.config.tool_format]]
+    return sampling, structured.FORCED_FORMAT[syntax]

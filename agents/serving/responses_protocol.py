@@ -204,6 +204,9 @@ class ToolSet:
     """Names of custom (freeform) tools: their calls are `custom_tool_call` items."""
     namespaces: dict[str, str] = field(default_factory=dict)
     """A namespaced tool's name -> its namespace (echoed on its calls)."""
+    grammars: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """A grammar-typed custom tool's name -> (its Lark grammar, where it was given:
+    `tools.N.format`): its input is produced under the grammar (`responses_choice`)."""
 
     @property
     def names(self) -> frozenset[str]:
@@ -227,15 +230,6 @@ def _function(spec: InputItem, where: str) -> dict[str, Any]:
 
 def _custom(spec: InputItem, where: str) -> dict[str, Any]:
     tool = _function({k: v for k, v in spec.items() if k != "parameters"}, where)
-    fmt = spec.get("format") or {"type": "text"}
-    if not isinstance(fmt, dict) or fmt.get("type") != "text":
-        # A grammar constrains what the model may write; not enforced here, so refused.
-        raise ApiError(
-            400,
-            f"{where}.format: only free-text custom tools are supported (a grammar cannot be "
-            "enforced by this server)",
-            param=f"{where}.format",
-        )
     tool["function"]["parameters"] = {
         "type": "object",
         "properties": {CUSTOM_INPUT: {"type": "string", "description": "The tool's input."}},
@@ -244,19 +238,51 @@ def _custom(spec: InputItem, where: str) -> dict[str, Any]:
     return tool
 
 
+def custom_grammar(spec: InputItem, where: str) -> str | None:
+    """A custom tool's `format` as a Lark grammar over its raw input (None: free text).
+    `grammar` formats with syntax `lark` (Codex's `apply_patch`) or `regex` (a one-terminal
+    grammar) are enforced by constrained decoding when the model calls the tool
+    (`responses_choice`); any other format is a 400 naming `tools.N.format`."""
+    fmt = spec.get("format") or {"type": "text"}
+    if isinstance(fmt, dict) and fmt.get("type") == "text":
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "grammar":
+        raise ApiError(400, f"{where}.format.type must be text or grammar", param=f"{where}.format")
+    syntax, definition = fmt.get("syntax"), fmt.get("definition")
+    if not isinstance(definition, str) or not definition.strip():
+        raise ApiError(400, f"{where}.format.definition must be a grammar", param=f"{where}.format")
+    if syntax == "lark":
+        return definition
+    if syntax == "regex":
+        return "start: /" + definition.replace("/", "\\/") + "/\n"
+    raise ApiError(
+        400,
+        f"{where}.format.syntax {syntax!r} cannot be enforced (lark, regex)",
+        param=f"{where}.format",
+    )
+
+
 def tool_set(tools: Sequence[InputItem] | None) -> ToolSet:
     """The request's tools, validated (400 naming the first bad one)."""
     chat: list[dict[str, Any]] = []
     custom: set[str] = set()
     namespaces: dict[str, str] = {}
+    grammars: dict[str, tuple[str, str]] = {}
+
+    def add_custom(spec: InputItem, where: str) -> None:
+        chat.append(_custom(spec, where))
+        custom.add(spec["name"])
+        grammar = custom_grammar(spec, where)
+        if grammar is not None:
+            grammars[spec["name"]] = (grammar, f"{where}.format")
+
     for i, spec in enumerate(tools or ()):
         where = f"tools.{i}"
         kind = spec.get("type") if isinstance(spec, dict) else None
         if kind == "function":
             chat.append(_function(spec, where))
         elif kind == "custom":
-            chat.append(_custom(spec, where))
-            custom.add(spec["name"])
+            add_custom(spec, where)
         elif kind == "namespace" and isinstance(spec.get("tools"), list):
             for k, inner in enumerate(spec["tools"]):
                 inner_where = f"{where}.tools.{k}"
@@ -264,11 +290,10 @@ def tool_set(tools: Sequence[InputItem] | None) -> ToolSet:
                     raise ApiError(
                         400, f"{inner_where}.type must be function or custom", param=inner_where
                     )
-                chat.append(
-                    (_function if inner["type"] == "function" else _custom)(inner, inner_where)
-                )
                 if inner["type"] == "custom":
-                    custom.add(inner["name"])
+                    add_custom(inner, inner_where)
+                else:
+                    chat.append(_function(inner, inner_where))
                 namespaces[inner["name"]] = str(spec.get("name", ""))
         elif kind not in HOSTED_TOOLS:
             raise ApiError(
@@ -277,7 +302,7 @@ def tool_set(tools: Sequence[InputItem] | None) -> ToolSet:
     names = [t["function"]["name"] for t in chat]
     if len(set(names)) != len(names):
         raise ApiError(400, "tools: two tools have the same name", param="tools")
-    return ToolSet(tuple(chat), frozenset(custom), namespaces)
+    return ToolSet(tuple(chat), frozenset(custom), namespaces, grammars)
 
 
 # -- input items to chat messages -------------------------------------------------------------

@@ -37,6 +37,21 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
     }
 ]
+PATCH_GRAMMAR = r"""start: begin hunk{1,2} "*** End Patch" LF?
+begin: "*** Begin Patch" LF
+hunk: "*** Add File: " PATH LF add_line{1,3}
+add_line: "+" /[a-z "\\]{0,12}/ LF -> line
+PATH: /[a-z]{1,8}\.txt/
+%import common.LF
+"""
+"""A grammar of the shape of Codex's `apply_patch` (written here, kept small and bounded so
+the random tiny model finishes a call)."""
+
+PATCH_RE = r'\*\*\* Begin Patch\n(\*\*\* Add File: [a-z]{1,8}\.txt\n(\+[a-z "\\]{0,12}\n){1,3}){1,2}\*\*\* End Patch\n?'
+"""The same language as a Python regex."""
+
+GRAMMAR_FORMAT = {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR}
+
 TEXT_EVENTS = [
     "response.created",
     "response.in_progress",
@@ -351,6 +366,18 @@ def test_response_log_keeps_a_bounded_lru() -> None:
             {"tools": [{"type": "custom", "name": "g", "format": {"type": "grammar"}}]},
             "tools.0.format",
         ),
+        (  # a grammar the scripted policy cannot enforce: a 400, never ignored
+            {"tools": [{"type": "custom", "name": "g", "format": GRAMMAR_FORMAT}]},
+            "tools.0.format",
+        ),
+        (
+            {
+                "tools": [
+                    {"type": "custom", "name": "g", "format": {**GRAMMAR_FORMAT, "syntax": "peg"}}
+                ]
+            },
+            "tools.0.format",
+        ),
         ({"tools": [{"type": "function"}]}, "tools.0.name"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input.0.type"),
         ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input.0.content"),
@@ -444,6 +471,44 @@ def test_forced_tool_choice_is_a_constrained_call_on_the_tiny_model(tiny) -> Non
                 assert json.loads(r.output[0].arguments)["op"] in ("add", "sub")
         turns = server.session_trajectory("forced").turns
         assert len(turns) == 4 and all(t.constrained for t in turns)
+
+
+def test_a_grammar_typed_custom_tool_is_called_under_its_grammar(tiny) -> None:
+    """A custom tool with a Lark `format` (as Codex sends `apply_patch`): named, every reply is
+    a `custom_tool_call` whose input is a sentence of the grammar, made by the mask; under
+    `auto` the turn is constrained too (a lazy grammar: free text until a call opens), and
+    any call it makes holds to the grammar."""
+    pytest.importorskip("skyrl_sdk.agents.serving.structured", reason="no constrained decoding")
+    import re
+
+    engine, renderer = tiny
+    tools = [
+        {"type": "custom", "name": "apply_patch", "format": GRAMMAR_FORMAT},
+        {"type": "function", "name": "calc", "parameters": {"type": "object"}},
+    ]
+    with serve(engine, renderer, session_token_budget=None) as server:
+        api = client(server, "grammar")
+        for seed in (1, 2):
+            r = api.responses.create(
+                model="tiny",
+                input="add a file",
+                tools=tools,
+                tool_choice={"type": "custom", "name": "apply_patch"},
+                max_output_tokens=300,
+                parallel_tool_calls=False,
+                extra_body={"seed": seed},
+            )
+            assert [o.type for o in r.output] == ["custom_tool_call"], r.output
+            assert r.output[0].name == "apply_patch"
+            assert re.fullmatch(PATCH_RE, r.output[0].input), r.output[0].input
+        auto = api.responses.create(
+            model="tiny", input="hi", tools=tools, max_output_tokens=40, extra_body={"seed": 5}
+        )
+        for item in auto.output:
+            if item.type == "custom_tool_call":
+                assert re.fullmatch(PATCH_RE, item.input), item.input
+        turns = server.session_trajectory("grammar").turns
+        assert len(turns) == 3 and all(t.constrained for t in turns)
 
 
 # -- limits: the same as chat completions --------------------------------------------------------
