@@ -7,8 +7,9 @@ import json
 import shutil
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
+from skyrl_gym.cli import CommandEntry, load_command
 from skyrl_gym.envs.terminal_gen.families import make_spec
 from skyrl_gym.envs.terminal_gen.generate import plan, write_tasks
 from skyrl_sdk.agents.trajectory import read_trajectories
@@ -16,7 +17,6 @@ from skyrl_sdk.trainer.config import build_config
 from skyrl_sdk.trainer.demos.demonstrations import (
     DemoSettings,
     DemoStyle,
-    app,
     model_renderer,
     play_demonstrations,
     solution_command,
@@ -25,6 +25,9 @@ from skyrl_sdk.trainer.sft import train_sft
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
 FAMILIES = ("echo-word", "make-dirs", "permissions")
+TERMINAL = load_command(CommandEntry("terminal", "skyrl_sdk.trainer.demos.demonstrations:app"))
+"""`skyrl terminal` as the entry point `terminal = "skyrl_sdk.trainer.demos.demonstrations:app"`
+builds it: skyrl_gym's group (gen, families) with `demos` added."""
 
 
 def _sampled_text(renderer, trajectory) -> list[str]:
@@ -41,6 +44,12 @@ def _sampled_text(renderer, trajectory) -> list[str]:
     return [renderer.tokenizer.decode(r, skip_special_tokens=False) for r in runs]
 
 
+def test_the_terminal_group_keeps_gen_and_families_and_adds_demos():
+    result = CliRunner().invoke(TERMINAL, ["--help"])
+    assert result.exit_code == 0, result.output
+    assert all(name in result.output for name in ("gen", "families", "demos"))
+
+
 def test_solution_command_drops_only_the_header():
     assert solution_command("#!/bin/bash\nset -e\ncd /app\necho a > b\nls\n") == "echo a > b\nls"
 
@@ -52,7 +61,7 @@ def test_demos_are_token_exact_graded_and_a_wrong_solution_is_dropped(tmp_path):
     broken.write_text("#!/bin/bash\nset -e\ncd /app\nmkdir -p nothing-asked-for\n")
     out = tmp_path / "demos.jsonl"
     args = ["demos", "--out", str(out), "--n", "6", "--families", ",".join(FAMILIES)]
-    result = CliRunner().invoke(app, [*args, "--model", "tiny", "--tasks", str(tasks)])
+    result = CliRunner().invoke(TERMINAL, [*args, "--model", "tiny", "--tasks", str(tasks)])
     assert result.exit_code == 0, result.output
     assert "wrote 5 demonstration(s)" in result.output and "make-dirs-s1" in result.output
     renderer = model_renderer("tiny")
