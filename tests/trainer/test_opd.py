@@ -318,3 +318,44 @@ def test_the_tinker_backend_refuses_opd_instead_of_ignoring_the_teacher():
     cfg = build_config({}, ["algorithm.advantage=opd", "algorithm.teacher=tiny:1"])
     with pytest.raises(ConfigError, match="the tinker backend does not train per-token"):
         check_config(cfg)
+
+
+def test_one_of_our_runs_is_a_teacher_with_its_trained_weights(tmp_path):
+    """`algorithm.teacher: RUN_DIR` builds the run's own model (its source, sizes and seed)
+    with its last checkpoint on top: the teacher scores as the run's final learner."""
+    run = build_config(
+        {},
+        [
+            f"out_dir={tmp_path / 'teacher_run'}",
+            "env.id=lookup",
+            "model.source=lookup-tiny",
+            "model.pretrain_steps=0",
+            "seed=3",
+            "optim.lr=1e-2",
+            "trainer.steps=2",
+            "trainer.groups_per_step=2",
+            "rollout.group_size=4",
+            "logging.console=false",
+        ],
+    )
+    trained = AsyncTrainer(run)
+    trained.run()
+    student = build_config(
+        {},
+        [
+            "model.source=lookup-tiny",
+            "model.pretrain_steps=0",
+            "algorithm.advantage=opd",
+            f"algorithm.teacher={tmp_path / 'teacher_run'}",
+        ],
+    )
+    resolved = opd.resolve_teacher(str(tmp_path / "teacher_run"), student)
+    assert resolved.seed == 3 and resolved.model.init_from == str(tmp_path / "teacher_run")
+    teacher = opd.load_teacher(student, trained.engine.renderer.tokenizer)
+    prompt, completion = [1, 4, 7, 2], [1, 5, 8, 11, 2]
+    expected = asyncio.run(trained.learner.score(prompt, completion))
+    assert asyncio.run(teacher.score(prompt, completion)) == pytest.approx(expected, abs=1e-5)
+    fresh, _ = load_model(student.model, seed=3)  # the untrained seed-3 model differs
+    assert asyncio.run(opd.FrozenScorer(fresh).score(prompt, completion)) != pytest.approx(
+        expected, abs=1e-3
+    )
