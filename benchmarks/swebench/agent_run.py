@@ -4,7 +4,10 @@ Each instance is one episode of the `swe` env. Its grading phase evaluates the a
 with the harness and leaves `OUT/logs/<instance_id>/` (patch, eval script, test output,
 `result.json`, `prediction.json`). Afterwards `OUT/predictions.jsonl` collects the patches and
 `OUT/report.json` the official summary; `trajectories.jsonl` and `results.json` are the
-agent loop's usual outputs. An episode that ends without `submit` counts as an empty patch.
+agent loop's usual outputs. An episode that ends without `submit` counts as an empty patch;
+one that ran past the agent's limit (`--timeout`) first has the stop reason `agent_timeout`,
+apart from an evaluation past `--eval-timeout` (`verifier_timeout`), both in report.json's
+`stop_reasons`.
 
 `trials=K` plays every instance K times: one trial alone writes the layout above, with the
 run's statistics (`skyrl_sdk.stats`; success = resolved) added to report.json; several write
@@ -30,6 +33,7 @@ from skyrl_gym.envs.swe.harness import (
     write_json,
 )
 from skyrl_gym.envs.swe.instances import Prediction, SWEInstance
+from skyrl_gym.stages import StageStop
 from skyrl_sdk.stats import per_task, trial_stats
 
 
@@ -38,6 +42,7 @@ def collect(instances: Sequence[SWEInstance], out_dir: str | Path, model_name: s
     out = Path(out_dir)
     predictions: dict[str, Prediction] = {}
     results: list[InstanceResult] = []
+    timed_out = _agent_timeouts(out)
     for instance in instances:
         log_dir = out / "logs" / safe_name(instance.instance_id)
         result_file, prediction_file = log_dir / "result.json", log_dir / "prediction.json"
@@ -52,6 +57,12 @@ def collect(instances: Sequence[SWEInstance], out_dir: str | Path, model_name: s
             result = InstanceResult(
                 instance.instance_id, Outcome.EMPTY_PATCH, model_name, error="never submitted"
             )
+            if instance.instance_id in timed_out:  # the agent's limit ended it, not grading
+                result = replace(
+                    result,
+                    error="agent_timeout: the episode ran past its timeout before submit",
+                    stop_reason=StageStop.AGENT_TIMEOUT,
+                )
         predictions[instance.instance_id] = prediction
         results.append(result)
     with (out / "predictions.jsonl").open("w", encoding="utf-8") as f:
@@ -59,6 +70,19 @@ def collect(instances: Sequence[SWEInstance], out_dir: str | Path, model_name: s
             f.write(json.dumps(prediction.model_dump()) + "\n")
     report = make_report(instances, predictions, results)
     return RunResult(report, results, write_json(out / "report.json", report))
+
+
+def _agent_timeouts(out: Path) -> set[str]:
+    """The instances whose episode in `out` (its trajectories.jsonl) ended at the agent's
+    time limit."""
+    from skyrl_sdk.agents.evaluate import TRAJECTORIES
+    from skyrl_sdk.agents.trajectory import StopReason
+
+    path = out / TRAJECTORIES
+    if not path.is_file():
+        return set()
+    rows = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line)
+    return {r["task_id"] for r in rows if r.get("stop_reason") == StopReason.TIMEOUT.value}
 
 
 async def run_agent(

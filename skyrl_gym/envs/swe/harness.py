@@ -80,6 +80,7 @@ from skyrl_gym.envs.swe.packages import (
     sandbox_packages,
 )
 from skyrl_gym.envs.swe.repos import RepoError, materialize, path_exists_at
+from skyrl_gym.stages import StageStop
 from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
     Backend,
@@ -209,6 +210,10 @@ class InstanceResult:
     """Where its logs are."""
     notes: tuple[str, ...] = ()
     """What the grading could not do here, e.g. `SINGLE_UID_NOTE`."""
+    stop_reason: StageStop | None = None
+    """Which stage's limit ended the instance: `verifier_timeout` (the evaluation ran past
+    its time, `Outcome.TIMEOUT`), `agent_timeout` (`skyrl swebench run`: the episode ran
+    past `--timeout` before it submitted); None when no limit did."""
 
     @property
     def resolved(self) -> bool:
@@ -227,6 +232,7 @@ class InstanceResult:
             error=data.get("error"),
             duration_s=float(data.get("duration_s", 0.0)),
             notes=tuple(data.get("notes") or ()),
+            stop_reason=StageStop(data["stop_reason"]) if data.get("stop_reason") else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -242,6 +248,7 @@ class InstanceResult:
             "duration_s": round(self.duration_s, 3),
             "tests_status": tests,
             "notes": list(self.notes),
+            "stop_reason": self.stop_reason.value if self.stop_reason else None,
         }
 
 
@@ -724,7 +731,11 @@ async def evaluate_instance(
             )
     except TimeoutError:
         log.write("test_output.txt", f"{grading.constants().TESTS_TIMEOUT}\n")
-        return done(Outcome.TIMEOUT, error=f"instance exceeded {config.timeout_s:g}s")
+        return done(
+            Outcome.TIMEOUT,
+            error=f"instance exceeded {config.timeout_s:g}s",
+            stop_reason=StageStop.VERIFIER_TIMEOUT,
+        )
     except _Skip as e:
         return done(Outcome.SKIPPED, error=str(e))
     except BackendUnavailable as e:
@@ -887,6 +898,7 @@ async def _evaluate_in_sandbox(
             report=report,
             error="tests timed out",
             notes=tuple(notes),
+            stop_reason=StageStop.VERIFIER_TIMEOUT,
         )
     outcome = Outcome.RESOLVED if report.get("resolved") else Outcome.UNRESOLVED
     log(f"{outcome.value} (exit code {result.exit_code})")
@@ -939,6 +951,8 @@ def make_report(
         "skipped_ids": skipped,
         "resolved_rate": len(resolved) / len(ids) if ids else 0.0,
         "reasons": {r.instance_id: r.error for r in results if r.error},
+        # Which stage's limit ended an instance (agent_timeout, verifier_timeout).
+        "stop_reasons": {r.instance_id: r.stop_reason.value for r in results if r.stop_reason},
         "instances": {r.instance_id: r.to_json() for r in results},
     }
 
