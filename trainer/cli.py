@@ -72,7 +72,13 @@ def train_command(
     except _Refused as e:
         console.print(f"[red]error: {escape(str(e))}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
-    result = trainer.run()
+    from skyrl_sdk.trainer.opd import TeacherError
+
+    try:
+        result = trainer.run()
+    except TeacherError as e:  # loaded when the run starts: another tokenizer than the student's
+        console.print(f"[red]error: {escape(str(e))}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
     console.print(
         f"trained {result.steps} steps (policy version {result.version}); run in {result.run_dir}"
     )
@@ -147,6 +153,13 @@ def _check_mode(cfg: TrainConfig, *, ray: bool) -> None:
         )
     if cfg.backend is Backend.TINKER and ray:
         raise _Refused("--ray runs the local backend; backend 'tinker' has no actors")
+    if cfg.algorithm.teacher:  # a teacher that names nothing, before any model loads
+        from skyrl_sdk.trainer.opd import TeacherError, resolve_teacher
+
+        try:
+            resolve_teacher(cfg.algorithm.teacher, cfg)
+        except TeacherError as e:
+            raise _Refused(str(e)) from None
 
 
 def _check_command_agent(cfg: TrainConfig) -> None:

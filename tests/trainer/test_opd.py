@@ -359,3 +359,32 @@ def test_one_of_our_runs_is_a_teacher_with_its_trained_weights(tmp_path):
     assert asyncio.run(opd.FrozenScorer(fresh).score(prompt, completion)) != pytest.approx(
         expected, abs=1e-3
     )
+
+
+def test_skyrl_train_says_what_is_wrong_with_a_teacher_in_one_line(tmp_path):
+    """A teacher that names nothing is refused before any model loads; one with another
+    tokenizer when the run builds it. Both: one line, exit 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    skyrl = Path(sys.executable).parent / "skyrl"
+    base = [str(skyrl), "train", "-", "env.id=lookup", f"out_dir={tmp_path / 'run'}"]
+    base += ["model.source=lookup-tiny", "model.pretrain_steps=0", "algorithm.advantage=opd"]
+    env = {**os.environ, "COLUMNS": "300"}
+    for teacher, says in (
+        (str(tmp_path / "nowhere"), "is not a run, checkpoint or model directory"),
+        ("tiny:0", "has another tokenizer than the student"),
+    ):
+        proc = subprocess.run(
+            [*base, f"algorithm.teacher={teacher}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert len(lines) == 1 and says in lines[0], proc.stdout
+        assert "Traceback" not in proc.stdout + proc.stderr
