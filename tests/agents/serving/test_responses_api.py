@@ -8,6 +8,7 @@ has (keys, body and stop caps, header deadline, token budget, queue cap and fair
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -748,3 +749,90 @@ def test_codex_exec_runs_a_tool_that_changes_a_file(renderer, tmp_path) -> None:
         assert "Done: hello.txt holds hello world." in done.stdout
         assert (work / "hello.txt").read_text() == "hello world\n"
         check_one_segment(server, "codex", renderer, script)
+
+
+class MaskCheckedPolicy(ScriptedPolicy):
+    """A scripted policy that enforces constraints the only way a deterministic one can: each
+    scripted id must be allowed by the request's grammar mask, step by step, or the turn is a
+    `PolicyError`. It keeps the constraints it was given (what the server built)."""
+
+    supports_constraints = True
+
+    def __init__(self, script, *, renderer) -> None:
+        super().__init__(script, renderer=renderer)
+        self.constraints: list[Any] = []
+
+    async def generate(self, prompt_token_ids, sampling, *, context=None):
+        completion = await super().generate(prompt_token_ids, sampling, context=context)
+        if sampling.constraint is not None:
+            self.constraints.append(sampling.constraint)
+            bad = masked_at(sampling.constraint, self._renderer, completion.token_ids)
+            if bad is not None:
+                raise PolicyError(f"scripted id {bad} is masked by the request's grammar")
+            completion = dataclasses.replace(completion, constrained=True)
+        return completion
+
+
+def masked_at(constraint, renderer, ids: Sequence[int]) -> int | None:
+    """The first position of `ids` the constraint's mask forbids (None: all allowed)."""
+    from skyrl_sdk.agents.engine.constraints import GrammarMatcher
+
+    matcher = GrammarMatcher(constraint, renderer.tokenizer, renderer.stop_token_ids)
+    vocab = len(renderer.tokenizer)
+    for k, token in enumerate(ids):
+        if not bool(matcher.allowed(vocab)[token]):
+            return k
+        matcher.advance(token)
+    return None
+
+
+def test_codex_apply_patch_is_written_under_codexs_own_grammar(renderer, tmp_path) -> None:
+    """`codex exec -m gpt-5.5` (a model Codex has metadata for) sends `apply_patch` as a
+    custom tool with its Lark grammar; the server offers it under `auto` with a lazy grammar
+    built from that live definition. The scripted patch call passes the mask token by token,
+    Codex applies it (the file appears), and a malformed patch would have been masked."""
+    pytest.importorskip("skyrl_sdk.agents.serving.structured", reason="no constrained decoding")
+    codex = harness_venv.npm_ready("codex")
+    if codex is None:
+        pytest.skip("build it with `python -m skyrl_sdk.benchmarks.harness_venv codex`")
+    patch = "*** Begin Patch\n*** Add File: hello.txt\n+hello world\n*** End Patch\n"
+    script = [call("apply_patch", input=patch), "Done: hello.txt holds hello world."]
+    policy = MaskCheckedPolicy(script, renderer=renderer)
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".codex").mkdir(parents=True)
+    work.mkdir()
+    config = ServeConfig(model_name="gpt-5.5", api_key=MAIN)
+    with start_server(policy, config, renderer=renderer) as server:
+        key = server.issue_session_key("codex")
+        toml = CODEX_CONFIG.replace('model = "tiny"', 'model = "gpt-5.5"')
+        (home / ".codex" / "config.toml").write_text(
+            toml.format(base_url=server.session_url("codex"))
+        )
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(home),
+            "CODEX_HOME": str(home / ".codex"),
+            "SKYRL_API_KEY": key,
+        }
+        args = ["exec", "--strict-config", "--skip-git-repo-check", "--ephemeral"]
+        args += ["--sandbox", "danger-full-access", "Write hello world to hello.txt"]
+        done = subprocess.run(
+            [str(codex), *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        assert (work / "hello.txt").read_text() == "hello world\n"
+        assert "Done: hello.txt holds hello world." in done.stdout
+        assert len(policy.constraints) == 2  # both turns under the lazy tool-call grammar
+        live = policy.constraints[0]
+        assert "G_UPDATE_HUNK" in live.source  # Codex's definition, rewritten for JSON
+        broken = call("apply_patch", input="*** Begin Patch\nhello\n*** End Patch\n")
+        assert masked_at(live, renderer, renderer.encode(broken)) is not None
+        assert masked_at(live, renderer, renderer.encode(call("nope", x=1))) is not None
+        check_one_segment(server, "codex", renderer, script)
+        assert all(t.constrained for t in server.session_trajectory("codex").turns)
