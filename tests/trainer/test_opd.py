@@ -16,6 +16,7 @@ from skyrl_sdk.agents.trajectory import (
     TrainingSample,
     Trajectory,
     Turn,
+    read_trajectories,
 )
 from skyrl_sdk.trainer import opd
 from skyrl_sdk.trainer.async_trainer import AsyncTrainer
@@ -355,6 +356,25 @@ def test_one_of_our_runs_is_a_teacher_with_its_trained_weights(tmp_path):
     prompt, completion = [1, 4, 7, 2], [1, 5, 8, 11, 2]
     expected = asyncio.run(trained.learner.score(prompt, completion))
     assert asyncio.run(teacher.score(prompt, completion)) == pytest.approx(expected, abs=1e-5)
+    # Multi-turn, token-exact: on an episode the run played, every turn's advantages are the
+    # teacher's scores of that turn's sampled ids given the ids before it (the turn's prompt).
+    episodes = read_trajectories(tmp_path / "teacher_run" / "trajectories.jsonl")
+    long = next(t for t in episodes if len(t.turns) >= 2 and len(t.segments) == 1)
+    (sample,) = long.training_samples()
+    (distilled,), _ = asyncio.run(opd.distill([sample], teacher))
+    at = len(long.prompt_ids)
+    for t in long.turns:
+        prompt_ids = distilled.input_ids[:at]
+        turn_scores = asyncio.run(teacher.score(prompt_ids, t.token_ids))
+        expected_turn = [a - b for a, b in zip(turn_scores, t.logprobs, strict=True)]
+        got = distilled.token_advantages[at : at + len(t.token_ids)]
+        assert got == pytest.approx(expected_turn, abs=1e-5)
+        assert set(
+            distilled.token_advantages[
+                at + len(t.token_ids) : at + len(t.token_ids) + len(t.observation_ids)
+            ]
+        ) <= {0.0}
+        at += len(t.token_ids) + len(t.observation_ids)
     fresh, _ = load_model(student.model, seed=3)  # the untrained seed-3 model differs
     assert asyncio.run(opd.FrozenScorer(fresh).score(prompt, completion)) != pytest.approx(
         expected, abs=1e-3
