@@ -131,12 +131,45 @@ def resolve_teacher(spec: str, config: TrainConfig) -> TeacherModel:
 
 class FrozenScorer:
     """A `Scorer` over a frozen transformers model: eval mode, no gradients, raw logits (no
-    temperature), one forward at a time."""
+    temperature), one forward at a time; `score_batch` scores many sequences in right-padded
+    forwards of `batch_size`."""
 
-    def __init__(self, model: Any, name: str = "teacher"):
+    def __init__(self, model: Any, name: str = "teacher", batch_size: int = 8):
         self.model = model.eval().requires_grad_(False)
         self.name = name
+        self.batch_size = batch_size
         self._lock = threading.Lock()
+
+    async def score_batch(
+        self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]
+    ) -> list[list[float]]:
+        """`score` of each (prompt, completion) pair, `batch_size` sequences a forward."""
+        return await asyncio.to_thread(self._score_batch, [(list(p), list(c)) for p, c in pairs])
+
+    def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        import torch
+
+        from skyrl_sdk.trainer.losses import token_logprobs
+
+        device = next(self.model.parameters()).device
+        out: list[list[float]] = []
+        for start in range(0, len(pairs), self.batch_size):
+            chunk = pairs[start : start + self.batch_size]
+            if any(not p or not c for p, c in chunk):
+                raise ValueError("scoring needs a non-empty prompt and completion")
+            width = max(len(p) + len(c) for p, c in chunk)
+            ids = torch.zeros((len(chunk), width), dtype=torch.long)
+            attention = torch.zeros_like(ids)
+            for row, (p, c) in enumerate(chunk):
+                ids[row, : len(p) + len(c)] = torch.tensor(p + c)
+                attention[row, : len(p) + len(c)] = 1
+            ids, attention = ids.to(device), attention.to(device)
+            with self._lock, torch.no_grad():  # right padding: no real token attends to it
+                logits = self.model(input_ids=ids, attention_mask=attention).logits.float()
+            logprobs = token_logprobs(logits[:, :-1], ids[:, 1:])
+            for row, (p, c) in enumerate(chunk):
+                out.append(logprobs[row, len(p) - 1 : len(p) - 1 + len(c)].tolist())
+        return out
 
     async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
         """Each completion token's logprob given the prompt and the completion before it."""
@@ -206,12 +239,11 @@ async def distill(
     see the module docstring), and the batch's stats."""
     started = time.perf_counter()
     starts = [_first_sampled(s) for s in samples]
-    scores = await asyncio.gather(
-        *(
-            teacher.score(s.input_ids[:k], s.input_ids[k:])
-            for s, k in zip(samples, starts, strict=True)
-        )
-    )
+    pairs = [(s.input_ids[:k], s.input_ids[k:]) for s, k in zip(samples, starts, strict=True)]
+    if isinstance(teacher, FrozenScorer):  # padded batches instead of one forward a sample
+        scores = await teacher.score_batch(pairs)
+    else:
+        scores = await asyncio.gather(*(teacher.score(p, c) for p, c in pairs))
     out: list[TrainingSample] = []
     kl = teacher_sum = 0.0
     tokens = 0

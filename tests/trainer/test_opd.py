@@ -408,3 +408,16 @@ def test_skyrl_train_says_what_is_wrong_with_a_teacher_in_one_line(tmp_path):
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert len(lines) == 1 and says in lines[0], proc.stdout
         assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_batched_teacher_scores_are_each_sequence_scored_alone():
+    """`FrozenScorer.score_batch` (right-padded forwards, what `distill` uses) gives every
+    sequence of another length the logprobs `score` gives it alone."""
+    model, _ = load_model(ModelConfig(source=ModelSource.LOOKUP_TINY, pretrain_steps=0), seed=5)
+    scorer = opd.FrozenScorer(model, batch_size=2)
+    pairs = [([1, 4, 7], [2, 5]), ([1, 4, 7, 8, 9, 2], [1, 5, 11, 12]), ([3], [6, 7, 8])]
+    batched = asyncio.run(scorer.score_batch(pairs))
+    for (prompt, completion), got in zip(pairs, batched, strict=True):
+        alone = asyncio.run(scorer.score(prompt, completion))
+        assert len(got) == len(completion)
+        assert got == pytest.approx(alone, abs=1e-5)
