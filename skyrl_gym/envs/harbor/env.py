@@ -40,7 +40,7 @@ from typing import Any, ClassVar, TypedDict
 import gymnasium as gym
 
 from skyrl_gym.core import Messages, ResetNeeded, StepReturn
-from skyrl_gym.envs.harbor.runtime import HarborRuntime, VerifierResult
+from skyrl_gym.envs.harbor.runtime import HarborRuntime, VerifierError, VerifierResult
 from skyrl_gym.envs.harbor.task import (
     HarborTask,
     StepSetupError,
@@ -50,6 +50,7 @@ from skyrl_gym.envs.harbor.task import (
     roll_up_rewards,
 )
 from skyrl_gym.sandbox_env import EpisodeInfo, SandboxToolEnv
+from skyrl_gym.stages import StageStop
 from skyrl_gym.step_info import StepInfo
 from skyrl_gym.tasks import TaskRow
 from skyrl_gym.tool_env import ParsedTurn, Tooling, answer
@@ -129,6 +130,10 @@ class HarborEpisodeInfo(EpisodeInfo, total=False):
     """A multi-step task's verified steps, in order."""
     step_setup_error: str | None
     """A multi-step task's failed `workdir/setup.sh`, if one failed."""
+    stage_stop: str
+    """`verifier_timeout` (a `StageStop` value) when test.sh ran past `[verifier].timeout_sec`
+    (no reward); absent otherwise. The agent's own limit is the rollout's: its trajectory's
+    `timeout`."""
 
 
 @dataclass(frozen=True)
@@ -462,6 +467,8 @@ class HarborEnv(SandboxToolEnv):
             "verifier_message": result.message,
             "grading_isolation": result.isolation.value if result.isolation else None,
         }
+        if result.error is VerifierError.TIMEOUT:
+            info["stage_stop"] = StageStop.VERIFIER_TIMEOUT.value
         if self.multi_step:
             info["steps"] = [o.to_json() for o in self.step_outcomes]
             info["step_setup_error"] = (

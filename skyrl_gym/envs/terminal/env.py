@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import ClassVar, TypedDict
 
 from skyrl_gym.sandbox_env import EpisodeInfo, SandboxToolEnv
+from skyrl_gym.stages import StageStop
 from skyrl_gym.tasks import TaskRow, load_tasks
 from skyrl_sdk.sandboxes import (
     DEFAULT_DISK_BYTES,
@@ -78,7 +79,17 @@ class CheckResult(TypedDict):
     """The grading sandbox's `GradingIsolation` value (`two_uid`, `single_uid`)."""
 
 
-class TerminalEpisodeInfo(EpisodeInfo):
+class _StageStopInfo(TypedDict, total=False):
+    """The optional `stage_stop` of `TerminalEpisodeInfo` (a base of its own: a string
+    `NotRequired` annotation is not seen by Python 3.11's TypedDict)."""
+
+    stage_stop: str
+    """`verifier_timeout` (a `StageStop` value) when the check ran past `check_timeout_s`
+    (no reward; the agent's own limit is the rollout's, its trajectory's `timeout`); absent
+    otherwise."""
+
+
+class TerminalEpisodeInfo(EpisodeInfo, _StageStopInfo):
     """`TerminalEnv.episode_info`: how the check graded the final workspace (in
     `info["episode"]`); `notes` holds `SINGLE_UID_NOTE` when the grading sandbox had no second
     uid."""
@@ -184,6 +195,8 @@ class TerminalEnv(SandboxToolEnv):
 
     def episode_info(self) -> TerminalEpisodeInfo:
         info: TerminalEpisodeInfo = {"check": self.last_check}
+        if self.last_check and self.last_check["timed_out"]:
+            info["stage_stop"] = StageStop.VERIFIER_TIMEOUT.value
         if self.last_check and self.last_check["isolation"] == GradingIsolation.SINGLE_UID.value:
             info["notes"] = [SINGLE_UID_NOTE]
         return info
