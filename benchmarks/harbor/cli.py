@@ -90,7 +90,9 @@ _PULL_OPTION = typer.Option(
 _CONCURRENCY_OPTION = typer.Option(4, "--n-concurrent", "-n", help="Trials running at once.")
 _OUT_OPTION = typer.Option(..., "--out", "-o", help="Output folder (job.json, trial folders).")
 _ROOTFS_OPTION = typer.Option(None, help="bwrap: root filesystem to use instead of the host's.")
-_TIMEOUT_MULTIPLIER_OPTION = typer.Option(1.0, help="Scale agent and verifier timeouts.")
+_TIMEOUT_MULTIPLIER_OPTION = typer.Option(
+    1.0, help="Scale build (build_timeout_sec), agent and verifier timeouts."
+)
 _REQUIRE_EXIT_ZERO_OPTION = typer.Option(
     False,
     "--require-exit-zero",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_gym.envs.harbor.task import check_env_names
+from skyrl_gym.stages import StageStop
 from skyrl_sdk.benchmarks.harbor.agents import AgentKind
 from skyrl_sdk.sandboxes import Backend
 from skyrl_sdk.stats import TrialStats, per_task, trial_stats
@@ -21,23 +22,24 @@ TRAJECTORIES = "trajectories.jsonl"
 
 
 class TrialError(enum.StrEnum):
-    """The short kind of a trial's error (`error` in job.json)."""
+    """The short kind of a trial's error (`error` in job.json). The three stage limits'
+    kinds are `skyrl_gym.stages.StageStop`'s words, as SWE and terminal episodes use them."""
 
     INVALID_TASK = "invalid_task"
     """The task folder is malformed (bad task.toml, missing test.sh, unknown schema, ...)."""
     ENVIRONMENT = "environment_error"
     """The environment could not be built or started."""
-    BUILD_TIMEOUT = "build_timeout"
+    BUILD_TIMEOUT = StageStop.BUILD_TIMEOUT.value
     """Building the environment (its image or root, the Dockerfile's steps) ran past
     `[environment].build_timeout_sec` times the timeout multiplier; the agent never ran and
     there is no reward."""
-    AGENT_TIMEOUT = "agent_timeout"
+    AGENT_TIMEOUT = StageStop.AGENT_TIMEOUT.value
     """The agent ran past its timeout (still graded)."""
     AGENT_NONZERO_EXIT = "agent_nonzero_exit"
     """The agent's command exited non-zero (still graded)."""
     AGENT_ERROR = "agent_error"
     """The agent failed (still graded)."""
-    VERIFIER_TIMEOUT = "verifier_timeout"
+    VERIFIER_TIMEOUT = StageStop.VERIFIER_TIMEOUT.value
     """test.sh ran past the verifier timeout; no reward."""
     REWARD_FILE_NOT_FOUND = "reward_file_not_found"
     """test.sh wrote no reward file; no reward."""
