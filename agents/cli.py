@@ -532,6 +532,13 @@ _SERVE_SESSION_TOKEN_BUDGET = typer.Option(
     min=0,
     help="Tokens (prompt + generated) a session key opens; past it, 429 (0: no budget).",
 )
+_SERVE_MAX_STORED_RESPONSES = typer.Option(
+    4096,
+    "--max-stored-responses",
+    min=1,
+    help="Responses kept for previous_response_id and GET/DELETE /v1/responses/{id} "
+    "(least recently used evicted first).",
+)
 _SERVE_SESSION_MAX_ROWS = typer.Option(
     0,
     "--session-max-rows",
@@ -575,6 +582,7 @@ def serve_command(
     session_max_queued: int = _SERVE_SESSION_MAX_QUEUED,
     header_timeout: float = _SERVE_HEADER_TIMEOUT,
     quiet: bool = _SERVE_QUIET,
+    max_stored_responses: int = _SERVE_MAX_STORED_RESPONSES,
 ) -> None:
     """Serve a policy over an OpenAI-compatible HTTP API (chat and completions, streaming,
     tools, token ids), optionally capturing every session token-exact for training."""
@@ -626,6 +634,7 @@ def serve_command(
         session_token_budget=session_token_budget or None,
         header_timeout_s=header_timeout,
         log_requests=not quiet,
+        max_stored_responses=max_stored_responses,
     )
     _run_server(loaded, config)
 

@@ -9,6 +9,9 @@ from skyrl_sdk.agents.serving.budget import DEFAULT_SESSION_TOKEN_BUDGET
 from skyrl_sdk.agents.serving.tool_output import ToolOutputFormat
 from skyrl_sdk.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES
 
+DEFAULT_MAX_STORED_RESPONSES = 4096
+"""Responses the Responses API keeps for `previous_response_id` and `GET /v1/responses/{id}`."""
+
 DEFAULT_MAX_TOKENS = 4096
 """Tokens per reply when a request sets no limit and the policy has no context length."""
 
@@ -40,6 +43,9 @@ class ServeConfig:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     """A connection must send a whole request head within this many seconds of opening (or
     of its previous response), else it is closed (`http_guard.header_timeout_protocol`)."""
+    max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES
+    """Responses kept for `previous_response_id` and `GET`/`DELETE /v1/responses/{id}`
+    (least recently used evicted first; `store: false` ones are not kept)."""
     log_requests: bool = False
     """Write one line per request to stderr (`request_log.RequestLog`): `skyrl serve` does
     unless `--quiet`; in-process servers (training, tests) do not."""

@@ -41,8 +41,12 @@ Honoured:
   never silently ignored. A named tool that is not in `tools` is a 400 too, as in chat.
 - `previous_response_id` and `store`: the server keeps each answered response's items (input
   and output) unless the request said `store: false` (Codex does, and sends the whole
-  conversation each turn), for `MAX_STORED_RESPONSES` responses, least recently used evicted
-  first; a response of another session, not stored, or evicted is a 404 naming the field.
+  conversation each turn), for `ServeConfig.max_stored_responses` responses
+  (`--max-stored-responses`, default 4096), least recently used evicted first; a response
+  of another session, not stored, deleted or evicted is a 404 naming the field.
+- `GET /v1/responses/{id}` (the stored response object, streamed or not) and
+  `DELETE /v1/responses/{id}` (forgets it), per session like every path: another session's
+  response, or one not kept, is a 404 `not_found`.
 - `max_output_tokens` (bounded by the context, 400 `context_length_exceeded`; a reply cut by
   it is `status: incomplete`, `incomplete_details.reason: max_output_tokens`),
   `temperature`, `top_p`, `stream`, `user` (the session when the URL names none); extensions
@@ -70,6 +74,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # route signatures are resolved at runtime
 
+from skyrl_sdk.agents.serving.config import DEFAULT_MAX_STORED_RESPONSES
 from skyrl_sdk.agents.serving.generation import Reply, until_disconnect
 from skyrl_sdk.agents.serving.prompts import chat_prompt
 from skyrl_sdk.agents.serving.protocol import ApiError, parse_body
@@ -95,49 +100,74 @@ from skyrl_sdk.agents.serving.streaming import start_stream
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-MAX_STORED_RESPONSES = 4096
-"""Responses whose items are kept for `previous_response_id` (least recently used evicted)."""
+MAX_STORED_RESPONSES = DEFAULT_MAX_STORED_RESPONSES
+"""Responses kept by default (`ServeConfig.max_stored_responses`, `--max-stored-responses`)."""
 
 Items = tuple[Mapping[str, Any], ...]
 """A conversation's items, in order."""
 
 
 class ResponseLog:
-    """Each answered response's items, for `previous_response_id`: at most `capacity`,
-    least recently used evicted first. A continued response's items share the earlier ones'
-    objects, so a long chain costs references, not copies."""
+    """Each answered response's items (for `previous_response_id`) and its response object
+    (for `GET /v1/responses/{id}`): at most `capacity`, least recently used evicted first. A
+    continued response's items share the earlier ones' objects, so a long chain costs
+    references, not copies."""
 
     def __init__(self, capacity: int = MAX_STORED_RESPONSES):
         self.capacity = capacity
         """Most responses kept."""
-        self._items: OrderedDict[str, tuple[str, Items]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[str, Items, ResponseObject | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, response_id: str, session: str, items: Sequence[Mapping[str, Any]]) -> None:
-        """Keep a response's whole conversation (its input and output items)."""
+    def put(
+        self,
+        response_id: str,
+        session: str,
+        items: Sequence[Mapping[str, Any]],
+        body: ResponseObject | None = None,
+    ) -> None:
+        """Keep a response's whole conversation (its input and output items) and its body."""
         with self._lock:
-            self._items[response_id] = (session, tuple(items))
+            self._items[response_id] = (session, tuple(items), body)
             self._items.move_to_end(response_id)
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
 
-    def get(self, response_id: str, session: str) -> Items:
-        """The items of `response_id`, answered in `session`; else 404 naming the field."""
+    def _find(self, response_id: str, session: str, param: str | None, code: str) -> Any:
         with self._lock:
             found = self._items.get(response_id)
             if found is not None and found[0] == session:
                 self._items.move_to_end(response_id)
-                return found[1]
+                return found
         raise ApiError(
             404,
             f"no response {response_id!r} in this session (unknown, answered with store: "
-            f"false, or no longer kept: the server keeps the last {self.capacity})",
-            param="previous_response_id",
-            code="previous_response_not_found",
+            f"false, deleted, or no longer kept: the server keeps the last {self.capacity})",
+            param=param,
+            code=code,
         )
+
+    def get(self, response_id: str, session: str) -> Items:
+        """The items of `response_id`, answered in `session`; else 404 naming the field."""
+        return self._find(
+            response_id, session, "previous_response_id", "previous_response_not_found"
+        )[1]
+
+    def response(self, response_id: str, session: str) -> ResponseObject:
+        """The response object of `response_id` in `session` (404 `not_found` otherwise)."""
+        body = self._find(response_id, session, None, "not_found")[2]
+        if body is None:
+            raise ApiError(404, f"response {response_id!r} has no stored body", code="not_found")
+        return body
+
+    def delete(self, response_id: str, session: str) -> None:
+        """Forget `response_id` (404 `not_found` when it is not kept for `session`)."""
+        self._find(response_id, session, None, "not_found")
+        with self._lock:
+            self._items.pop(response_id, None)
 
 
 @dataclass(frozen=True)
@@ -217,8 +247,14 @@ async def _answer(
     (r,), llm_s = await until_disconnect(request.receive, server.generate(rp.plan))
     await server.capture(rp.plan, 0, r, llm_s)
     items = output_items(r, rp.tools)
+    body = _final_body(rp, r, items)
     if rp.stored:
-        log.put(rp.head.id, rp.plan.session, (*rp.items, *items))
+        log.put(rp.head.id, rp.plan.session, (*rp.items, *items), body)
+    return body
+
+
+def _final_body(rp: ResponsePlan, r: Reply, items: Sequence[OutputItem]) -> ResponseObject:
+    """The finished response object (`completed`, or `incomplete` when cut by the limit)."""
     status = "incomplete" if r.finish_reason == "length" else "completed"
     usage = response_usage(len(rp.plan.prompt), len(r.completion.token_ids))
     return rp.head.body(status, items, usage)
@@ -226,8 +262,19 @@ async def _answer(
 
 def add_routes(app: FastAPI, server: Server) -> None:
     """Add this API's routes to `app`, answered by `server`."""
-    log = ResponseLog(MAX_STORED_RESPONSES)
+    log = ResponseLog(server.config.max_stored_responses)
     app.state.responses = log
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(request: Request, response_id: str) -> Any:
+        """A stored response of this session (not with `store: false`; 404 otherwise)."""
+        return json_response(log.response(response_id, server.session_of(request, None)))
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(request: Request, response_id: str) -> Any:
+        """Forget a stored response: `previous_response_id` and GET then answer 404."""
+        log.delete(response_id, server.session_of(request, None))
+        return json_response({"id": response_id, "object": "response", "deleted": True})
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
@@ -242,7 +289,8 @@ def add_routes(app: FastAPI, server: Server) -> None:
         async def finish(r: Reply, items: list[OutputItem]) -> None:
             await server.capture(plan, 0, r, first.elapsed())
             if rp.stored:
-                log.put(rp.head.id, plan.session, (*rp.items, *items))
+                body = _final_body(replace(rp, plan=plan), r, items)
+                log.put(rp.head.id, plan.session, (*rp.items, *items), body)
 
         async with server.settling(plan, streamed=True):
             first = await until_disconnect(request.receive, start_stream(server, plan))

@@ -280,11 +280,10 @@ def test_a_side_conversation_is_an_auxiliary_segment(renderer) -> None:
 
 
 def test_previous_response_ids_are_per_session_and_evicted_least_recent_first(
-    renderer, monkeypatch
+    renderer,
 ) -> None:
-    monkeypatch.setattr(responses_api, "MAX_STORED_RESPONSES", 2)
     policy = ScriptedPolicy(lambda context: "ok", renderer=renderer)
-    with serve(policy, renderer) as server:
+    with serve(policy, renderer, max_stored_responses=2) as server:
         api, other = client(server, "a"), client(server, "b")
         r1, r2 = (api.responses.create(model="tiny", input=x) for x in ("one", "two"))
         with pytest.raises(openai.NotFoundError) as foreign:
@@ -299,6 +298,65 @@ def test_previous_response_ids_are_per_session_and_evicted_least_recent_first(
         unstored = api.responses.create(model="tiny", input="z", store=False)
         with pytest.raises(openai.NotFoundError):
             api.responses.create(model="tiny", input="x", previous_response_id=unstored.id)
+
+
+def test_stored_responses_are_retrieved_and_deleted_per_session(renderer) -> None:
+    """`GET /v1/responses/{id}` answers the stored response (streamed or not) in its own
+    session only; `DELETE` forgets it, after which GET and `previous_response_id` are 404;
+    `store: false` responses are never kept."""
+    policy = ScriptedPolicy(lambda context: "kept", renderer=renderer)
+    with serve(policy, renderer) as server:
+        api, other = client(server, "a"), client(server, "b")
+        plain = api.responses.create(model="tiny", input="one")
+        streamed = list(api.responses.create(model="tiny", input="two", stream=True))[-1].response
+        for made in (plain, streamed):
+            got = api.responses.retrieve(made.id)
+            assert got.id == made.id and got.status == "completed" and got.output_text == "kept"
+            assert got.usage.output_tokens == made.usage.output_tokens
+        with pytest.raises(openai.NotFoundError) as foreign:
+            other.responses.retrieve(plain.id)
+        assert foreign.value.body["code"] == "not_found"
+        api.responses.delete(plain.id)
+        with pytest.raises(openai.NotFoundError):
+            api.responses.retrieve(plain.id)
+        with pytest.raises(openai.NotFoundError):
+            api.responses.create(model="tiny", input="x", previous_response_id=plain.id)
+        with pytest.raises(openai.NotFoundError):
+            api.responses.delete(plain.id)
+        unstored = api.responses.create(model="tiny", input="z", store=False)
+        with pytest.raises(openai.NotFoundError):
+            api.responses.retrieve(unstored.id)
+        assert api.responses.retrieve(streamed.id).id == streamed.id
+
+
+def test_skyrl_serve_max_stored_responses_bounds_what_is_kept(tmp_path) -> None:
+    """`skyrl serve --max-stored-responses 1`: the second response evicts the first."""
+    import signal
+
+    from tests.agents.serving.test_server_cli import ENV, SKYRL, free_port, wait_up
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["one", "two"]))
+    port = free_port()
+    args = ["serve", "--policy", f"scripted:{script}", "--port", str(port), "--quiet"]
+    proc = subprocess.Popen(
+        [*SKYRL, *args, "--max-stored-responses", "1"],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_up(proc, f"http://127.0.0.1:{port}")
+        api = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/sessions/s/v1", api_key="x", max_retries=0
+        )
+        first, second = (api.responses.create(model="scripted", input=x) for x in "ab")
+        assert api.responses.retrieve(second.id).output_text == "two"
+        with pytest.raises(openai.NotFoundError):
+            api.responses.retrieve(first.id)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
 
 
 def test_items_fold_into_the_chat_messages_a_reply_is_remembered_as() -> None:
