@@ -889,6 +889,11 @@ def test_codex_apply_patch_is_written_under_codexs_own_grammar(renderer, tmp_pat
         assert len(policy.constraints) == 2  # both turns under the lazy tool-call grammar
         live = policy.constraints[0]
         assert "G_UPDATE_HUNK" in live.source  # Codex's definition, rewritten for JSON
+        update = '*** Begin Patch\n*** Update File: a.py\n@@ def f():\n-    x = 1\n+    x = "\\\\"\n*** End Patch\n'
+        assert (
+            masked_at(live, renderer, renderer.encode("Ok.\n" + call("apply_patch", input=update)))
+            is None
+        )
         broken = call("apply_patch", input="*** Begin Patch\nhello\n*** End Patch\n")
         assert masked_at(live, renderer, renderer.encode(broken)) is not None
         assert masked_at(live, renderer, renderer.encode(call("nope", x=1))) is not None
