@@ -4,7 +4,9 @@ A `Constraint` says what a completion must be: a JSON document matching a schema
 (`Constraint.json_schema`, OpenAI's `response_format: json_schema`), any JSON object
 (`Constraint.json_object`), one or more tool calls in the renderer's tool-call syntax with
 each function's arguments schema (`Constraint.tool_calls`, for `tool_choice: "required"` or a
-named function), or a Lark grammar (`Constraint.lark`, e.g. a grammar-typed custom tool). It is
+named function; a function given a `grammar` is a grammar-typed custom tool whose input is
+written under that Lark grammar inside the call's JSON string, see `lark_json`; `optional`
+for `tool_choice: auto`, free text until a call opens), or a Lark grammar (`Constraint.lark`). It is
 plain data (no grammar library is needed to build one), and rides on the request's
 `SamplingParams.constraint`.
 
