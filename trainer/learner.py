@@ -1,6 +1,7 @@
 """`Learner`: a single-process torch learner for causal LMs on `TrainingSample`s.
 
-One `train_step` is one batch of samples with one advantage each:
+One `train_step` is one batch of samples with one advantage each (a sample may add one per
+token, `TrainingSample.token_advantages`: on-policy distillation's, `trainer.opd`):
 
     1. pad the samples into micro-batches; forward the policy -> per-token logprobs
        (logits divided by the sampling temperature, so they compare with the sampler's)
@@ -156,7 +157,8 @@ class Learner:
     def train_step(
         self, samples: Sequence[TrainingSample], advantages: Sequence[float]
     ) -> LearnerStats:
-        """Train on one batch (one advantage per sample); bumps `version` by one."""
+        """Train on one batch (one advantage per sample, plus each sample's per-token
+        `token_advantages`, if any); bumps `version` by one."""
         if len(samples) != len(advantages) or not samples:
             raise ValueError("train_step needs one advantage per sample, and at least one sample")
         started = time.perf_counter()
