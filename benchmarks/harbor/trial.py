@@ -163,7 +163,13 @@ class _TrialRun:
         self.running, self.since = stage, time.perf_counter()
 
     def fail(self, error: TrialError, message: str) -> _TrialFailure:
-        """Charge `error` to the stage running."""
+        """Charge `error` to the stage running (the environment's build failing while it
+        starts: to `build`, reading the task and the build, nothing after it ran)."""
+        if self.running is Stage.START and self.runtime is not None and self.runtime.build_failed:
+            seconds = self.read_s + self.runtime.build_s
+            self.stages[Stage.BUILD] = stage_outcome(seconds, error, message)
+            self.stages.pop(Stage.START, None)
+            return _TrialFailure(error, message)
         self.stages[self.running] = stage_outcome(time.perf_counter() - self.since, error, message)
         return _TrialFailure(error, message)
 

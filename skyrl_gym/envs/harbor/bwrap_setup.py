@@ -20,7 +20,7 @@ from skyrl_gym.envs.harbor.dockerfile import (
     writable_roots,
     write_dirs,
 )
-from skyrl_gym.envs.harbor.errors import BuildTimeoutError, TaskEnvironmentError
+from skyrl_gym.envs.harbor.errors import BuildTimeoutError, TaskEnvironmentError, building
 from skyrl_gym.envs.harbor.host import CopyJob
 from skyrl_gym.envs.harbor.setup_steps import apply_steps, copy_into_workspace
 from skyrl_gym.envs.harbor.task import DEFAULT_WORKDIR
@@ -82,11 +82,8 @@ async def start_bwrap(rt: HarborRuntime, with_solution: bool) -> Sandbox:
         rt.notes.append(f"WORKDIR {rt.workdir}: not usable as a workspace; using /app")
         rt.workdir = DEFAULT_WORKDIR
     if cow_problem is None:
-        built_at = time.monotonic()
-        try:
+        with building(rt):  # the build stage's, apart from the sandbox's start
             await build_cow_root(rt, plan or DockerfilePlan(None, None))
-        finally:  # the build stage's time, apart from the sandbox's start
-            rt.build_s += time.monotonic() - built_at
     elif plan is not None:
         plan_roots(rt, plan)
     rt._env.update(task.environment.env)
@@ -111,11 +108,8 @@ async def start_bwrap(rt: HarborRuntime, with_solution: bool) -> Sandbox:
             )
             rt.solution_uploaded = True
         if plan is not None and rt.cow is None:
-            built_at = time.monotonic()
-            try:
+            with building(rt):
                 await apply_steps(rt, sandbox, plan.steps, deadline)
-            finally:
-                rt.build_s += time.monotonic() - built_at
     except BaseException:
         await sandbox.close()
         raise

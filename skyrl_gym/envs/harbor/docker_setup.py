@@ -11,11 +11,10 @@ import os
 import shutil
 import tarfile
 import tempfile
-import time
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from skyrl_gym.envs.harbor.errors import BuildTimeoutError, TaskEnvironmentError
+from skyrl_gym.envs.harbor.errors import BuildTimeoutError, TaskEnvironmentError, building
 from skyrl_gym.envs.harbor.trial_paths import AGENT_LOGS, ARTIFACTS, SOLUTION, fresh_dir
 from skyrl_sdk.sandboxes import DEFAULT_DISK_BYTES, Sandbox
 
@@ -32,14 +31,13 @@ async def start_docker(rt: HarborRuntime, with_solution: bool) -> Sandbox:
     build_s = rt.task.environment.build_timeout_s
     # With --pull a pull (bounded by build_timeout_sec itself) may come before the build.
     bound = 2 * build_s if rt.pull else build_s
-    built_at = time.monotonic()
-    try:
-        base = await asyncio.wait_for(asyncio.to_thread(engine_image, rt, client), bound)
-    except TimeoutError:
-        what = "docker pull and build" if rt.pull else "docker build"
-        raise BuildTimeoutError(f"{what} ran past build_timeout_sec={build_s:g}") from None
-    finally:  # the build stage's time, apart from the container's start
-        rt.build_s += time.monotonic() - built_at
+    # The build stage's time, apart from the container's start; its failure is the build's.
+    with building(rt):
+        try:
+            base = await asyncio.wait_for(asyncio.to_thread(engine_image, rt, client), bound)
+        except TimeoutError:
+            what = "docker pull and build" if rt.pull else "docker build"
+            raise BuildTimeoutError(f"{what} ran past build_timeout_sec={build_s:g}") from None
     try:
         config = client.images.get(base).attrs.get("Config") or {}
         image_workdir = config.get("WorkingDir") or ""

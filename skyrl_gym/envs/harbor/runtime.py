@@ -231,6 +231,8 @@ class HarborRuntime:
     """Seconds `start` spent building the environment (the task's root or image and the
     Dockerfile's steps, under `build_timeout_sec`): the trial's `build` stage, apart from
     opening the sandbox (`start`)."""
+    build_failed: bool = False
+    """The build itself failed (the trial's `build` stage failed, not `start`)."""
 
     def __post_init__(self) -> None:
         self.backend = Backend(self.backend)

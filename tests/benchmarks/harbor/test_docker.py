@@ -248,7 +248,9 @@ def test_docker_image_missing_pull_and_build(tmp_path, docker_engine):
         for name in ("unknown-registry", "silent-registry", "absent-base", "build-memory"):
             result = results[name]
             assert result["error"] == TrialError.ENVIRONMENT.value, result
-            assert result["stages"]["start"]["status"] == "failed", result["stages"]
+            # The image could not be had or built: the build stage's failure, not start's.
+            assert result["stages"]["build"]["status"] == "failed", result["stages"]
+            assert result["stages"]["start"]["status"] == "skipped", result["stages"]
             assert result["stages"]["agent"]["status"] == "skipped", result["stages"]
     for name in ("unknown-registry", "silent-registry"):
         message = offline[name]["error_message"]
@@ -260,7 +262,7 @@ def test_docker_image_missing_pull_and_build(tmp_path, docker_engine):
     assert f"{registry}/tb2/stuck:1" in silent["error_message"], silent["error_message"]
     assert "the pull failed (no answer within 3s)" in silent["error_message"], silent
     # Bounded by build_timeout_sec=3, not by the engine's own minutes-long timeouts.
-    assert silent["stages"]["start"]["duration_s"] < 10, silent["stages"]
+    assert silent["stages"]["build"]["duration_s"] < 10, silent["stages"]
     assert pull_run_s < 60, pull_run_s
     assert "the pull failed" in next(
         n for n in pulled["prebuilt-image"]["environment_notes"] if n.startswith("docker_image")
