@@ -19,8 +19,31 @@ NEW_FIELDS = {
     ("env", "tasks"): None,
     ("heldout", "seed_offset"): 1_000_000,
     ("algorithm", "dro_beta"): None,  # the loss catalogue's (issue 26): only `loss: dro` uses it
+    ("model", "init_from"): None,  # warm starts (issue 29)
+    ("algorithm", "observation_loss_coef"): 0.0,  # ECHO, off
+    ("algorithm", "teacher"): None,  # on-policy distillation, off
+    ("algorithm", "opd_reward_coef"): 0.0,
+    # The weight-sync check (issue 28) only reads: it scores a probe, it changes no update.
+    ("trainer", "sync_check"): {
+        "enabled": True,
+        "probe_sequences": 4,
+        "probe_max_tokens": 128,
+        "max_gap": None,
+        "min_gap": 0.0001,
+        "on_fail": "stop",
+    },
 }
 """Fields added since the fixture was recorded, at the values that leave a run as it was."""
+NEW_SECTIONS = {
+    "sft": {  # `skyrl sft`'s own settings (issue 29); a train run never reads them
+        "data": None,
+        "min_reward": None,
+        "heldout_fraction": 0.1,
+        "batch_size": 8,
+        "eval_every": 0,
+        "max_length": None,
+    },
+}
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE))
@@ -28,6 +51,8 @@ def test_demo_presets_build_the_config_they_always_trained_with(name: str) -> No
     built = demo.demo_config(demo.PRESETS[name]).model_dump(mode="json")
     for (section, field), value in NEW_FIELDS.items():
         assert built[section].pop(field) == value
+    for section, value in NEW_SECTIONS.items():
+        assert built.pop(section) == value
     expected = json.loads(json.dumps(BEFORE[name]))
     # The SmolLM2 preset takes half this machine's cores: not part of the recorded config.
     expected["trainer"]["torch_threads"] = built["trainer"]["torch_threads"]
