@@ -25,6 +25,25 @@ MAX_SEED = 2**63 - 1
 """Largest seed accepted (a torch generator's seed range)."""
 
 
+def check_stop(value: str | list[str] | None) -> str | list[str] | None:
+    """A request's `stop` (a string or a list), checked: at most `MAX_STOP` strings within the
+    length cap, none empty. Raises `ValueError` (pydantic reports it as the field's error)."""
+    stops = [value] if isinstance(value, str) else value or []
+    problem = stop_problem(stops, (), max_strings=MAX_STOP)
+    if problem is not None:
+        raise ValueError(problem)
+    if any(not s for s in stops):
+        raise ValueError("stop strings must not be empty")
+    return value
+
+
+def stop_tuple(value: str | list[str] | None) -> tuple[str, ...]:
+    """A request's `stop` as a tuple of strings."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 class ApiError(Exception):
     """An error answered in OpenAI's shape with its status code."""
 
@@ -157,19 +176,11 @@ class _Sampling(_Body):
     @field_validator("stop")
     @classmethod
     def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
-        stops = [value] if isinstance(value, str) else value or []
-        problem = stop_problem(stops, (), max_strings=MAX_STOP)
-        if problem is not None:
-            raise ValueError(problem)
-        if any(not s for s in stops):
-            raise ValueError("stop strings must not be empty")
-        return value
+        return check_stop(value)
 
     def stops(self) -> tuple[str, ...]:
         """`stop` as a tuple."""
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        return stop_tuple(self.stop)
 
     @property
     def include_usage(self) -> bool:

@@ -23,8 +23,7 @@ from typing import Any, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from skyrl_sdk.agents.serving.generation import Reply
-from skyrl_sdk.agents.serving.protocol import MAX_SEED, MAX_STOP, ApiError
-from skyrl_sdk.sampling_limits import stop_problem
+from skyrl_sdk.agents.serving.protocol import MAX_SEED, ApiError, check_stop, stop_tuple
 
 CUSTOM_INPUT = "input"
 """The one string argument a custom (freeform) tool is rendered with: the model writes
@@ -166,19 +165,11 @@ class ResponsesRequest(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
-        stops = [value] if isinstance(value, str) else value or []
-        problem = stop_problem(stops, (), max_strings=MAX_STOP)
-        if problem is not None:
-            raise ValueError(problem)
-        if any(not s for s in stops):
-            raise ValueError("stop strings must not be empty")
-        return value
+        return check_stop(value)
 
     def stops(self) -> tuple[str, ...]:
         """`stop` as a tuple."""
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        return stop_tuple(self.stop)
 
     def token_limit(self) -> int | None:
         """`max_output_tokens`."""
