@@ -10,12 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.engine.batch import RunningBatch
-from skyrl_sdk.agents.engine.fairness import FairQueue
-from skyrl_sdk.agents.engine.prefix_cache import KV
+from skyrl_sdk.agents.engine.fairness import FairnessLimits, FairQueue
+from skyrl_sdk.agents.engine.prefix_cache import KV, PrefixCache
 from skyrl_sdk.agents.engine.request import Request
 from skyrl_sdk.agents.engine.runner import ModelRunner
-from skyrl_sdk.agents.engine.scheduler import Admission, Prefill, Scheduler
+from skyrl_sdk.agents.engine.scheduler import (
+    Admission,
+    Prefill,
+    Scheduler,
+    Scheduling,
+    make_scheduler,
+)
 from skyrl_sdk.agents.engine.split_linear import use_split_linears
 from skyrl_sdk.agents.engine.stats import Counters
 from skyrl_sdk.agents.engine.weights import WeightSync
@@ -129,3 +136,37 @@ class EngineCore:
             if not r.done:
                 r.finish = FinishReason.ABORT
                 r.resolve(PolicyError(f"{self.name} is closed"))
+
+
+def build_core(
+    name: str,
+    model: Any,
+    renderer: ChatRenderer,
+    prefix_cache: PrefixCache,
+    *,
+    scheduling: Scheduling,
+    fairness: FairnessLimits,
+    max_batch_size: int,
+    mixed_steps: bool,
+    policy_version: int,
+    num_threads: int | None,
+) -> EngineCore:
+    """An engine's parts on `model`: queue, scheduler, running batch, runner, weights and
+    counters (one builder for the threaded `LocalEngine` and the inline `SyncEngine`)."""
+    counters = Counters()
+    queue: FairQueue[Request] = FairQueue(fairness, alive=lambda r: not r.done)
+    scheduler = make_scheduler(
+        scheduling, queue, fairness, max_batch_size, prefix_cache, mixed_steps=mixed_steps
+    )
+    weights = WeightSync(model, prefix_cache, policy_version)
+    device = next(model.parameters()).device
+    runner = ModelRunner(
+        model,
+        renderer,
+        RunningBatch(device, counters),
+        prefix_cache,
+        weights,
+        counters,
+        frees_finished_rows=scheduler.frees_finished_rows,
+    )
+    return EngineCore(name, queue, scheduler, runner, weights, counters, num_threads)

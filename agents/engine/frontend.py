@@ -70,18 +70,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
-from skyrl_sdk.agents.engine.batch import RunningBatch
-from skyrl_sdk.agents.engine.core import EngineCore
-from skyrl_sdk.agents.engine.fairness import FairnessLimits, FairQueue
+from skyrl_sdk.agents.engine.core import EngineCore, build_core
+from skyrl_sdk.agents.engine.fairness import FairnessLimits
 from skyrl_sdk.agents.engine.kv_slots import KVSlots
 from skyrl_sdk.agents.engine.packed_step import supports_mixed_steps
 from skyrl_sdk.agents.engine.prefix_cache import DEFAULT_PREFIX_CACHE_BYTES, PrefixCache
 from skyrl_sdk.agents.engine.request import Request
-from skyrl_sdk.agents.engine.runner import ModelRunner
-from skyrl_sdk.agents.engine.scheduler import Scheduling, make_scheduler
+from skyrl_sdk.agents.engine.scheduler import Scheduling
 from skyrl_sdk.agents.engine.split_linear import split_small_linears
-from skyrl_sdk.agents.engine.stats import Counters, EngineStats
-from skyrl_sdk.agents.engine.weights import WeightSync
+from skyrl_sdk.agents.engine.stats import EngineStats
 from skyrl_sdk.agents.policy import (
     Completion,
     GenerationContext,
@@ -154,27 +151,18 @@ class LocalEngine:
 
     def _build_core(self, model: Any, policy_version: int) -> EngineCore:
         """The worker's parts: queue, scheduler, batch, runner, weights, counters."""
-        counters = Counters()
-        queue: FairQueue[Request] = FairQueue(self.fairness, alive=lambda r: not r.done)
-        scheduler = make_scheduler(
-            self.scheduling,
-            queue,
-            self.fairness,
-            self.max_batch_size,
-            self.prefix_cache,
-            mixed_steps=self.mixed_steps,
-        )
-        weights = WeightSync(model, self.prefix_cache, policy_version)
-        runner = ModelRunner(
+        return build_core(
+            self.name,
             model,
             self._renderer,
-            RunningBatch(self.device, counters),
             self.prefix_cache,
-            weights,
-            counters,
-            frees_finished_rows=scheduler.frees_finished_rows,
+            scheduling=self.scheduling,
+            fairness=self.fairness,
+            max_batch_size=self.max_batch_size,
+            mixed_steps=self.mixed_steps,
+            policy_version=policy_version,
+            num_threads=self.num_threads,
         )
-        return EngineCore(self.name, queue, scheduler, runner, weights, counters, self.num_threads)
 
     @classmethod
     def from_pretrained(

@@ -21,18 +21,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from skyrl_sdk.agents.chat import ChatRenderer
-from skyrl_sdk.agents.engine.batch import RunningBatch
-from skyrl_sdk.agents.engine.core import EngineCore
-from skyrl_sdk.agents.engine.fairness import FairnessLimits, FairQueue
+from skyrl_sdk.agents.engine.core import build_core
+from skyrl_sdk.agents.engine.fairness import FairnessLimits
 from skyrl_sdk.agents.engine.options import DEFAULT_OPTIONS, RequestOptions
 from skyrl_sdk.agents.engine.packed_step import supports_mixed_steps
 from skyrl_sdk.agents.engine.prefix_cache import PrefixCache
 from skyrl_sdk.agents.engine.request import Request
-from skyrl_sdk.agents.engine.runner import ModelRunner, prompt_logprobs
-from skyrl_sdk.agents.engine.scheduler import Scheduling, make_scheduler
+from skyrl_sdk.agents.engine.runner import prompt_logprobs
+from skyrl_sdk.agents.engine.scheduler import Scheduling
 from skyrl_sdk.agents.engine.split_linear import split_small_linears, use_split_linears
-from skyrl_sdk.agents.engine.stats import Counters, EngineStats
-from skyrl_sdk.agents.engine.weights import WeightSync
+from skyrl_sdk.agents.engine.stats import EngineStats
 from skyrl_sdk.agents.policy import Completion, PolicyError, SamplingParams
 
 DEFAULT_SYNC_PREFIX_CACHE_BYTES = 128 << 20
@@ -72,31 +70,21 @@ class SyncEngine:
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
         """Keys and values of earlier prompts and sequences (a group's repeated prompt is
         prefilled once)."""
-        self.counters = Counters()
-        limits = FairnessLimits(max_rows=None, max_queued=None, step_rows=None)
-        queue: FairQueue[Request] = FairQueue(limits, alive=lambda r: not r.done)
-        scheduler = make_scheduler(
-            Scheduling.CONTINUOUS,
-            queue,
-            limits,
-            max_batch_size,
-            self.prefix_cache,
-            mixed_steps=mixed_steps and supports_mixed_steps(model),
-        )
-        scheduler.idle_wait_s = 0.0  # `run` returns once nothing is queued or running
-        self._scheduler = scheduler
-        weights = WeightSync(model, self.prefix_cache, 0)
-        batch = RunningBatch(self.device, self.counters)
-        runner = ModelRunner(
+        self._core = build_core(
+            name,
             model,
             renderer,
-            batch,
             self.prefix_cache,
-            weights,
-            self.counters,
-            frees_finished_rows=True,
+            scheduling=Scheduling.CONTINUOUS,
+            fairness=FairnessLimits(max_rows=None, max_queued=None, step_rows=None),
+            max_batch_size=max_batch_size,
+            mixed_steps=mixed_steps and supports_mixed_steps(model),
+            policy_version=0,
+            num_threads=None,
         )
-        self._core = EngineCore(name, queue, scheduler, runner, weights, self.counters, None)
+        self.counters = self._core.counters
+        self._scheduler = self._core.scheduler
+        self._scheduler.idle_wait_s = 0.0  # `run` returns once nothing is queued or running
 
     @property
     def max_batch_size(self) -> int:
