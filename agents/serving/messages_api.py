@@ -190,6 +190,10 @@ def _render(
     return rendered.token_ids, messages
 
 
+_PARAM_NAMES = {"prompt": "messages", "stop": "stop_sequences"}
+"""The Messages API's names of the fields `Server.sampling`'s errors name."""
+
+
 def plan_messages(server: Server, request: Request, req: MessagesRequest) -> Plan:
     """A Messages request validated and rendered as the chat route renders a chat request."""
     server.check_model(req.model)
@@ -202,20 +206,14 @@ def plan_messages(server: Server, request: Request, req: MessagesRequest) -> Pla
         # Anthropic clients ask for a generous maximum (Claude Code: 32,000): the reply may
         # run to the end of the context, as on Anthropic's API.
         req = req.model_copy(update={"max_tokens": max(1, limit - len(prompt))})
-    try:
-        sampling = server.sampling(
-            req,  # type: ignore[arg-type]  (the fields Server.sampling reads)
-            len(prompt),
-            stop_token_ids=stop_ids,
-            top_logprobs=0,
-            limit_param="max_tokens",
-        )
-    except ApiError as e:
-        if e.param in ("prompt", "messages"):
-            e.param = "messages"
-        if e.param == "stop":
-            e.param = "stop_sequences"
-        raise
+    sampling = server.sampling(
+        req,  # type: ignore[arg-type]  (the fields Server.sampling reads)
+        len(prompt),
+        stop_token_ids=stop_ids,
+        top_logprobs=0,
+        limit_param="max_tokens",
+        param_names=_PARAM_NAMES,
+    )
     forced = forced_tools(server, req)
     tokenizer = server.renderer.tokenizer if server.renderer is not None else None
     sampling = constrain(server.policy, tokenizer, sampling, forced, param="tool_choice")

@@ -212,18 +212,14 @@ def plan_response(
             server.context_limit,
         )
         prompt, stop_ids = rendered.token_ids, server.renderer.stop_token_ids
-    try:
-        sampling = server.sampling(
-            req,  # type: ignore[arg-type]  (the fields Server.sampling reads)
-            len(prompt),
-            stop_token_ids=stop_ids,
-            top_logprobs=0,
-            limit_param="max_output_tokens",
-        )
-    except ApiError as e:
-        if e.param in ("prompt", "messages"):
-            e.param = "input"
-        raise
+    sampling = server.sampling(
+        req,  # type: ignore[arg-type]  (the fields Server.sampling reads)
+        len(prompt),
+        stop_token_ids=stop_ids,
+        top_logprobs=0,
+        limit_param="max_output_tokens",
+        param_names={"prompt": "input", "messages": "input"},
+    )
     sampling, forced_format = enforce(server, req, choice, sampling)
     plan = Plan(
         session=session,

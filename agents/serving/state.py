@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +111,33 @@ class Server:
         return request.scope.get(SESSION_SCOPE_KEY) or user or DEFAULT_SESSION
 
     def sampling(
+        self,
+        req: ChatRequest | CompletionRequest,
+        prompt_len: int,
+        *,
+        stop_token_ids: Sequence[int],
+        top_logprobs: int,
+        limit_param: str,
+        param_names: Mapping[str, str] | None = None,
+    ) -> SamplingParams:
+        """The request's sampling for a `prompt_len`-token prompt; `ApiError` 400 when it
+        does not fit the context or its stop lists are over the caps. `param_names` renames
+        the fields those errors name to the route's own (the Messages API's `stop` is
+        `stop_sequences`), so each route need not catch and remap them itself."""
+        try:
+            return self._sampling(
+                req,
+                prompt_len,
+                stop_token_ids=stop_token_ids,
+                top_logprobs=top_logprobs,
+                limit_param=limit_param,
+            )
+        except ApiError as e:
+            if param_names and e.param in param_names:
+                e.param = param_names[e.param]
+            raise
+
+    def _sampling(
         self,
         req: ChatRequest | CompletionRequest,
         prompt_len: int,
