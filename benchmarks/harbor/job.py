@@ -35,7 +35,7 @@ from skyrl_sdk.benchmarks.harbor.records import (
     TrialError,
     TrialResult,
 )
-from skyrl_sdk.benchmarks.harbor.trial import run_trial
+from skyrl_sdk.benchmarks.harbor.trial import _write_new, run_trial
 
 
 async def run_job(
@@ -126,9 +126,8 @@ def _write_result(trial_dir: Path, result: TrialResult) -> None:
     path = trial_dir / RESULT_FILE
     if not path.is_file():
         return
-    tmp = path.with_name(f".{path.name}.trial.tmp")
-    tmp.write_text(json.dumps(result.to_json(), indent=2))
-    tmp.replace(path)
+    # The trial's own writer: an unpredictable temporary name, so no link can be waiting there.
+    _write_new(path, json.dumps(result.to_json(), indent=2))
 
 
 def _stage_cell(outcome: StageOutcome | None) -> str:
