@@ -316,6 +316,9 @@ def test_stored_responses_are_retrieved_and_deleted_per_session(renderer) -> Non
         with pytest.raises(openai.NotFoundError) as foreign:
             other.responses.retrieve(plain.id)
         assert foreign.value.body["code"] == "not_found"
+        with pytest.raises(openai.NotFoundError):  # nor may it forget another's response
+            other.responses.delete(plain.id)
+        assert api.responses.retrieve(plain.id).id == plain.id
         api.responses.delete(plain.id)
         with pytest.raises(openai.NotFoundError):
             api.responses.retrieve(plain.id)
