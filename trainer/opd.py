@@ -235,8 +235,9 @@ async def distill(
     samples: Sequence[TrainingSample], teacher: Scorer
 ) -> tuple[list[TrainingSample], DistillStats]:
     """`samples` with their per-token distillation advantages (`token_advantages`), scored
-    by `teacher` (one call per sample: its ids before the first sampled token, then the rest;
-    see the module docstring), and the batch's stats."""
+    by `teacher` (each sample as its ids before the first sampled token, then the rest, see
+    the module docstring; a `FrozenScorer` takes them in padded batches, any other `Scorer`
+    one call a sample), and the batch's stats."""
     started = time.perf_counter()
     starts = [_first_sampled(s) for s in samples]
     pairs = [(s.input_ids[:k], s.input_ids[k:]) for s, k in zip(samples, starts, strict=True)]
