@@ -161,14 +161,23 @@ def agent_phase(
     if isinstance(inner, HarborEnv):
         from skyrl_sdk.agents.command_runtime import CommandRuntime
 
+        base = inner.make_runtime
+        # Keep the env's own grading settings (TerminalGenEnv's `require_exit_zero=True`).
+        settings = dict(base.keywords) if isinstance(base, functools.partial) else {}
         inner.make_runtime = functools.partial(
             CommandRuntime,
-            agent_ports=(port,),
-            agent_binds=agent.sandbox_binds(),
-            agent_output_limit_bytes=agent.output_limit_bytes,
-            agent_memory_bytes=agent.memory_bytes,
+            **{
+                **settings,
+                "agent_ports": (port,),
+                "agent_binds": agent.sandbox_binds(),
+                "agent_output_limit_bytes": agent.output_limit_bytes,
+                "agent_memory_bytes": agent.memory_bytes,
+            },
         )
-        yield  # the runtime itself drops the port and binds for its verifier phase
+        try:
+            yield  # the runtime itself drops the port and binds for its verifier phase
+        finally:
+            inner.make_runtime = base
         return
     template = inner.sandbox_template
     inner.sandbox_template = agent_sandbox_spec(template, agent, port)
