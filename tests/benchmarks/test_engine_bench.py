@@ -48,6 +48,7 @@ def test_engine_bench_reports_every_key_with_its_baselines(capsys) -> None:
     assert result["tokens_equal_fp32"] and result["tokens_equal_fp64"]
     assert result["reused_tokens_fp32"] > 0
     assert result["logprob_diff_fp32"] < 1e-5 and result["logprob_diff_fp64"] < 1e-9
+    assert result["logprob_within_noise_fp32"]
 
 
 def test_the_vllm_row_is_skipped_without_its_venv(tmp_path, monkeypatch, capsys) -> None:
