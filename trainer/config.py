@@ -274,6 +274,16 @@ class AlgorithmConfig(_Section):
     messages). Token mean over the batch's observation tokens; 0: off (the loss is unchanged)."""
     filter_zero_variance: bool = False
     """Drop groups whose rewards are all equal (they have zero advantage)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: a finished group whose rewards are all equal (all solved or
+    all failed: no GRPO signal) is set aside and the next task is played in its place, so a
+    step trains on `groups_per_step` groups that each carry a signal. At most
+    `max_set_aside` groups a step; past that, flat groups are kept (and
+    `filter_zero_variance` decides). Not under `advantage: opd`, where every token has a
+    signal. Set-aside groups are never trained and never played again (`--resume` too)."""
+    max_set_aside: int = Field(16, ge=1)
+    """`dynamic_sampling`: most groups set aside per step (bounds the extra generation when
+    the policy solves, or fails, nearly everything)."""
     teacher: str | None = None
     """`advantage: opd`'s teacher, which scores every sampled token (`trainer.opd`): one of our
     run or checkpoint directories (as `model.init_from`; its run's model), a transformers

@@ -26,6 +26,9 @@ class DataCursor:
         self.num_tasks = num_tasks
         self.seed = seed
         self.consumed: set[int] = set()
+        self.set_aside: set[int] = set()
+        """Groups played but never to be trained (dynamic sampling's flat groups); they do not
+        count as consumed (the staleness gate counts trained groups) but are not replayed."""
         self._perms: dict[int, list[int]] = {}
 
     def task_index(self, group: int) -> int:
@@ -42,7 +45,7 @@ class DataCursor:
         """Group indices not yet trained on, in order (endless)."""
         group = 0
         while True:
-            if group not in self.consumed:
+            if group not in self.consumed and group not in self.set_aside:
                 yield group
             group += 1
 
@@ -50,16 +53,26 @@ class DataCursor:
         """Record groups as trained on (part of a completed optimizer step)."""
         self.consumed.update(groups)
 
+    def mark_set_aside(self, group: int) -> None:
+        """Record a played group that no step will train (`algorithm.dynamic_sampling`)."""
+        self.set_aside.add(group)
+
     def state_dict(self) -> dict[str, Any]:
-        """Compact state: every group below `below` is consumed, plus `extra` above it."""
+        """Compact state: every group below `below` is consumed, plus `extra` above it, and
+        the groups set aside."""
         below = 0
         while below in self.consumed:
             below += 1
-        return {"below": below, "extra": sorted(g for g in self.consumed if g > below)}
+        return {
+            "below": below,
+            "extra": sorted(g for g in self.consumed if g > below),
+            "set_aside": sorted(self.set_aside),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Inverse of `state_dict`."""
+        """Inverse of `state_dict` (a checkpoint from before `set_aside` has none)."""
         self.consumed = set(range(state["below"])) | set(state["extra"])
+        self.set_aside = set(state.get("set_aside", ()))
 
 
 class StalenessGate:
@@ -86,6 +99,12 @@ class StalenessGate:
             await self._changed.wait_for(lambda: self.admitted < self.capacity())
             self.admitted += 1
             return self.version
+
+    async def refund(self) -> None:
+        """A group admitted will never be trained (set aside): its room goes to another."""
+        async with self._changed:
+            self.admitted -= 1
+            self._changed.notify_all()
 
     async def advance(self, version: int) -> None:
         """The learner published `version`: more groups may start."""

@@ -5,31 +5,70 @@ the loop's event loop). Each waits until the `StalenessGate` admits one more gro
 next group index of the run's data order, plays it (the loop's `play_group`) and files it as
 finished. `next_batch` waits until `pick_batch` can take `groups_per_step` finished groups
 without leaving a group (finished or running) unable to be trained within `max_staleness`.
+
+With a `SetAside` rule (`algorithm.dynamic_sampling`), a finished group the rule rejects (no
+reward variance) is recorded in the cursor as set aside, its admission is refunded and the
+worker plays the next task instead, up to `SetAside.limit` groups per batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from skyrl_sdk.trainer.batch import Group, pick_batch
-from skyrl_sdk.trainer.config import TrainerLoopConfig
+from skyrl_sdk.trainer.config import AdvantageEstimator, AlgorithmConfig, TrainerLoopConfig
 from skyrl_sdk.trainer.data import DataCursor, StalenessGate
 
 PlayGroup = Callable[[int, int], Awaitable[Group]]
 """Plays group `index`, admitted at learner version `version`: `play_group(index, version)`."""
 
 
+@dataclass(frozen=True)
+class SetAside:
+    """Which finished groups to set aside instead of training (dynamic sampling)."""
+
+    rejects: Callable[[Group], bool]
+    """True for a group no step should train (e.g. every reward equal)."""
+    limit: int
+    """Most groups set aside per batch; past it, rejected groups are kept."""
+
+
+def no_reward_variance(group: Group) -> bool:
+    """Every episode of `group` got the same reward (GRPO's advantage is 0 everywhere)."""
+    return len({t.reward for t in group.trajectories}) <= 1
+
+
+def set_aside_rule(algorithm: AlgorithmConfig) -> SetAside | None:
+    """`algorithm.dynamic_sampling`'s rule (None when off, and under distillation, where a
+    group without reward variance still has a signal in every token)."""
+    if not algorithm.dynamic_sampling or algorithm.advantage is AdvantageEstimator.OPD:
+        return None
+    return SetAside(no_reward_variance, algorithm.max_set_aside)
+
+
 class GroupGenerator:
     """Generation state, shared by the workers and the learner loop (one event loop)."""
 
     def __init__(
-        self, cfg: TrainerLoopConfig, cursor: DataCursor, version: int, play_group: PlayGroup
+        self,
+        cfg: TrainerLoopConfig,
+        cursor: DataCursor,
+        version: int,
+        play_group: PlayGroup,
+        set_aside: SetAside | None = None,
     ):
         """Workers for `cfg`'s batch shape, continuing `cursor`'s data order from learner
-        version `version`; `play_group` plays one group."""
+        version `version`; `play_group` plays one group; `set_aside`: dynamic sampling."""
         self._cfg = cfg
+        self._cursor = cursor
         self._play_group = play_group
+        self._set_aside = set_aside
+        self._set_aside_count = 0
+        """Groups set aside since the last batch was taken."""
+        self.last_set_aside = 0
+        """Groups set aside while the last batch taken was being gathered."""
         self._gate = StalenessGate(
             cfg.groups_per_step,
             cfg.max_staleness,
@@ -97,6 +136,7 @@ class GroupGenerator:
         if self._error is not None:
             raise RuntimeError("a generation worker failed") from self._error
         assert chosen is not None
+        self.last_set_aside, self._set_aside_count = self._set_aside_count, 0
         return [self._finished.pop(i) for i in chosen]
 
     async def _worker(self) -> None:
@@ -106,10 +146,28 @@ class GroupGenerator:
             index = next(self._pending)  # no await since admit(): claims are in order
             self._running[index] = version
             group = await self._play_group(index, version)
+            if self._sets_aside(group):
+                self._cursor.mark_set_aside(index)
+                await self._gate.refund()  # another task takes its place
+                async with self._changed:
+                    del self._running[index]
+                    self._changed.notify_all()
+                continue
             async with self._changed:
                 del self._running[index]
                 self._finished[index] = group
                 self._changed.notify_all()
+
+    def metrics(self) -> dict[str, int]:
+        """The last batch's generation metrics: `groups/set_aside`."""
+        return {"groups/set_aside": self.last_set_aside}
+
+    def _sets_aside(self, group: Group) -> bool:
+        rule = self._set_aside
+        if rule is None or self._set_aside_count >= rule.limit or not rule.rejects(group):
+            return False
+        self._set_aside_count += 1
+        return True
 
     def _worker_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None:

@@ -73,7 +73,7 @@ from skyrl_sdk.trainer._moved import moved_name
 from skyrl_sdk.trainer.backends.base import BackendHooks, RunOutcome
 from skyrl_sdk.trainer.batch import Group, build_batch, flat_groups, step_metrics
 from skyrl_sdk.trainer.config import TrainConfig
-from skyrl_sdk.trainer.generation import GroupGenerator
+from skyrl_sdk.trainer.generation import GroupGenerator, set_aside_rule
 from skyrl_sdk.trainer.metrics import MultiSink
 from skyrl_sdk.trainer.run import RunState, rollout_limits
 from skyrl_sdk.trainer.run_env import make_env
@@ -228,7 +228,8 @@ class TrainingLoop:
         if "learner" not in vars(self):
             raise RuntimeError("this TrainingLoop has no learner and engine to train with")
         cfg = self.config.trainer
-        generator = GroupGenerator(cfg, self.cursor, self.learner.version, self._play_group)
+        rule = set_aside_rule(self.config.algorithm)
+        generator = GroupGenerator(cfg, self.cursor, self.learner.version, self._play_group, rule)
         self.command_agent = CommandAgentRunner.for_training(
             self.config.agent, self.policy, self.run_dir
         )
@@ -298,7 +299,7 @@ class TrainingLoop:
         metrics = step_metrics(groups, stats, adv_values, self.learner.version)
         metrics.update(self.sync_check.pop_metrics())
         metrics.update(distilled)
-        metrics["groups/no_variance"] = len(flat)
+        metrics.update({"groups/no_variance": len(flat), **generator.metrics()})
         self.hooks.add_metrics(metrics)
         metrics.update(
             {

@@ -75,3 +75,33 @@ def test_synchronous_run_publishes_every_version_and_plays_only_trained_groups(t
         "version": STEPS,
         "resumed_from": None,
     }
+
+
+def test_dynamic_sampling_trains_only_groups_with_a_signal(tmp_path):
+    cfg = build_config(
+        {},
+        [
+            f"out_dir={tmp_path}",
+            "env.id=lookup",
+            "model.source=lookup-tiny",
+            "trainer.steps=2",
+            "trainer.max_staleness=0",
+            f"trainer.groups_per_step={GROUPS}",
+            f"rollout.group_size={GROUP_SIZE}",
+            "model.pretrain_steps=10",
+            "algorithm.dynamic_sampling=true",
+            "algorithm.max_set_aside=64",
+            "logging.console=false",
+        ],
+    )
+    result = AsyncTrainer(cfg).run()
+    rewards: dict[int, list[float]] = {}
+    for line in (tmp_path / "trajectories.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        rewards.setdefault(int(row["episode_id"][1:].split("/")[0]), []).append(row["reward"])
+    trained = {g for m in result.history for g in m["groups"]}
+    assert len(trained) == 2 * GROUPS
+    assert all(len(set(rewards[g])) > 1 for g in trained)  # each had a signal
+    set_aside = set(rewards) - trained
+    assert sum(m["groups/set_aside"] for m in result.history) == len(set_aside)
+    assert all(len(set(rewards[g])) == 1 for g in set_aside)
