@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol, runtime_checkable
 
 from skyrl_gym.core import Messages, StepReturn, TextEnv
@@ -94,18 +95,47 @@ async def close_env(env: PlayableEnv) -> None:
     on the event loop; any other may block (a sandbox to tear down), so it closes in a
     worker thread, as its steps run. A `close` that returns an awaitable is awaited.
     """
+    rest = start_close(env)
+    if rest is not None:
+        await rest
+
+
+def start_close(env: PlayableEnv) -> Coroutine[Any, Any, None] | None:
+    """`close_env`, split for a caller that closes many cheap envs: an env whose steps are
+    declared cheap is closed right here (None comes back, nothing to await, no coroutine
+    built); otherwise the coroutine that finishes closing it (await it). Never raises."""
     try:
         # What `make` returns (a guard around the env itself) without gymnasium's
         # `unwrapped` property chain: one episode closes one env.
         inner = env.env if type(env) is EpisodeGuard else env
         if not isinstance(inner, TextEnv):
             inner = getattr(inner, "unwrapped", inner)
-        if getattr(inner, "inline_async", False) is True:
-            closing = env.close()
-        else:
-            closing = await asyncio.to_thread(env.close)
+        if getattr(inner, "inline_async", False) is not True:
+            return _close_in_thread(env)
+        closing = env.close()
+        if closing is not None and inspect.isawaitable(closing):
+            return _await_close(env, closing)
+    except Exception as e:  # the episode is over: its trajectory is what counts
+        _close_failed(env, e)
+    return None
+
+
+async def _close_in_thread(env: PlayableEnv) -> None:
+    try:
+        closing = await asyncio.to_thread(env.close)
         if closing is not None and inspect.isawaitable(closing):
             await closing
-    except Exception as e:  # the episode is over: its trajectory is what counts
-        # Said, not raised: a close that keeps failing (a sandbox not torn down) must show.
-        log.warning("closing %s failed: %s: %s", type(env).__name__, type(e).__name__, e)
+    except Exception as e:
+        _close_failed(env, e)
+
+
+async def _await_close(env: PlayableEnv, closing: Awaitable[object]) -> None:
+    try:
+        await closing
+    except Exception as e:
+        _close_failed(env, e)
+
+
+def _close_failed(env: PlayableEnv, e: Exception) -> None:
+    # Said, not raised: a close that keeps failing (a sandbox not torn down) must show.
+    log.warning("closing %s failed: %s: %s", type(env).__name__, type(e).__name__, e)

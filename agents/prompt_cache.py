@@ -101,10 +101,32 @@ def cached_prompt(renderer: ChatRenderer, messages: Sequence[Message]) -> Render
     """`renderer.prompt(messages)`, remembered per renderer (see `PromptMemo`)."""
     if renderer.verify_incremental:
         return renderer.prompt(messages)
+    last = _last
+    if last is not None and last[0]() is renderer:
+        return last[1].get(renderer, messages)
+    return _memo_of(renderer).get(renderer, messages)
+
+
+_last: tuple[weakref.ReferenceType[ChatRenderer], PromptMemo] | None = None
+"""The memo of the renderer `cached_prompt` served last: a run uses one renderer, and
+calling a weak reference is cheaper than `WeakKeyDictionary.get` (Python code that builds a
+new weak reference per call). Cleared when that renderer is collected."""
+
+
+def _memo_of(renderer: ChatRenderer) -> PromptMemo:
+    global _last
     memo = _PROMPTS.get(renderer)
     if memo is None:
         memo = _PROMPTS.setdefault(renderer, PromptMemo())
-    return memo.get(renderer, messages)
+    _last = (weakref.ref(renderer, _forget), memo)
+    return memo
+
+
+def _forget(ref: weakref.ReferenceType[ChatRenderer]) -> None:
+    global _last
+    last = _last
+    if last is not None and last[0] is ref:
+        _last = None
 
 
 DEFAULT_SAMPLING = SamplingParams()

@@ -36,10 +36,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_gym.core import TextEnv
+from skyrl_gym.core import Messages, TextEnv
 from skyrl_gym.tasks import TaskRow, reset_kwargs, task_seed
 from skyrl_gym.wrappers import EpisodeGuard
-from skyrl_sdk.agents.agent import Agent, PlayableEnv, close_env
+from skyrl_sdk.agents.agent import Agent, PlayableEnv, start_close
 from skyrl_sdk.agents.chat import ChatRenderer, RenderedPrompt, TemplateError
 from skyrl_sdk.agents.policy import Completion, GenerationContext, Policy, SamplingParams
 from skyrl_sdk.agents.prompt_cache import DEFAULT_SAMPLING, cached_prompt, episode_sampling
@@ -231,10 +231,10 @@ async def _play(
     episode_id: str,
     task_id: str,
 ) -> StopReason:
-    """The loop body: returns how the episode ended, or raises `_EpisodeEnd` (failures,
-    limits)."""
+    """The loop body: how the episode ended, or `_EpisodeEnd` (failures, limits)."""
     inline = _steps_inline(env)
-    await _start(env, task, state, inline)
+    # An inline reset runs on this thread anyway: no coroutine for it.
+    _begin(state, _reset(env, task) if inline else await _areset(env, task))
     renderer, turns, history = state.renderer, state.turns, state.history
     max_turns = limits.max_turns
     parse_errors = 0  # consecutive unparseable replies
@@ -303,17 +303,28 @@ async def _play(
     return StopReason.MAX_TURNS
 
 
-async def _start(env: PlayableEnv, task: TaskRow, state: _Episode, inline: bool) -> None:
-    """Reset the env on the task and render the opening prompt (`_EpisodeEnd` on failure)."""
+def _reset(env: PlayableEnv, task: TaskRow) -> Messages:
+    """Reset the env on the task, calling its `reset` here (`_EpisodeEnd` on failure)."""
     try:
         # A seed row (`skyrl_gym.tasks.seed_task`) resets with its seed, any other row
         # is handed to the env as the task.
-        if inline:
-            messages, _ = env.reset(**reset_kwargs(task))  # type: ignore[attr-defined]
-        else:
-            messages, _ = await env.areset(**reset_kwargs(task))
+        messages, _ = env.reset(**reset_kwargs(task))  # type: ignore[attr-defined]
     except Exception as e:
         raise _EpisodeEnd(StopReason.ENV_ERROR, f"reset: {type(e).__name__}: {e}") from e
+    return messages
+
+
+async def _areset(env: PlayableEnv, task: TaskRow) -> Messages:
+    """`_reset` through the env's `areset`."""
+    try:
+        messages, _ = await env.areset(**reset_kwargs(task))
+    except Exception as e:
+        raise _EpisodeEnd(StopReason.ENV_ERROR, f"reset: {type(e).__name__}: {e}") from e
+    return messages
+
+
+def _begin(state: _Episode, messages: Messages) -> None:
+    """Render the opening prompt (`_EpisodeEnd` when the template cannot)."""
     try:
         state.start(messages)
     except TemplateError as e:  # the renderer belongs to the policy's side
@@ -422,7 +433,7 @@ async def play_episode(
     make_env: EnvFactory, agent: Agent, task: TaskRow, *, episode_id: str, env_id: str = ""
 ) -> Trajectory:
     """One episode of `agent` on a fresh env from `make_env`, closed afterwards even on
-    errors (`close_env`); an env that cannot be built is an `ENV_ERROR` trajectory."""
+    errors (`close_env`, through `start_close`); an env that cannot be built is an `ENV_ERROR` trajectory."""
     try:
         env = make_env()
     except Exception as e:
@@ -430,7 +441,9 @@ async def play_episode(
     try:
         return await agent.play(env, task, episode_id=episode_id, env_id=env_id)
     finally:
-        await close_env(env)
+        rest = start_close(env)  # `close_env`; a cheap env closes right here, no coroutine
+        if rest is not None:
+            await rest
 
 
 async def run_episodes(

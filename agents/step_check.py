@@ -31,10 +31,10 @@ def read_step(
         and type(reward) is float
         and math.isfinite(reward)
         and type(observation) is list
-        and all(map(_is_message, observation))
+        and _all_messages(observation)
     ):  # the common, well-typed step
         try:
-            return StepInfo.read(info), terminated, truncated
+            return _read_info(info), terminated, truncated
         except StepInfoError as e:
             raise MalformedStep(str(e)) from None
     problem = None
@@ -64,10 +64,18 @@ def read_step(
     raise MalformedStep(problem)
 
 
-def _is_message(value: object) -> bool:
-    """`is_message`, with a shortcut for the usual `{"role", "content"}` dict."""
-    if type(value) is dict and len(value) == 2:
-        content = value.get("content")
-        if type(content) is str and value.get("role") in ROLES:
-            return True  # both keys and values are strings
-    return is_message(value)
+_read_info = StepInfo.read
+"""`StepInfo.read`, bound once (not a new bound method per step)."""
+
+
+def _all_messages(observation: list[object]) -> bool:
+    """Whether every item is a chat message; the usual `{"role", "content"}` dict is checked
+    here, without a call per message."""
+    for m in observation:
+        if type(m) is dict and len(m) == 2:
+            content = m.get("content")
+            if type(content) is str and m.get("role") in ROLES:
+                continue  # both keys and values are strings
+        if not is_message(m):
+            return False
+    return True

@@ -179,7 +179,7 @@ class StepInfo:
                     f"must be an object of metrics, got {type(episode).__name__} {episode!r:.80}",
                 )
             correct = episode.get(CORRECT)
-            if correct is not None and not isinstance(correct, bool):
+            if correct is not None and type(correct) is not bool:  # bool has no subclasses
                 raise StepInfoError(
                     f"{InfoKey.EPISODE.value}.{CORRECT}",
                     f"must be a bool, got {type(correct).__name__} {correct!r:.80}",
@@ -194,31 +194,35 @@ _new_step_info = fast_constructor(StepInfo)
 
 
 def _read_calls(value: object) -> tuple[ToolCall, ...]:
-    key = "tool_calls"
     if value is None or (type(value) is list and not value):
         return ()
-    if not isinstance(value, list | tuple):
-        raise StepInfoError(key, f"must be a list of calls, got {type(value).__name__}")
+    if type(value) is not list and not isinstance(value, list | tuple):
+        raise StepInfoError("tool_calls", f"must be a list of calls, got {type(value).__name__}")
     calls = []
-    for i, raw in enumerate(value):
+    for raw in value:
         # The call as `ToolCall.to_json` writes it (what every env's `StepInfo.write` gives),
         # checked by exact types; anything else goes through `from_json`, which names the
         # bad field. Read once per call per agent-loop step.
         if type(raw) is dict and len(raw) == 3:
-            name, arguments, call_id = raw.get("name"), raw.get("arguments"), raw.get("id")
+            get = raw.get
+            name, arguments, call_id = get("name"), get("arguments"), get("id")
             if (
                 type(name) is str
                 and name
                 and type(arguments) is dict
                 and (call_id is None or type(call_id) is str)
             ):
-                calls.append(_new_tool_call(name, dict(arguments), call_id))
+                calls.append(_new_tool_call(name, arguments.copy(), call_id))
                 continue
-        try:
-            calls.append(ToolCall.from_json(raw))
-        except ValueError as e:
-            raise StepInfoError(f"{key}[{i}]", str(e)) from None
+        calls.append(_read_call(len(calls), raw))
     return tuple(calls)
+
+
+def _read_call(index: int, raw: object) -> ToolCall:
+    try:
+        return ToolCall.from_json(raw)
+    except ValueError as e:
+        raise StepInfoError(f"tool_calls[{index}]", str(e)) from None
 
 
 _new_tool_call = fast_constructor(ToolCall)
