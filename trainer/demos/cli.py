@@ -9,9 +9,9 @@ from pathlib import Path
 
 import typer
 
-TASKS = ("lookup", "terminal")
-"""`--task` values: the lookup demo (`trainer.demos.lookup`) and the terminal demo
-(`trainer.demos.terminal`)."""
+TASKS = ("lookup", "terminal", "distill")
+"""`--task` values: the lookup demo (`trainer.demos.lookup`), the terminal demo
+(`trainer.demos.terminal`) and distillation of a terminal run (`trainer.demos.distill`)."""
 
 
 def demo_command(
@@ -19,7 +19,9 @@ def demo_command(
         "lookup",
         help="'lookup' (look a price up with a tool; `--model` picks the set-up) or "
         "'terminal' (SmolLM2 + LoRA on generated shell tasks: oracle demonstrations, SFT, "
-        "then RL, judged per family on held-out tasks; ~30 min on 2 cores).",
+        "then RL, judged per family on held-out tasks; ~30 min on 2 cores) or 'distill' "
+        "(on-policy distillation of a finished terminal run, `--teacher`, into a fresh "
+        "SmolLM2 + LoRA, against GRPO for as many sampled tokens).",
     ),
     model: str = typer.Option(
         "smollm2",
@@ -29,7 +31,11 @@ def demo_command(
     steps: int | None = typer.Option(
         None, help="Optimizer steps (default: the task's; --task terminal: the RL steps)."
     ),
-    seed: int = typer.Option(0, help="Seeds data order, sampling and initialisation."),
+    seed: int | None = typer.Option(
+        None,
+        help="Seeds data order, sampling and initialisation (default 0; --task distill: the "
+        "teacher run's, so the held-out episodes are sampled as in its evaluations).",
+    ),
     out: Path | None = typer.Option(
         None, "--out", help="Report directory (default: runs/demo, or runs/demo-terminal)."
     ),
@@ -48,11 +54,20 @@ def demo_command(
     families: str | None = typer.Option(
         None, help="--task terminal: comma-separated families (default: eight, easy to hard)."
     ),
+    teacher: Path | None = typer.Option(
+        None,
+        "--teacher",
+        help="--task distill: a finished `--task terminal` output (or its rl/ run directory).",
+    ),
 ) -> None:
     """RL-train a small model on CPU and write OUT/report.md (curves, metrics, held-out
     success, trajectory viewer) and OUT/results.json."""
     if task not in TASKS:
         raise typer.BadParameter(f"choose from {', '.join(TASKS)}", param_hint="--task")
+    if task == "distill":
+        _distill(teacher, steps, seed, out)
+        return
+    seed = 0 if seed is None else seed
     if task == "terminal":
         from skyrl_sdk.trainer.demos.terminal import DEFAULT_OUT, run_terminal_demo
 
@@ -78,3 +93,26 @@ def demo_command(
     if model not in PRESETS:
         raise typer.BadParameter(f"choose from {', '.join(PRESETS)}", param_hint="--model")
     run_demo(steps=steps, model=model, seed=seed, out_dir=out or "runs/demo")
+
+
+def _distill(teacher: Path | None, steps: int | None, seed: int | None, out: Path | None) -> None:
+    """`--task distill`: the teacher checked first, each problem one line (exit 2)."""
+    if teacher is None:
+        raise typer.BadParameter(
+            "--task distill needs --teacher DIR (a finished `skyrl demo --task terminal` output)",
+            param_hint="--teacher",
+        )
+    from skyrl_sdk.trainer.demos.distill import (
+        DEFAULT_OUT,
+        DistillSettings,
+        TeacherRunError,
+        find_teacher,
+        run_distill_demo,
+    )
+
+    try:
+        find_teacher(teacher)
+    except TeacherRunError as e:
+        raise typer.BadParameter(str(e), param_hint="--teacher") from None
+    settings = DistillSettings() if steps is None else DistillSettings(steps=steps)
+    run_distill_demo(teacher, out or DEFAULT_OUT, seed=seed, settings=settings)

@@ -1,0 +1,117 @@
+"""`skyrl demo --task distill` at tiny scale: a tiny terminal run teaches a fresh tiny student
+by on-policy distillation, against GRPO from the same start for as many sampled tokens (real
+bwrap sandboxes and verifiers, the SmolLM2 run's code path)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from skyrl_sdk.agents.trajectory import read_trajectories
+from skyrl_sdk.trainer.config import merge
+from skyrl_sdk.trainer.demos.distill import (
+    DistillSettings,
+    TeacherRunError,
+    find_teacher,
+    run_distill_demo,
+)
+from skyrl_sdk.trainer.demos.terminal import run_terminal_demo
+from skyrl_sdk.trainer.heldout import read_results
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+TINY = {
+    "model": {"source": "tiny", "lora": {"enabled": True, "target_modules": ["q_proj", "v_proj"]}},
+    "env": {"kwargs": {"families": ["echo-word", "make-dirs"], "per_family": 16}},
+    "rollout": {"group_size": 2, "max_tokens": 24},
+    "trainer": {"groups_per_step": 1, "max_staleness": 0},
+    "heldout": {"env_kwargs": {"split": "heldout", "per_family": 2}, "episodes": 4},
+}
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    """A finished tiny terminal run, held-out before and after. A random tiny model solves
+    no task, so GRPO would leave it the fresh model; 3 steps of distillation from another
+    random model (`tiny:1`) make it differ from the student's start (and make the baseline's
+    GRPO a choice of the demo, not the teacher run's algorithm)."""
+    run = tmp_path_factory.mktemp("teacher") / "rl"
+    other = {"algorithm": {"advantage": "opd", "teacher": "tiny:1"}, "optim": {"lr": 3e-2}}
+    run_terminal_demo(steps=3, out_dir=run, seed=0, overrides=merge(TINY, other))
+    return run
+
+
+def test_distill_writes_teacher_student_and_rl_baseline_results(teacher, tmp_path):
+    out = tmp_path / "distill"
+    settings = DistillSettings(steps=2, opd_reward_coef=0.1, max_rl_steps=8)
+    results = run_distill_demo(teacher.parent, out, settings=settings)
+    assert json.loads((out / "results.json").read_text()) == json.loads(json.dumps(results))
+    assert results["teacher"] == str(teacher)
+    # The teacher's own last evaluation, on the episodes the student is evaluated on.
+    assert results["evaluations"]["teacher"]["success"] == read_results(teacher)[-1].success
+    student_evals = read_results(out / "student")
+    assert [e.step for e in student_evals] == [0, 2]
+    assert student_evals[0].per_task.keys() == read_results(teacher)[-1].per_task.keys()
+    for name in ("teacher", "base", "student", "rl_baseline"):
+        rate = results["evaluations"][name]
+        assert rate["episodes"] == 4 and set(rate["families"]) == {"echo-word", "make-dirs"}
+        lo, hi = rate["ci95"]
+        assert 0 <= lo <= rate["success"] <= hi <= 1
+    teacher_success = results["evaluations"]["teacher"]["success"]
+    if teacher_success:
+        ratio = results["evaluations"]["student"]["success"] / teacher_success
+        assert results["student_vs_teacher"] == pytest.approx(ratio, abs=1e-4)
+    # The student was distilled: the teacher scored every step's sampled tokens.
+    config = (out / "student" / "config.yaml").read_text()
+    assert "advantage: opd" in config and str(teacher) in config and "init_from: null" in config
+    kl = results["opd"]["reverse_kl"]
+    assert len(kl) == 2 and all(isinstance(v, float) for v in kl)
+    # The trained run teaches, not the fresh model (whose reverse KL to itself is 0).
+    assert abs(kl[0]) > 1e-3 and all(t > 0 for t in results["opd"]["teacher_s"])
+    # The RL baseline: GRPO from the same fresh start, matched on sampled tokens.
+    assert "advantage: grpo" in (out / "rl-baseline" / "config.yaml").read_text()
+    tokens = results["sampled_tokens"]
+    per_step = results["sampled_tokens_per_step"]
+    assert tokens["student"] >= sum(per_step["student"]) > 0
+    # Every training episode sampled counts (set-aside and unclaimed groups too).
+    played = read_trajectories(out / "student" / "trajectories.jsonl")
+    assert tokens["student"] == sum(t.num_generated_tokens for t in played)
+    assert tokens["rl_baseline"] >= sum(per_step["rl_baseline"])
+    assert tokens["rl_baseline"] >= tokens["student"] or results["steps"]["rl_baseline"] == 8
+    assert tokens["rl_baseline"] - tokens["student"] <= max(per_step["rl_baseline"])
+    for name in ("student", "rl_baseline"):
+        p = results["per_1k_sampled_tokens"][name]
+        success = results["evaluations"][name]["success"]
+        assert p["success_per_1k_tokens"] == pytest.approx(success / (tokens[name] / 1000))
+    assert set(results["phases_s"]) == {
+        "teacher_eval_s",
+        "student_s",
+        "rl_baseline_s",
+        "rl_baseline_eval_s",
+    }
+    report = (out / "report.md").read_text()
+    assert "| family | teacher | fresh model | student (OPD) | RL baseline (GRPO) |" in report
+    assert "| make-dirs |" in report and "sampled tokens" in report
+
+
+def test_the_cli_says_in_one_line_what_is_wrong_with_the_teacher(tmp_path):
+    import typer
+
+    from skyrl_sdk.trainer.demos.cli import demo_command
+
+    app = typer.Typer()
+    app.command()(demo_command)
+    runner = CliRunner()
+    missing = runner.invoke(app, ["--task", "distill"], env={"COLUMNS": "300"})
+    assert missing.exit_code == 2 and "--task distill needs --teacher DIR" in missing.output
+    (tmp_path / "notarun").mkdir()
+    bad = runner.invoke(
+        app, ["--task", "distill", "--teacher", str(tmp_path / "notarun")], env={"COLUMNS": "300"}
+    )
+    assert bad.exit_code == 2 and "not a finished terminal run" in bad.output
+    for case in (tmp_path / "notarun", tmp_path / "nowhere"):
+        with pytest.raises(TeacherRunError) as e:
+            find_teacher(case)
+        assert "\n" not in str(e.value) and str(case) in str(e.value)
