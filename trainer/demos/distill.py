@@ -190,6 +190,12 @@ def _teacher_evaluation(teacher: TeacherRun, out: Path, seed: int) -> tuple[Held
     recorded = read_results(teacher.run_dir)
     if recorded and teacher.config.seed == seed:
         return recorded[-1], f"{teacher.run_dir}/heldout.jsonl (its last evaluation)"
+    if seed != teacher.config.seed and teacher.config.model.source.value in ("tiny", "lookup-tiny"):
+        # The seed builds these models: another one would evaluate another teacher.
+        raise TeacherRunError(
+            f"--teacher {teacher.run_dir}: a {teacher.config.model.source.value} teacher is "
+            f"evaluated at its own seed ({teacher.config.seed}), not {seed}"
+        )
     cfg = teacher.config.model_dump(mode="json")
     cfg.update(out_dir=str(out / "teacher-eval"), seed=seed)
     cfg["model"]["init_from"] = str(teacher.run_dir)

@@ -115,3 +115,26 @@ def test_the_cli_says_in_one_line_what_is_wrong_with_the_teacher(tmp_path):
         with pytest.raises(TeacherRunError) as e:
             find_teacher(case)
         assert "\n" not in str(e.value) and str(case) in str(e.value)
+
+
+def test_a_teacher_without_its_evaluation_is_re_evaluated_to_the_same_result(teacher, tmp_path):
+    """The teacher's checkpoint evaluated here (the path a run without `heldout.jsonl`, or
+    another seed, takes) plays the held-out episodes exactly as its own last evaluation did."""
+    from skyrl_sdk.trainer.demos.distill import _teacher_evaluation
+
+    copy = tmp_path / "rl"
+    shutil.copytree(teacher, copy)
+    (copy / "heldout.jsonl").unlink()
+    result, source = _teacher_evaluation(find_teacher(copy), tmp_path / "out", seed=0)
+    assert "re-evaluated" in source
+    recorded = read_results(teacher)[-1]
+    assert result.per_task == recorded.per_task and result.success == recorded.success
+    # The same episodes, opening with the same ids. (Not token-exact replies: the merged
+    # adapters round differently from the run's peft ones, and a near-uniform tiny model
+    # then samples an occasional other token.)
+    mine = read_trajectories(tmp_path / "out" / "teacher-eval" / "heldout_trajectories.jsonl")
+    theirs = read_trajectories(teacher / "heldout_trajectories.jsonl")[-len(mine) :]
+    assert len(mine) == recorded.episodes
+    assert [(e.episode_id, e.prompt_ids) for e in mine] == [
+        (e.episode_id, e.prompt_ids) for e in theirs
+    ]
