@@ -156,7 +156,7 @@ def evaluate_base(cfg: TrainConfig) -> HeldoutResult:
     return asyncio.run(play())
 
 
-def rl_config(shared: Mapping[str, Any], sft_dir: Path, s: PipelineSettings) -> dict[str, Any]:
+def _rl_config(shared: Mapping[str, Any], sft_dir: Path, s: PipelineSettings) -> dict[str, Any]:
     """The RL phase's overrides of the terminal demo: from the SFT checkpoint, with dynamic
     sampling, `s.rl_lr` and `s.rl_groups_per_step`."""
     from skyrl_sdk.trainer.config import merge
@@ -278,7 +278,7 @@ def run_terminal_pipeline(
     phases["sft_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    rl_overrides = rl_config(shared, sft_dir, s)
+    rl_overrides = _rl_config(shared, sft_dir, s)
     rl = terminal.run_terminal_demo(
         steps=s.rl_steps, out_dir=out / "rl", seed=seed, overrides=rl_overrides
     )
