@@ -515,6 +515,17 @@ class SFTConfig(_Section):
     """Held-out NLL every this many steps (0: before the first step and after the last)."""
     max_length: int | None = Field(None, ge=2)
     """Sequences longer than this many tokens are left out (None: all are kept)."""
+    pack: bool = True
+    """Pack each step's sequences into rows of up to `max_packed_tokens` tokens (first-fit
+    decreasing; positions restart and attention stops at every sequence) and forward
+    `trainer.micro_batch_size` rows at a time instead of that many padded sequences. The loss
+    is the same (mean NLL per trained token of the step's batch) and so are the batches; only
+    padding goes. Used with `algorithm.reduction: token_mean` (the default); other reductions
+    train padded."""
+    max_packed_tokens: int | None = Field(None, ge=2)
+    """Tokens per packed row (None: the step's longest sequence, so no forward pass is wider
+    than the padded one; attention costs the square of a row's width where the kernel masks
+    rather than skips across sequences, as on CPU); a longer sequence gets a row of its own."""
 
 
 class TrainConfig(_Section):

@@ -3,8 +3,9 @@
 One `train_step` is one batch of samples with one advantage each (a sample may add one per
 token, `TrainingSample.token_advantages`: on-policy distillation's, `trainer.opd`):
 
-    1. pad the samples into micro-batches; forward the policy -> per-token logprobs
-       (logits divided by the sampling temperature, so they compare with the sampler's)
+    1. pad the samples into micro-batches (or pack them into rows, `LearnerSettings.pack`);
+       forward the policy -> per-token logprobs (logits divided by the sampling temperature,
+       so they compare with the sampler's)
     2. truncated IS weights min(exp(learner - sampler), cap) for every generated token:
        tokens an older policy version produced (async) are re-weighted toward this one
     3. policy loss (`algorithm.loss` from `trainer.losses`), + KL to the initial policy, - entropy bonus,
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from skyrl_sdk.agents.trajectory import TrainingSample
-from skyrl_sdk.trainer import losses
+from skyrl_sdk.trainer import losses, packing
 from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, Schedule
 
 if TYPE_CHECKING:
@@ -98,6 +99,23 @@ class LearnerSettings:
     supervised: bool = False
     """The data was not sampled by this policy (SFT): no truncated importance weights toward
     a sampler, whose logprobs the samples do not carry."""
+    pack: bool = False
+    """Pack the samples of each (mini-)batch into rows (`trainer.packing`: first-fit
+    decreasing, position ids restarting per sample, attention confined to each sample) and
+    forward `micro_batch_size` rows at a time instead of that many samples (False, the
+    default: padded). The per-token losses are the padded ones; it needs
+    `algorithm.reduction: token_mean`, the only reduction blind to rows."""
+    pack_tokens: int | None = None
+    """Tokens per packed row (None: the batch's longest sample, so no forward is wider than
+    the padded one); a longer sample gets a row of its own."""
+
+    def __post_init__(self) -> None:
+        reduction = self.algorithm.reduction
+        if self.pack and reduction is not losses.Reduction.TOKEN_MEAN:
+            raise ValueError(
+                "packed micro-batches need algorithm.reduction 'token_mean' (a row holds "
+                f"several sequences), not {reduction.value!r}"
+            )
 
     @classmethod
     def from_config(cls, config: TrainConfig, tokenizer: Any) -> LearnerSettings:
@@ -125,6 +143,7 @@ class Learner:
         self.temperature = settings.temperature
         self.pad_token_id = settings.pad_token_id
         self.micro_batch_size = settings.micro_batch_size
+        self.pack, self.pack_tokens = settings.pack, settings.pack_tokens
         self.version = 0
         """Policy version of the current weights: optimizer steps (batches) applied so far."""
         self.lora = lora is not None and lora.enabled
@@ -197,14 +216,12 @@ class Learner:
         total_tokens = sum(sum(s.loss_mask[1:]) for s in samples)
         total_obs = sum(sum(s.observation_mask[1:]) for s in samples)
         total_seqs = len(samples)
-        for start in range(0, len(samples), self.micro_batch_size):
-            idx = range(start, min(start + self.micro_batch_size, len(samples)))
-            batch = _pad([samples[i] for i in idx], self.pad_token_id, self._device())
-            adv = torch.tensor(
-                [advantages[i] for i in idx], dtype=torch.float32, device=batch.mask.device
+        packed = self.pack
+        for rows in _forwards(samples, self.micro_batch_size, packed, self.pack_tokens):
+            batch, adv, old_rows = _micro_batch(
+                samples, advantages, proximal, rows, self.pad_token_id, self._device(), packed
             )
-            if batch.token_advantages is not None:  # per token (`TrainingSample.token_advantages`)
-                adv = adv[:, None] + batch.token_advantages
+            n_seqs = sum(len(r) for r in rows)
             logits = self._logits(self.model, batch)
             logprobs = losses.token_logprobs(logits, batch.targets)
             mask = batch.mask
@@ -214,11 +231,7 @@ class Learner:
                 detached, sampler, cap=self.algorithm.tis_cap
             )
             tis_hits = _sum((torch.exp(detached - sampler) > self.algorithm.tis_cap).float(), mask)
-            old = (
-                detached
-                if proximal is None
-                else _pad_rows([proximal[i - idx.start] for i in idx], detached)
-            )
+            old = detached if old_rows is None else _pad_rows(old_rows, detached)
             # Clipped losses take their ratio to the proximal policy and correct stale tokens
             # by truncated IS; the others take it to the sampler (`losses.OldPolicy`).
             proximal_loss = self.loss_spec.old_policy is losses.OldPolicy.PROXIMAL
@@ -240,7 +253,7 @@ class Learner:
             share = (
                 n_tok / max(total_tokens, 1)
                 if self.reduction is losses.Reduction.TOKEN_MEAN
-                else len(idx) / total_seqs
+                else n_seqs / total_seqs
             )
             obs = self._observation_term(logits, logprobs, batch, total_obs)
             self._backward(loss * share + self.algorithm.observation_loss_coef * obs)
@@ -250,7 +263,7 @@ class Learner:
                 kl_sampler = losses.kl_penalty(sampler, detached, losses.KLEstimator.K3)
                 acc.add(
                     tokens=n_tok,
-                    seqs=len(idx),
+                    seqs=n_seqs,
                     share=share,
                     loss=float(loss),
                     pg=float(pg),
@@ -318,7 +331,12 @@ class Learner:
     # -- forward helpers ------------------------------------------------------------------
 
     def _logits(self, model: Any, batch: _Padded) -> torch.Tensor:
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        if batch.position_ids is None:
+            out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        else:
+            # Packed rows: transformers makes the causal mask block-diagonal from position ids
+            # that restart, but only with no 2D mask and no KV cache (`trainer.packing`).
+            out = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False)
         # Position t predicts token t+1; the sampler's temperature applies to both sides.
         logits = out.logits[:, :-1, :].float()
         # Dividing by 1.0 would be a full [batch, tokens, vocab] pass forward and backward.
@@ -431,10 +449,16 @@ class _Padded:
     observation: torch.Tensor
     token_advantages: torch.Tensor | None = None
     """Per-token advantages added to each sample's own (None: no sample carries any)."""
+    position_ids: torch.Tensor | None = None
+    """Packed rows' positions, restarting at each sample (None: a padded batch, positions
+    from the attention mask)."""
 
 
 def _pad(
-    samples: Sequence[TrainingSample], pad_id: int, device: torch.device | None = None
+    samples: Sequence[TrainingSample],
+    pad_id: int,
+    device: torch.device | None = None,
+    positions: Sequence[Sequence[int]] | None = None,
 ) -> _Padded:
     width = max(len(s.input_ids) for s in samples)
     n = len(samples)
@@ -471,7 +495,63 @@ def _pad(
         versions[:, 1:],
         observed[:, 1:],
         per_token[:, 1:] if any_per_token else None,
+        None if positions is None else _positions(positions, width, ids.device),
     )
+
+
+def _positions(rows: Sequence[Sequence[int]], width: int, device: torch.device) -> torch.Tensor:
+    """Packed rows' position ids, `width` wide: a row's padding counts up from 0 again, so
+    transformers reads it as one more sequence that no real token attends to."""
+    out = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, row in enumerate(rows):
+        out[r, : len(row)] = torch.tensor(row)
+        out[r, len(row) :] = torch.arange(width - len(row))
+    return out.to(device)
+
+
+def _forwards(
+    samples: Sequence[TrainingSample], micro_batch_size: int, pack: bool, pack_tokens: int | None
+) -> list[list[list[int]]]:
+    """The rows of each forward, as indices into `samples`: padded, `micro_batch_size` rows of
+    one sample each; packed, `micro_batch_size` of the rows `packing.first_fit_decreasing`
+    fills up to `pack_tokens` (None: the longest sample's length)."""
+    if not pack:
+        rows = [[i] for i in range(len(samples))]
+    else:
+        lengths = [len(s.input_ids) for s in samples]
+        rows = packing.first_fit_decreasing(lengths, pack_tokens or max(lengths))
+    return [rows[i : i + micro_batch_size] for i in range(0, len(rows), micro_batch_size)]
+
+
+def _micro_batch(
+    samples: Sequence[TrainingSample],
+    advantages: Sequence[float],
+    proximal: Sequence[torch.Tensor] | None,
+    rows: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device,
+    packed: bool,
+) -> tuple[_Padded, torch.Tensor, list[torch.Tensor] | None]:
+    """The forward's batch of `rows` (padded rows of one sample, or packed rows), its
+    advantages (per row, or per token) and its rows' proximal logprobs (None without
+    mini-batches)."""
+    if not packed:
+        idx = [r[0] for r in rows]
+        batch = _pad([samples[i] for i in idx], pad_id, device)
+        adv = torch.tensor([advantages[i] for i in idx], dtype=torch.float32, device=device)
+        old_rows = None if proximal is None else [proximal[i] for i in idx]
+    else:
+        made = [packing.pack_row(samples, advantages, r) for r in rows]
+        batch = _pad([m.sample for m in made], pad_id, device, [m.position_ids for m in made])
+        adv = torch.zeros(len(rows), dtype=torch.float32, device=device)  # in the tokens'
+        old_rows = (
+            None
+            if proximal is None
+            else [packing.join_targets([proximal[i] for i in r]) for r in rows]
+        )
+    if batch.token_advantages is not None:  # per token (`TrainingSample.token_advantages`)
+        adv = adv[:, None] + batch.token_advantages
+    return batch, adv, old_rows
 
 
 def _pad_rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,11 @@ A seeded share of the sequences (`sft.heldout_fraction`) is held out; their NLL 
 token (`sft/heldout_nll`) is measured before the first step, every `sft.eval_every` steps and
 after the last. The run directory is a training run's: `config.yaml`, `metrics.jsonl`,
 `checkpoints/` (which `model.init_from` and `skyrl export` read) and `summary.json`.
-Sequences are padded per micro-batch, not packed.
+Each step's sequences are packed (`sft.pack`, `trainer.packing`): concatenated into rows of
+up to `sft.max_packed_tokens` tokens (by default the step's longest sequence), positions
+restarting and attention confined to each sequence, `trainer.micro_batch_size` rows per forward
+pass; the loss is the padded one (the mean NLL per trained token of the step's batch), only the
+padding goes. `sft.pack: false` pads `trainer.micro_batch_size` sequences per forward instead.
 """
 
 from __future__ import annotations
@@ -246,6 +250,13 @@ def sft_config(config: TrainConfig) -> TrainConfig:
     return config.model_copy(update={"algorithm": algorithm})
 
 
+def packs(config: TrainConfig) -> bool:
+    """Whether the learner packs (`LearnerSettings.pack`): `sft.pack`, when the loss is a
+    token mean (a row holds several sequences, which a per-sequence reduction would count as
+    one); else the batches are padded."""
+    return config.sft.pack and config.algorithm.reduction is losses.Reduction.TOKEN_MEAN
+
+
 def train_sft(config: TrainConfig, *, resume: bool = False, console: Any = None) -> SFTResult:
     """Run supervised training as `config` says (see the module docstring)."""
     config = sft_config(config)
@@ -257,7 +268,14 @@ def train_sft(config: TrainConfig, *, resume: bool = False, console: Any = None)
     assert config.sft.data is not None
     data = load_data(config.sft.data, ChatRenderer(tokenizer), config.sft, config.seed)
     settings = LearnerSettings.from_config(config, tokenizer)
-    learner = Learner(model, replace(settings, temperature=1.0, supervised=True))
+    settings = replace(
+        settings,
+        temperature=1.0,
+        supervised=True,
+        pack=packs(config),
+        pack_tokens=config.sft.max_packed_tokens,
+    )
+    learner = Learner(model, settings)
     checkpointer = Checkpointer(run_dir, keep=config.trainer.keep_checkpoints)
     step = 0
     state = checkpointer.load() if resume else None

@@ -4,6 +4,7 @@ checkpoints that `model.init_from` loads and a resume that continues the same ru
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,13 +13,22 @@ from click.testing import CliRunner
 from skyrl_gym.cli import CommandEntry, load_command
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.policy import FinishReason
-from skyrl_sdk.agents.trajectory import Segment, StopReason, Trajectory, Turn, read_trajectories
+from skyrl_sdk.agents.trajectory import (
+    Segment,
+    StopReason,
+    TrainingSample,
+    Trajectory,
+    Turn,
+    read_trajectories,
+)
 from skyrl_sdk.trainer.config import SFTConfig, build_config
+from skyrl_sdk.trainer.learner import Learner, LearnerSettings
 from skyrl_sdk.trainer.models import load_model
 from skyrl_sdk.trainer.sft import (
     SFTDataError,
     batch_indices,
     chat_sample,
+    packs,
     read_samples,
     sft_config,
     train_sft,
@@ -131,6 +141,54 @@ def test_batches_cover_every_sequence_each_epoch():
     seen = [i for step in range(4) for i in batch_indices(8, 4, step, seed=0)]
     assert sorted(seen[:8]) == sorted(seen[8:]) == list(range(8))
     assert seen[:8] != seen[8:]  # reshuffled
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_every_sequence_is_trained_once_each_epoch_packed_or_padded(pack):
+    # What the model is fed over two epochs of 8 sequences (mixed lengths, batches of 4),
+    # split back into sequences: each sequence's first id is its number (the pad id is 0).
+    samples = [
+        TrainingSample((i, *range(20, 20 + n)), (0,) + (1,) * n, (0.0,) * (n + 1), (0,) * (n + 1))
+        for i, n in enumerate((3, 17, 5, 11, 2, 23, 7, 13), 1)
+    ]
+    cfg = build_config({}, ["model.hidden_size=32", "model.num_layers=1", "sft.data=x"])
+    model, tokenizer = load_model(cfg.model)
+    settings = replace(LearnerSettings.from_config(cfg, tokenizer), micro_batch_size=2)
+    learner = Learner(model, replace(settings, pack=pack, pack_tokens=30))
+    rows = []
+    model.register_forward_pre_hook(
+        lambda _, args, kwargs: rows.append((kwargs["input_ids"], kwargs.get("position_ids"))),
+        with_kwargs=True,
+    )
+    for step in range(4):
+        learner.train_step([samples[i] for i in batch_indices(8, 4, step, seed=0)], [1.0] * 4)
+    fed = []
+    for ids, positions in rows:
+        starts = (positions == 0) if pack else torch.zeros_like(ids, dtype=torch.bool)
+        starts[:, 0] = True
+        for r in range(ids.shape[0]):
+            fed += [int(ids[r, c]) for c in starts[r].nonzero().flatten()]
+    fed = [i for i in fed if i != tokenizer.pad_token_id]  # a packed row's padding starts at 0
+    assert sorted(fed[:8]) == sorted(fed[8:]) == list(range(1, 9))
+    assert len(rows) < 8 if pack else len(rows) == 8  # packed: fewer, fuller forwards
+    if pack:
+        assert all(ids.shape[1] <= 30 for ids, _ in rows[:8]) and rows[0][0].shape[0] == 2
+
+
+def test_packing_keeps_the_objective(tmp_path):
+    # The same run packed and padded: the same held-out NLL after the same steps.
+    data = _write(tmp_path / "chat.jsonl", _chat_rows(24))
+    common = [f"sft.data={data}", "trainer.steps=3", *SMALL]
+    nll = [
+        train_sft(
+            build_config({}, [*common, f"out_dir={tmp_path / str(pack)}", f"sft.pack={pack}"])
+        ).heldout_nll_end
+        for pack in (False, True)
+    ]
+    assert nll[1] == pytest.approx(nll[0], abs=1e-4)
+    sequence_mean = build_config({}, [*common, "algorithm.reduction=sequence_mean"])
+    assert not packs(sequence_mean)  # a per-sequence mean trains padded
+    assert packs(build_config({}, common)) and not packs(build_config({}, [*common, "sft.pack=0"]))
 
 
 SMALL = (
