@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,10 @@ FILES: tuple[tuple[str, RunKind], ...] = (
 )
 """The file a run folder is read from, first found first (a SWE-bench run folder also holds
 its agent loop's results.json: its report is the run's verdict)."""
+
+MAX_RUN_FILE_BYTES = 256 << 20
+"""The largest run file read (256 MiB): a bigger one is refused before it is read, rather than
+loaded whole into memory (a run of 100,000 episodes is a few tens of MiB)."""
 
 
 class CompareError(ValueError):
@@ -86,14 +91,12 @@ def read_run(path: str | Path) -> RunOutcomes:
             names = ", ".join(name for name, _ in FILES)
             raise CompareError(f"{file}: no run file in this folder (looked for {names})")
         file, kind = found
+        data = _read_json(file)
     elif not file.is_file():
         raise CompareError(f"{file}: no such file or folder")
     else:
-        kind = _kind_of(file)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CompareError(f"{file}: not a JSON run file ({type(e).__name__}: {e})") from None
+        data = _read_json(file)
+        kind = _kind_of(file, data)
     if kind is RunKind.EVAL and isinstance(data, dict) and "items" in data and "metric" in data:
         kind = RunKind.TEXT2SQL
     try:
@@ -105,14 +108,36 @@ def read_run(path: str | Path) -> RunOutcomes:
     return RunOutcomes(file, kind, outcomes)
 
 
-def _kind_of(file: Path) -> RunKind:
+def _read_json(file: Path) -> object:
+    """The JSON in `file`, read up to `MAX_RUN_FILE_BYTES`; `CompareError` says why not (a
+    malformed file's error names its line and column)."""
+    cap = MAX_RUN_FILE_BYTES
+    try:
+        with file.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            # The size refuses a big file unread; the bounded read, one that grew since.
+            raw = f.read(cap + 1) if size <= cap else b""
+    except OSError as e:
+        raise CompareError(f"{file}: cannot be read ({type(e).__name__}: {e})") from None
+    if size > cap or len(raw) > cap:
+        raise CompareError(
+            f"{file}: {max(size, len(raw)):,} bytes, over the {_bytes(cap)} a run file may "
+            "hold (MAX_RUN_FILE_BYTES); not read"
+        )
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError
+        raise CompareError(f"{file}: not a JSON run file ({type(e).__name__}: {e})") from None
+
+
+def _bytes(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n:,} bytes"
+
+
+def _kind_of(file: Path, data: object) -> RunKind:
     for name, kind in FILES:
         if file.name == name:
             return kind
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = None
     if isinstance(data, dict):  # a renamed copy: tell the kinds apart by their keys
         if "episodes" in data and "summary" in data:
             return RunKind.EVAL
@@ -189,7 +214,8 @@ def compare_command(
     """Compare two evaluation runs task by task: the paired difference B - A with its 95%
     interval, tasks improved, regressed and flipped, and a verdict; JSON on the last line.
 
-    Exits 2 when a run cannot be read, the runs are of different kinds, or they share no task.
+    Exits 2 when a run cannot be read (missing, malformed, or over `MAX_RUN_FILE_BYTES`), the
+    runs are of different kinds, or they share no task.
     """
     try:
         a, b = read_run(run_a), read_run(run_b)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import skyrl_sdk.benchmarks.compare as compare_module
 from skyrl_gym.cli import CommandEntry, load_command
 from skyrl_gym.envs.harbor.env import BUNDLED_TASKS
 from tests.conftest import needs_bwrap
@@ -170,3 +171,65 @@ def test_runs_of_two_kinds_or_without_a_common_task_are_one_line_errors(
 
     code, output, _ = compare(runs / "seed1", tmp_path / "missing")
     assert code == 2 and "no such file or folder" in output
+
+
+def eval_run(folder: Path, successes: list[bool]) -> Path:
+    """A `skyrl eval` results.json in `folder` with one episode per success."""
+    folder.mkdir()
+    episodes = [{"task_id": f"t{i}", "success": ok} for i, ok in enumerate(successes)]
+    (folder / "results.json").write_text(json.dumps({"episodes": episodes, "summary": {}}))
+    return folder
+
+
+def test_a_run_file_over_the_size_cap_is_refused_unread_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = eval_run(tmp_path / "a", [True, True, True])
+    b = eval_run(tmp_path / "b", [True, False, True])  # the bigger file ("false")
+    size = (b / "results.json").stat().st_size
+    assert (a / "results.json").stat().st_size < size
+    # At the cap a run is read; one byte over, refused with the file, its size and the cap.
+    monkeypatch.setattr(compare_module, "MAX_RUN_FILE_BYTES", size)
+    code, output, payload = compare(a, b)
+    assert code == 0 and payload is not None and payload["regressed"] == 1, output
+    monkeypatch.setattr(compare_module, "MAX_RUN_FILE_BYTES", size - 1)
+    before = (b / "results.json").read_bytes()
+    code, output, payload = compare(a, b)
+    assert code == 2 and payload is None
+    assert len(output.strip().splitlines()) == 1, output
+    assert str(b / "results.json") in output
+    assert f"{size:,} bytes, over the {size - 1:,} bytes a run file may hold" in output
+    assert (b / "results.json").read_bytes() == before
+    # The real cap, 256 MiB, on a sparse file one byte over it: refused by its size, unread.
+    monkeypatch.undo()
+    assert compare_module.MAX_RUN_FILE_BYTES == 256 << 20
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate((256 << 20) + 1)
+    code, output, payload = compare(a, big)
+    assert code == 2 and len(output.strip().splitlines()) == 1, output
+    assert f"{big}: 268,435,457 bytes, over the 256 MiB a run file may hold" in output
+
+
+def test_a_malformed_run_file_is_one_line_naming_the_file_and_line(tmp_path: Path) -> None:
+    a = eval_run(tmp_path / "a", [True, False])
+    (tmp_path / "b").mkdir()
+    broken = tmp_path / "b" / "results.json"
+    broken.write_text('{\n  "episodes": [\n    {"task_id": "t0", "success": tru}\n  ]\n}\n')
+    code, output, payload = compare(a, tmp_path / "b")
+    assert code == 2 and payload is None
+    assert len(output.strip().splitlines()) == 1, output
+    assert f"{broken}: not a JSON run file (JSONDecodeError: " in output
+    assert "line 3 column" in output
+    # JSON lines (an episodes log, say) are not a run file: the second line is named.
+    lines = tmp_path / "episodes.json"
+    lines.write_text('{"task_id": "t0", "success": true}\n{"task_id": "t1", "success": false}\n')
+    code, output, _ = compare(a, lines)
+    assert code == 2 and len(output.strip().splitlines()) == 1, output
+    assert f"{lines}: not a JSON run file" in output and "line 2 column 1" in output
+    # Bytes that are not UTF-8: one line too.
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").write_bytes(b'{"episodes": "\xff"}')
+    code, output, _ = compare(a, tmp_path / "c")
+    assert code == 2 and len(output.strip().splitlines()) == 1, output
+    assert "not a JSON run file (UnicodeDecodeError: " in output
