@@ -120,23 +120,77 @@ def test_the_probe_takes_one_sequence_per_group_from_the_first_tokens_generated(
     assert probe_from(samples[:1], 4, max_tokens=10)[0].completion_ids == (3, 4, 5, 6, 7)
 
 
+class _Fixed:
+    """A part that scores every token at `logprob` (an `agents.scoring.Scorer`), counting
+    its calls; as the engine it serves `policy_version`."""
+
+    def __init__(self, logprob: float) -> None:
+        self.logprob = logprob
+        self.policy_version = 0
+        self.calls = 0
+
+    async def score(self, prompt_ids, completion_ids) -> list[float]:
+        self.calls += 1
+        return [self.logprob] * len(completion_ids)
+
+
+def _batch() -> list[TrainingSample]:
+    """Eight samples of a 3-token prompt and 5 generated tokens: a probe of 4 x 5 tokens."""
+    ids = tuple(range(8))
+    return [TrainingSample(ids, (0,) * 3 + (1,) * 5, (0.0,) * 8, (0,) * 8) for _ in range(8)]
+
+
 def test_parts_that_cannot_score_are_named_once_and_the_check_is_off():
     import asyncio
 
     from rich.console import Console
 
-    from skyrl_sdk.trainer.config import SyncCheckConfig
-    from skyrl_sdk.trainer.sync_check import SyncCheck
+    from skyrl_sdk.trainer.config import SyncCheckConfig, SyncFailure
+    from skyrl_sdk.trainer.sync_check import SyncCheck, SyncGap
 
     class Silent:  # an engine without `score` (e.g. a Ray engine actor's handle)
         policy_version = 0
 
+    def calibrate_then_sync(check: SyncCheck) -> None:
+        # The loop's calls: the probe and floor from the first batch at version 0, then the
+        # sync of version 1 (an engine that scores serves it, 0.25 off the learner).
+        asyncio.run(check.calibrate(_batch(), 0))
+        if isinstance(check.engine, _Fixed):
+            check.engine.policy_version, check.engine.logprob = 1, -0.75
+        asyncio.run(check.after_publish(1))
+
+    # Both parts score: the same calls record the floor and one gap, its real values.
+    warn = SyncCheckConfig(on_fail=SyncFailure.WARN)
+    engine, learner = _Fixed(-1.0), _Fixed(-1.0)
+    on = SyncCheck(warn, learner=learner, engine=engine, console=Console(record=True))
+    assert on.active
+    calibrate_then_sync(on)
+    assert on.floor == SyncGap(version=0, engine_version=0, mean=0.0, max=0.0, tokens=20)
+    assert on.gaps == [SyncGap(version=1, engine_version=1, mean=0.25, max=0.25, tokens=20)]
+    assert on.pop_metrics()["sync/logprob_gap_max"] == 0.25
+    assert (engine.calls, learner.calls) == (8, 8)  # 4 probe sequences, twice each
+
+    # An engine that cannot score: named once, and the same calls take no probe and record
+    # nothing (a check that ran would fail on its missing `score`).
     console = Console(record=True, width=200)
-    check = SyncCheck(SyncCheckConfig(), learner=Silent(), engine=Silent(), console=console)
+    learner = _Fixed(-1.0)
+    check = SyncCheck(SyncCheckConfig(), learner=learner, engine=Silent(), console=console)
     assert not check.active
     text = console.export_text()
-    assert "no weight-sync check" in text and "the engine (Silent) and the learner (Silent)" in text
-    asyncio.run(check.after_publish(1))  # nothing to check, nothing raised
-    assert check.gaps == [] and check.pop_metrics() == {}
-    off = SyncCheck(SyncCheckConfig(enabled=False), Silent(), Silent(), Console(record=True))
+    assert "no weight-sync check" in text and "the engine (Silent)" in text
+    assert "learner" not in text.split("no weight-sync check")[1]
+    calibrate_then_sync(check)  # nothing to check, nothing raised
+    assert check.probe == [] and check.floor is None and check.gaps == []
+    assert check.pop_metrics() == {} and learner.calls == 0
+    console = Console(record=True, width=200)
+    both = SyncCheck(SyncCheckConfig(), learner=Silent(), engine=Silent(), console=console)
+    assert not both.active
+    assert "the engine (Silent) and the learner (Silent)" in console.export_text()
+
+    # Disabled with parts that can score (and drift): nothing is scored or recorded.
+    engine, learner = _Fixed(-1.0), _Fixed(-1.0)
+    off = SyncCheck(SyncCheckConfig(enabled=False), learner, engine, Console(record=True))
     assert not off.active
+    calibrate_then_sync(off)
+    assert off.gaps == [] and off.floor is None and off.pop_metrics() == {}
+    assert (engine.calls, learner.calls) == (0, 0)
