@@ -900,14 +900,26 @@ def find_task_dirs(path: str | os.PathLike[str]) -> list[Path]:
     """A task folder itself, or the task folders directly inside a dataset folder (sorted).
 
     A subfolder counts when it has task.toml, instruction.md or tests/, so a malformed task
-    is still listed (and then fails to load with its own error).
+    is still listed (and then fails to load with its own error). Only that level is read (as
+    in Harbor; a task's id is its folder's name): a folder whose tasks are one level further
+    down is refused, its error naming them.
     """
     root = Path(path).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"no task or dataset folder at {root}")
     if is_task_dir(root):
         return [root]
-    found = [
+    found = _task_like_dirs(root)
+    if not found:
+        raise FileNotFoundError(
+            f"{root} holds no task folders (folders with a task.toml){_nested_hint(root)}"
+        )
+    return found
+
+
+def _task_like_dirs(root: Path) -> list[Path]:
+    """The folders directly inside `root` that look like tasks (sorted)."""
+    return [
         p
         for p in sorted(root.iterdir())
         if p.is_dir()
@@ -916,6 +928,29 @@ def find_task_dirs(path: str | os.PathLike[str]) -> list[Path]:
             (p / name).exists() for name in ("task.toml", "task.yaml", "instruction.md", "tests")
         )
     ]
-    if not found:
-        raise FileNotFoundError(f"{root} holds no task folders (folders with a task.toml)")
-    return found
+
+
+NESTED_HINT_MAX = 4
+"""Nested task folders `find_task_dirs`'s error names (the rest are counted)."""
+
+
+def _nested_hint(root: Path) -> str:
+    """What `find_task_dirs`' error adds when the tasks are one level deeper: their paths.
+    A task's id is its folder's name (as in Harbor), so a suite of suites is not read as one
+    dataset: `a/hello` and `b/hello` would both be `hello`."""
+    nested: list[str] = []
+    for sub in sorted(root.iterdir()):
+        if not sub.is_dir() or sub.name.startswith("."):
+            continue
+        try:
+            nested += [task.relative_to(root).as_posix() for task in _task_like_dirs(sub)]
+        except OSError:  # an unreadable subfolder: the hint only names what it can read
+            continue
+    if not nested:
+        return ""
+    shown = ", ".join(nested[:NESTED_HINT_MAX])
+    more = f" and {len(nested) - NESTED_HINT_MAX} more" if len(nested) > NESTED_HINT_MAX else ""
+    return (
+        f"; task folders one level down: {shown}{more} (load one folder of tasks at a time: a "
+        "task's id is its folder's name)"
+    )

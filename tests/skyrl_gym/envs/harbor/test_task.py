@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from skyrl_gym.envs.harbor.dockerfile import StepKind, plan_dockerfile
-from skyrl_gym.envs.harbor.env import BUNDLED_TASKS
+from skyrl_gym.envs.harbor.env import BUNDLED_TASKS, task_rows
 from skyrl_gym.envs.harbor.runtime import (
     RewardFileError,
     VerifierError,
@@ -134,6 +134,40 @@ def test_find_task_dirs_lists_malformed_folders_too(tmp_path):
     (tmp_path / "not-a-task").mkdir()
     assert [p.name for p in find_task_dirs(tmp_path)] == ["good", "no-toml"]
     assert [p.name for p in find_task_dirs(tmp_path / "good")] == ["good"]
+
+
+def test_a_suite_of_suites_is_refused_in_one_line_naming_the_nested_tasks(tmp_path):
+    """A task's id is its folder's name (as in Harbor): `suite/a/hello` and `suite/b/hello`
+    would both be `hello`, so `suite` is not read as one dataset; its error names the nested
+    folders to load instead, and each of those keeps the ids it has."""
+    suite = tmp_path / "suite"
+    for rel in ("a/hello", "b/hello", "b/other"):
+        make_task(suite / rel.split("/")[0], rel.split("/")[1])
+    (suite / ".hidden").mkdir()
+    make_task(suite / ".hidden", "secret")
+    with pytest.raises(FileNotFoundError) as info:
+        find_task_dirs(suite)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{suite} holds no task folders (folders with a task.toml); ")
+    assert "task folders one level down: a/hello, b/hello, b/other (load one folder" in message
+    assert "a task's id is its folder's name" in message and "secret" not in message
+    # One folder of tasks at a time: the ids are the folder names, as before.
+    assert [r["task_id"] for r in task_rows(suite / "a")] == ["hello"]
+    assert [r["task_id"] for r in task_rows(suite / "b")] == ["hello", "other"]
+    assert task_rows(suite / "b" / "hello") == [
+        {"task_id": "hello", "path": str((suite / "b" / "hello").resolve())}
+    ]
+    # Many nested tasks: the first four named, the rest counted.
+    for i in range(3):
+        make_task(suite / "c", f"t{i}")
+    with pytest.raises(FileNotFoundError, match=r"b/other, c/t0 and 2 more \(load"):
+        find_task_dirs(suite)
+    # No task anywhere near: the error is as it was.
+    (tmp_path / "empty" / "x").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as info:
+        find_task_dirs(tmp_path / "empty")
+    assert str(info.value).endswith("holds no task folders (folders with a task.toml)")
 
 
 def test_dockerfile_plan_applies_what_it_can(tmp_path):
