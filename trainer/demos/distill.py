@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.trainer.demos import terminal  # registers the demo env
-from skyrl_sdk.trainer.demos.terminal_pipeline import evaluate_base, evaluation_json
+from skyrl_sdk.trainer.demos.terminal_pipeline import evaluate_base, evaluation_json, phase_times
 
 if TYPE_CHECKING:
     from skyrl_sdk.trainer.config import TrainConfig
@@ -401,9 +401,7 @@ def distill_markdown(results: Mapping[str, Any]) -> str:
                   f"{kl[-1]:.3f} over {len(kl)} steps."]  # fmt: skip
     lines += [
         "",
-        "Phase times: "
-        + ", ".join(f"{k.removesuffix('_s')} {v:.0f} s" for k, v in results["phases_s"].items())
-        + f"; {results['wall_s']:.0f} s in all. Runs: `student/` (OPD), `rl-baseline/` (GRPO).",
+        phase_times(results) + " Runs: `student/` (OPD), `rl-baseline/` (GRPO).",
         "",
     ]
     return "\n".join(lines)

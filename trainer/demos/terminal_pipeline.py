@@ -365,6 +365,12 @@ def _cell(rate: Mapping[str, Any]) -> str:
     return f"{rate['success']:.0%} [{lo:.0%}, {hi:.0%}]"
 
 
+def phase_times(results: Mapping[str, Any]) -> str:
+    """A report's line of phase seconds (`phases_s`) and the whole run's (`wall_s`)."""
+    phases = ", ".join(f"{k.removesuffix('_s')} {v:.0f} s" for k, v in results["phases_s"].items())
+    return f"Phase times: {phases}; {results['wall_s']:.0f} s in all."
+
+
 def pipeline_markdown(results: Mapping[str, Any]) -> str:
     """`report.md`: per-family success of base, SFT and SFT + RL, the paired comparison,
     flip rate and phase times."""
@@ -398,9 +404,7 @@ def pipeline_markdown(results: Mapping[str, Any]) -> str:
         "",
         f"Demonstrations: {demos['kept']} kept (reward 1), {len(demos['dropped'])} dropped.",
         "",
-        "Phase times: "
-        + ", ".join(f"{k.removesuffix('_s')} {v:.0f} s" for k, v in results["phases_s"].items())
-        + f"; {results['wall_s']:.0f} s in all. The RL run's own report: `rl/report.md`.",
+        phase_times(results) + " The RL run's own report: `rl/report.md`.",
         "",
     ]
     return "\n".join(lines)
