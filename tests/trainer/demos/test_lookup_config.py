@@ -23,6 +23,8 @@ NEW_FIELDS = {
     ("algorithm", "observation_loss_coef"): 0.0,  # ECHO, off
     ("algorithm", "teacher"): None,  # on-policy distillation, off
     ("algorithm", "opd_reward_coef"): 0.0,
+    ("algorithm", "dynamic_sampling"): False,  # DAPO's, off
+    ("algorithm", "max_set_aside"): 16,  # read only with dynamic_sampling
     # The weight-sync check (issue 28) only reads: it scores a probe, it changes no update.
     ("trainer", "sync_check"): {
         "enabled": True,
@@ -42,6 +44,8 @@ NEW_SECTIONS = {
         "batch_size": 8,
         "eval_every": 0,
         "max_length": None,
+        "pack": True,
+        "max_packed_tokens": None,
     },
 }
 
