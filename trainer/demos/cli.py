@@ -105,11 +105,17 @@ def _distill(teacher: Path | None, steps: int | None, seed: int | None, out: Pat
     from skyrl_sdk.trainer.demos.distill import (
         DEFAULT_OUT,
         DistillSettings,
+        OutputInUseError,
         TeacherRunError,
+        check_out,
         find_teacher,
         run_distill_demo,
     )
 
+    try:
+        check_out(out or DEFAULT_OUT)
+    except OutputInUseError as e:
+        raise typer.BadParameter(str(e), param_hint="--out") from None
     try:
         find_teacher(teacher)
     except TeacherRunError as e:

@@ -22,7 +22,6 @@ tokens, and each phase's seconds; `report.md` the same as tables.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -39,9 +38,25 @@ if TYPE_CHECKING:
 DEFAULT_OUT = "runs/demo-distill"
 """Where `skyrl demo --task distill` writes when `--out` is not given."""
 RUN_DIRS = ("student", "rl-baseline", "rl-baseline-eval", "teacher-eval")
-"""The demo's run directories under its output, removed before it starts again."""
+"""The demo's run directories under its output (a run appends to the files it finds, so the
+demo starts only where none exists: it never deletes an earlier run)."""
 TOKENS_METRIC = "tokens/generated"
 """The loop's per-step count of sampled completion tokens (`trainer.batch.step_metrics`)."""
+
+
+class OutputInUseError(ValueError):
+    """`--out` already holds a run of this demo (the message is one line)."""
+
+
+def check_out(out_dir: str | Path) -> None:
+    """Refuse an output folder that already holds one of the demo's runs (`OutputInUseError`):
+    its files would be appended to, and deleting them would lose a finished run."""
+    used = [name for name in RUN_DIRS if (Path(out_dir) / name).exists()]
+    if used:
+        raise OutputInUseError(
+            f"--out {out_dir} already holds an earlier run ({', '.join(used)}): choose another "
+            "folder or remove it"
+        )
 
 
 class TeacherRunError(ValueError):
@@ -222,12 +237,11 @@ def run_distill_demo(
     from skyrl_sdk.trainer.heldout import read_results
 
     s = settings or DistillSettings()
+    check_out(out_dir)
     teacher = find_teacher(teacher_dir)
     seed = teacher.config.seed if seed is None else seed
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for old in RUN_DIRS:  # a run appends to the files it finds (trajectories, metrics)
-        shutil.rmtree(out / old, ignore_errors=True)
     console = Console()
     started = time.perf_counter()
     if teacher.config.model.source.value == "smollm2":

@@ -138,3 +138,26 @@ def test_a_teacher_without_its_evaluation_is_re_evaluated_to_the_same_result(tea
     assert [(e.episode_id, e.prompt_ids) for e in mine] == [
         (e.episode_id, e.prompt_ids) for e in theirs
     ]
+
+
+def test_an_output_holding_an_earlier_run_is_refused_and_kept(tmp_path):
+    from skyrl_sdk.trainer.demos.distill import OutputInUseError
+
+    earlier = tmp_path / "out" / "student"
+    earlier.mkdir(parents=True)
+    (earlier / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(OutputInUseError, match="already holds an earlier run \\(student\\)"):
+        run_distill_demo(tmp_path / "nowhere", tmp_path / "out")
+    assert (earlier / "metrics.jsonl").read_text() == '{"step": 1}\n'  # nothing deleted
+    import typer
+
+    from skyrl_sdk.trainer.demos.cli import demo_command
+
+    app = typer.Typer()
+    app.command()(demo_command)
+    result = CliRunner().invoke(
+        app,
+        ["--task", "distill", "--teacher", str(tmp_path), "--out", str(tmp_path / "out")],
+        env={"COLUMNS": "300"},
+    )
+    assert result.exit_code == 2 and "already holds an earlier run" in result.output
