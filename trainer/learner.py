@@ -24,7 +24,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -151,6 +151,8 @@ class Learner:
             assert lora is not None
             model = wrap_lora(model, lora)
         self.model = model.train()
+        self.keeps_logits = _keeps_logits(model)
+        """Whether the model projects only the positions asked for (`logits_to_keep`)."""
         # KL needs the initial policy: with LoRA it is the base model (adapters disabled);
         # otherwise a frozen copy.
         self.ref_model = None
@@ -221,6 +223,8 @@ class Learner:
             batch, adv, old_rows = _micro_batch(
                 samples, advantages, proximal, rows, self.pad_token_id, self._device(), packed
             )
+            if self.keeps_logits:
+                batch, adv, old_rows = _scored_region(batch, adv, old_rows)
             n_seqs = sum(len(r) for r in rows)
             logits = self._logits(self.model, batch)
             logprobs = losses.token_logprobs(logits, batch.targets)
@@ -331,12 +335,24 @@ class Learner:
     # -- forward helpers ------------------------------------------------------------------
 
     def _logits(self, model: Any, batch: _Padded) -> torch.Tensor:
+        """Logits for `batch.targets` (`[B, T, V]`, divided by the sampler's temperature):
+        only from `batch.first_scored` on, when the model can project just those positions."""
+        kept = {}
+        if batch.first_scored:
+            # The vocabulary projection and everything after it (log-softmax, entropy) is
+            # most of a small model's step: skip the prompt positions no loss reads.
+            kept = {"logits_to_keep": batch.input_ids.shape[1] - batch.first_scored}
         if batch.position_ids is None:
-            out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+            out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kept)
         else:
             # Packed rows: transformers makes the causal mask block-diagonal from position ids
             # that restart, but only with no 2D mask and no KV cache (`trainer.packing`).
-            out = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False)
+            out = model(
+                input_ids=batch.input_ids,
+                position_ids=batch.position_ids,
+                use_cache=False,
+                **kept,
+            )
         # Position t predicts token t+1; the sampler's temperature applies to both sides.
         logits = out.logits[:, :-1, :].float()
         # Dividing by 1.0 would be a full [batch, tokens, vocab] pass forward and backward.
@@ -375,8 +391,9 @@ class Learner:
     def _score(self, prompt: list[int], completion: list[int]) -> list[float]:
         ids = torch.tensor([prompt + completion], dtype=torch.long, device=self._device())
         self.model.eval()  # dropout (LoRA's too) off: the engine has none
+        kept = {"logits_to_keep": len(completion) + 1} if self.keeps_logits else {}
         try:
-            logits = self.model(input_ids=ids).logits[:, len(prompt) - 1 : -1]
+            logits = self.model(input_ids=ids, **kept).logits[:, -len(completion) - 1 : -1]
         finally:
             self.model.train()
         return losses.token_logprobs(logits, ids[:, len(prompt) :])[0].tolist()
@@ -452,6 +469,9 @@ class _Padded:
     position_ids: torch.Tensor | None = None
     """Packed rows' positions, restarting at each sample (None: a padded batch, positions
     from the attention mask)."""
+    first_scored: int = 0
+    """The per-token fields start at this target position (`_scored_region`): the ones
+    before it carry no loss, observation or advantage in any row."""
 
 
 def _pad(
@@ -552,6 +572,46 @@ def _micro_batch(
     if batch.token_advantages is not None:  # per token (`TrainingSample.token_advantages`)
         adv = adv[:, None] + batch.token_advantages
     return batch, adv, old_rows
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether `model` (or the model inside its adapters) takes `logits_to_keep`, as
+    transformers' causal LMs do."""
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _scored_region(
+    batch: _Padded, adv: torch.Tensor, old_rows: list[torch.Tensor] | None
+) -> tuple[_Padded, torch.Tensor, list[torch.Tensor] | None]:
+    """`batch` (its advantages, its rows' proximal logprobs) from the first target position
+    that any loss reads (a trained or an observation token) on: the shared prompt positions
+    before it need no logits (unchanged when every row is scored from its start)."""
+    scored = (batch.mask != 0) | (batch.observation != 0)
+    hits = scored.any(dim=0).nonzero()
+    first = int(hits[0]) if hits.numel() else 0
+    if first == 0:
+        return batch, adv, old_rows
+    sliced = replace(
+        batch,
+        targets=batch.targets[:, first:],
+        mask=batch.mask[:, first:],
+        sampler_logprobs=batch.sampler_logprobs[:, first:],
+        versions=batch.versions[:, first:],
+        observation=batch.observation[:, first:],
+        token_advantages=(
+            None if batch.token_advantages is None else batch.token_advantages[:, first:]
+        ),
+        first_scored=first,
+    )
+    if adv.dim() == 2:  # per token
+        adv = adv[:, first:]
+    return sliced, adv, None if old_rows is None else [row[first:] for row in old_rows]
 
 
 def _pad_rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:

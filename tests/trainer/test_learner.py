@@ -190,3 +190,89 @@ def test_kl_sampler_estimates_kl_from_the_samplers_tokens():
         [_sample((9,), logprob=_logprob(learner.model, sample) + gap)], [0.0]
     )
     assert stale.kl_sampler == pytest.approx(math.exp(-gap) + gap - 1.0, rel=1e-3)
+
+
+def _prompted(seed, prompt_len, reply_len, *, obs=False, per_token=False):
+    """A sample with a shared-length prompt (no loss) and a scored reply; observation tokens
+    inside the reply and per-token advantages on request."""
+    import random
+
+    rng = random.Random(seed)
+    ids = tuple(rng.randrange(1, 32) for _ in range(prompt_len + reply_len))
+    mask = (0,) * prompt_len + tuple(rng.choice((1, 1, 0)) for _ in range(reply_len))
+    return TrainingSample(
+        input_ids=ids,
+        loss_mask=mask,
+        logprobs=tuple(-2.0 * m for m in mask),
+        policy_versions=tuple(0 if m else -1 for m in mask),
+        observation_mask=tuple(int(not m and i >= prompt_len) for i, m in enumerate(mask))
+        if obs
+        else (),
+        token_advantages=tuple(rng.uniform(-1, 1) * m for m in mask) if per_token else (),
+    )
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "lora", "pack"),
+    [
+        ({"loss": "ppo", "mini_batches": 2, "entropy_coef": 0.01}, False, False),
+        ({"loss": "ppo", "kl_coef": 0.1}, True, False),
+        ({"loss": "importance_sampling", "kl_coef": 0.1}, False, False),
+        ({"loss": "cross_entropy", "observation_loss_coef": 0.5}, False, True),
+    ],
+)
+def test_logits_only_where_a_loss_reads_them_change_nothing(monkeypatch, algorithm, lora, pack):
+    # The learner projects logits only from the first scored position of a forward on (the
+    # prompt's positions carry no loss): the step must be the full-logits step.
+    from skyrl_sdk.trainer import learner as learner_module
+
+    samples = [
+        _prompted(i, 6 + i % 3, 5 + 2 * i, obs=i % 2 == 0, per_token=i == 3) for i in range(5)
+    ]
+    advantages = [1.0, -0.5, 2.0, 0.25, -1.0]
+    seen = []
+    real = learner_module._scored_region
+
+    def recording(batch, adv, old_rows):
+        out = real(batch, adv, old_rows)
+        seen.append(out[0].first_scored)
+        return out
+
+    def build():
+        settings = LearnerSettings(
+            algorithm=AlgorithmConfig(**algorithm),
+            optim=OptimConfig(lr=1e-2),
+            lora=LoRAConfig(enabled=True, r=4) if lora else None,
+            micro_batch_size=2,
+            pack=pack,
+            pack_tokens=40 if pack else None,
+        )
+        return Learner(_model(), settings)
+
+    sliced, full = build(), build()
+    assert sliced.keeps_logits
+    for step in range(2):
+        monkeypatch.setattr(learner_module, "_scored_region", recording)
+        a = sliced.train_step(samples, advantages)
+        monkeypatch.setattr(learner_module, "_scored_region", lambda b, adv, old: (b, adv, old))
+        b = full.train_step(samples, advantages)
+        for field in ("loss", "policy_loss", "kl_ref", "entropy", "grad_norm", "observation_loss"):
+            assert getattr(a, field) == pytest.approx(getattr(b, field), abs=1e-5), field
+        if step == 0:
+            for p, q in zip(sliced.model.parameters(), full.model.parameters(), strict=True):
+                if p.grad is not None:
+                    torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=0)
+    assert min(seen) >= 5  # every forward skipped at least the shortest prompt's positions
+
+
+def test_scoring_projects_only_the_completion():
+    learner = Learner(
+        _model(), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2))
+    )
+    prompt, completion = [5, 6, 7, 8], [9, 10, 11]
+    got = learner._score(prompt, completion)
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logp = torch.log_softmax(learner.model(input_ids=ids).logits[0, :-1], -1)
+    want = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(completion)]
+    assert got == pytest.approx(want, abs=1e-6)

@@ -70,13 +70,17 @@ class DemoPreset:
     and the staleness."""
 
 
+def all_the_cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 2
+
+
 def half_the_cores() -> int:
     """Half the CPUs this process may run on (at least 1)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 2
-    return max(1, cpus // 2)
+    return max(1, all_the_cores() // 2)
 
 
 SMOLLM2_LORA_LAYERS = range(22, 30)

@@ -27,13 +27,14 @@ import asyncio
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.stats import compare_runs, wilson_interval
 from skyrl_sdk.trainer.demos import terminal
 from skyrl_sdk.trainer.demos.demonstrations import DemoSettings, write_demonstrations
+from skyrl_sdk.trainer.demos.lookup import all_the_cores
 
 if TYPE_CHECKING:
     from skyrl_sdk.trainer.config import TrainConfig
@@ -92,6 +93,10 @@ class PipelineSettings:
     """Tokens per assistant turn, in demonstrations, RL and evaluations."""
     temperature: float = 1.0
     """Sampling temperature of RL and of every evaluation."""
+    torch_threads: int = field(default_factory=all_the_cores)
+    """Torch threads of every phase (default: every core). The evaluations and SFT have the
+    machine to themselves: on 2 cores a base evaluation took 60 s with 2 threads against 110 s
+    with 1; in RL the sampler and the learner share them."""
 
 
 def pipeline_settings(families: str | None = None, **sizes: int | None) -> PipelineSettings:
@@ -117,7 +122,7 @@ def _configs(
         {
             "env": {"kwargs": {"families": families, "per_family": 128}},
             "rollout": {"max_tokens": s.max_tokens, "temperature": s.temperature},
-            "trainer": {"micro_batch_size": s.micro_batch_size},
+            "trainer": {"micro_batch_size": s.micro_batch_size, "torch_threads": s.torch_threads},
             "heldout": {
                 "env_kwargs": {"split": "heldout", "per_family": s.heldout_per_family},
                 "episodes": s.heldout_per_family * len(families),
