@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -231,9 +231,17 @@ class HeldoutEvaluator:
         every = self.settings.every_steps
         return step == 0 or last or bool(every and step % every == 0)
 
-    async def evaluate(self, policy: Policy, *, step: int, version: int) -> HeldoutResult:
+    async def evaluate(
+        self,
+        policy: Policy,
+        *,
+        step: int,
+        version: int,
+        on_done: Callable[[Trajectory], None] | None = None,
+    ) -> HeldoutResult:
         """Play the held-out episodes with `policy` (serving `version`), append the result
-        to `heldout.jsonl` and the episodes to `heldout_trajectories.jsonl`."""
+        to `heldout.jsonl` and the episodes to `heldout_trajectories.jsonl`; `on_done` sees
+        each episode as it ends (e.g. `progress_lines`)."""
         chosen = self.tasks
         # Every episode at once (concurrency: all of them), written in task order after.
         trajectories = await run_episodes(
@@ -242,6 +250,7 @@ class HeldoutEvaluator:
             [(f"heldout/{task.get('task_id', i)}#{i}", task) for i, task in enumerate(chosen)],
             concurrency=len(chosen),
             env_id=self.env_id,
+            on_done=on_done,
         )
         families = [str(t.get("family") or self.env_id) for t in chosen]
         result = summarize(
@@ -257,6 +266,31 @@ class HeldoutEvaluator:
         with (self.run_dir / RESULTS_FILE).open("a") as f:
             f.write(json.dumps(asdict(result)) + "\n")
         return result
+
+
+def progress_lines(
+    print_line: Callable[[str], None], total: int, label: str, parts: int = 4
+) -> Callable[[Trajectory], None]:
+    """An `on_done` for `HeldoutEvaluator.evaluate` that prints one line at each `parts`-th of
+    `total` episodes (`label: 128/512 episodes, success 12.5% so far, 41 s`): an evaluation of
+    hundreds of episodes takes minutes on a CPU and should not look stuck."""
+    import time
+
+    started = time.perf_counter()
+    marks = {max(1, round(total * k / parts)) for k in range(1, parts + 1)}
+    done = solved = 0
+
+    def on_done(trajectory: Trajectory) -> None:
+        nonlocal done, solved
+        done += 1
+        solved += bool(trajectory.success)
+        if done in marks:
+            print_line(
+                f"{label}: {done}/{total} episodes, success {solved / done:.1%} so far, "
+                f"{time.perf_counter() - started:.0f} s"
+            )
+
+    return on_done
 
 
 def read_results(run_dir: Path) -> list[HeldoutResult]:

@@ -367,7 +367,12 @@ class TrainingLoop:
         if not await asyncio.to_thread(self.engine.wait_for_version, version):
             raise RuntimeError(f"the engine did not load version {version} for held-out episodes")
         t0 = time.perf_counter()
-        result = await evaluator.evaluate(self.policy, step=self.step, version=version)
+        progress = heldout.progress_lines(
+            self.console.print, len(evaluator.tasks), f"held-out after step {self.step}"
+        )
+        result = await evaluator.evaluate(
+            self.policy, step=self.step, version=version, on_done=progress
+        )
         self.console.print(
             f"held-out after step {self.step}: success {result.success:.1%} "
             f"[{result.ci_low:.1%}, {result.ci_high:.1%}] over {result.episodes} episodes"

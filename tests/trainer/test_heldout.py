@@ -107,3 +107,27 @@ def test_no_heldout_split_means_no_evaluation(tmp_path):
     ).run()
     assert read_results(tmp_path) == []
     assert "heldout_success_start" not in json.loads((tmp_path / "summary.json").read_text())
+
+
+def test_progress_lines_print_at_each_quarter_with_the_success_so_far():
+    from types import SimpleNamespace
+
+    from skyrl_sdk.trainer.heldout import progress_lines
+
+    lines = []
+    on_done = progress_lines(lines.append, 10, "held-out after step 3")
+    for success in (True, False, True, True, False, False, False, True, False, False):
+        on_done(SimpleNamespace(success=success))
+    # Marks at round(10 * k / 4): 2 (rounds half to even), 5, 8, 10 episodes.
+    assert [line.split(",")[0] for line in lines] == [
+        "held-out after step 3: 2/10 episodes",
+        "held-out after step 3: 5/10 episodes",
+        "held-out after step 3: 8/10 episodes",
+        "held-out after step 3: 10/10 episodes",
+    ]
+    assert [line.split(", ")[1] for line in lines] == [
+        "success 50.0% so far",
+        "success 60.0% so far",
+        "success 50.0% so far",
+        "success 40.0% so far",
+    ]

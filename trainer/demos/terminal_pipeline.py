@@ -158,7 +158,12 @@ def evaluate_base(cfg: TrainConfig) -> HeldoutResult:
 
     async def play() -> HeldoutResult:
         try:
-            return await evaluator.evaluate(SeededPolicy(engine, cfg.seed), step=0, version=0)
+            progress = heldout.progress_lines(
+                print, len(evaluator.tasks), f"held-out ({run_dir.name})"
+            )
+            return await evaluator.evaluate(
+                SeededPolicy(engine, cfg.seed), step=0, version=0, on_done=progress
+            )
         finally:
             await engine.aclose()
 
