@@ -153,6 +153,10 @@ class Learner:
         self.model = model.train()
         self.keeps_logits = _keeps_logits(model)
         """Whether the model projects only the positions asked for (`logits_to_keep`)."""
+        # transformers 5 names the KV cache argument `cache` (`past_key_values` before).
+        self.cache_argument = (
+            "cache" if "cache" in _forward_parameters(model) else "past_key_values"
+        )
         # KL needs the initial policy: with LoRA it is the base model (adapters disabled);
         # otherwise a frozen copy.
         self.ref_model = None
@@ -342,19 +346,23 @@ class Learner:
             # The vocabulary projection and everything after it (log-softmax, entropy) is
             # most of a small model's step: skip the prompt positions no loss reads.
             kept = {"logits_to_keep": batch.input_ids.shape[1] - batch.first_scored}
-        if batch.position_ids is None:
-            out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kept)
+        if batch.shared_prefix:
+            raw = _shared_prefix_logits(model, batch, self.cache_argument)
+        elif batch.position_ids is None:
+            raw = model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kept
+            ).logits
         else:
             # Packed rows: transformers makes the causal mask block-diagonal from position ids
             # that restart, but only with no 2D mask and no KV cache (`trainer.packing`).
-            out = model(
+            raw = model(
                 input_ids=batch.input_ids,
                 position_ids=batch.position_ids,
                 use_cache=False,
                 **kept,
-            )
+            ).logits
         # Position t predicts token t+1; the sampler's temperature applies to both sides.
-        logits = out.logits[:, :-1, :].float()
+        logits = raw[:, :-1, :].float()
         # Dividing by 1.0 would be a full [batch, tokens, vocab] pass forward and backward.
         return logits if self.temperature == 1.0 else logits / self.temperature
 
@@ -472,6 +480,9 @@ class _Padded:
     first_scored: int = 0
     """The per-token fields start at this target position (`_scored_region`): the ones
     before it carry no loss, observation or advantage in any row."""
+    shared_prefix: int = 0
+    """Every row starts with the same this many ids (a GRPO group's prompt), all before
+    `first_scored` + 1: they are forwarded once, not once per row (0: no sharing)."""
 
 
 def _pad(
@@ -574,16 +585,20 @@ def _micro_batch(
     return batch, adv, old_rows
 
 
-def _keeps_logits(model: Any) -> bool:
-    """Whether `model` (or the model inside its adapters) takes `logits_to_keep`, as
-    transformers' causal LMs do."""
+def _forward_parameters(model: Any) -> frozenset[str]:
+    """The argument names of `model`'s forward (of the model inside its adapters)."""
     import inspect
 
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     try:
-        return "logits_to_keep" in inspect.signature(inner.forward).parameters
+        return frozenset(inspect.signature(inner.forward).parameters)
     except (TypeError, ValueError):
-        return False
+        return frozenset()
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether `model` takes `logits_to_keep`, as transformers' causal LMs do."""
+    return "logits_to_keep" in _forward_parameters(model)
 
 
 def _scored_region(
@@ -609,9 +624,48 @@ def _scored_region(
         ),
         first_scored=first,
     )
+    if batch.position_ids is None and batch.input_ids.shape[0] > 1:
+        shared = _common_prefix(batch.input_ids, batch.attention_mask)
+        shared = min(shared, first + 1)
+        if shared >= MIN_SHARED_PREFIX:
+            sliced = replace(sliced, shared_prefix=shared)
     if adv.dim() == 2:  # per token
         adv = adv[:, first:]
     return sliced, adv, None if old_rows is None else [row[first:] for row in old_rows]
+
+
+MIN_SHARED_PREFIX = 16
+"""Shorter common prefixes are forwarded with their rows (two forwards would cost more)."""
+
+
+def _common_prefix(ids: torch.Tensor, attention: torch.Tensor) -> int:
+    """How many leading ids every row has in common (padding excluded)."""
+    same = (ids == ids[:1]).all(dim=0) & (attention != 0).all(dim=0)
+    differs = (~same).nonzero()
+    return int(differs[0]) if differs.numel() else ids.shape[1]
+
+
+def _shared_prefix_logits(model: Any, batch: _Padded, cache_argument: str) -> torch.Tensor:
+    """The model's logits for positions `batch.first_scored` on (as `logits_to_keep` would
+    give them), with the rows' common prefix forwarded once: its keys and values are repeated
+    for every row and the rows' own ids attend to them. Gradients flow back through the
+    repeat into the one prefix forward, so the step is the row-by-row one."""
+    ids, attention = batch.input_ids, batch.attention_mask
+    rows, width = ids.shape
+    shared, first = batch.shared_prefix, batch.first_scored
+    prefix = model(input_ids=ids[:1, :shared], use_cache=True, logits_to_keep=1)
+    cache = getattr(prefix, cache_argument)
+    cache.batch_repeat_interleave(rows)
+    rest = model(
+        input_ids=ids[:, shared:],
+        attention_mask=attention,
+        use_cache=True,
+        logits_to_keep=width - max(first, shared),
+        **{cache_argument: cache},
+    ).logits
+    if first < shared:  # first == shared - 1: the prefix's last position predicts a scored id
+        rest = torch.cat([prefix.logits.expand(rows, -1, -1), rest], dim=1)
+    return rest
 
 
 def _pad_rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:

@@ -276,3 +276,73 @@ def test_scoring_projects_only_the_completion():
         logp = torch.log_softmax(learner.model(input_ids=ids).logits[0, :-1], -1)
     want = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(completion)]
     assert got == pytest.approx(want, abs=1e-6)
+
+
+def _group(prompt_len, shared_len, reply_lens, *, seed=0):
+    """A GRPO group: rows whose prompts agree on their first `shared_len` ids, then their
+    replies (scored, with an observation token inside the longer ones)."""
+    import random
+
+    rng = random.Random(seed)
+    common = tuple(rng.randrange(1, 32) for _ in range(shared_len))
+    out = []
+    for n in reply_lens:
+        prompt = common + tuple(rng.randrange(1, 32) for _ in range(prompt_len - shared_len))
+        reply = tuple(rng.randrange(1, 32) for _ in range(n))
+        mask = (0,) * prompt_len + tuple(0 if i == 3 else 1 for i in range(n))
+        out.append(
+            TrainingSample(
+                input_ids=prompt + reply,
+                loss_mask=mask,
+                logprobs=tuple(-2.0 * m for m in mask),
+                policy_versions=tuple(0 if m else -1 for m in mask),
+                observation_mask=tuple(int(i == prompt_len + 3) for i in range(len(mask))),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "lora", "shared_len"),
+    [
+        ({"loss": "ppo", "mini_batches": 2, "entropy_coef": 0.01}, False, 20),
+        ({"loss": "ppo", "kl_coef": 0.1}, True, 20),  # the reference pass shares it too
+        ({"loss": "cross_entropy", "observation_loss_coef": 0.5}, False, 20),
+        ({"loss": "importance_sampling"}, True, 17),  # prompts differ after 17 of 20 ids
+    ],
+)
+def test_a_shared_prompt_forwarded_once_changes_nothing(monkeypatch, algorithm, lora, shared_len):
+    from skyrl_sdk.trainer import learner as learner_module
+
+    samples = _group(20, shared_len, (5, 9, 2, 7))
+    advantages = [1.0, -0.5, 2.0, -1.0]
+    seen = []
+    real = learner_module._shared_prefix_logits
+
+    def recording(model, batch, cache_argument):
+        seen.append(batch.shared_prefix)
+        return real(model, batch, cache_argument)
+
+    def build():
+        settings = LearnerSettings(
+            algorithm=AlgorithmConfig(**algorithm),
+            optim=OptimConfig(lr=1e-2),
+            lora=LoRAConfig(enabled=True, r=4) if lora else None,
+            micro_batch_size=4,
+        )
+        return Learner(_model(), settings)
+
+    shared, rowwise = build(), build()
+    monkeypatch.setattr(learner_module, "_shared_prefix_logits", recording)
+    for step in range(2):
+        monkeypatch.setattr(learner_module, "MIN_SHARED_PREFIX", 16)
+        a = shared.train_step(samples, advantages)
+        monkeypatch.setattr(learner_module, "MIN_SHARED_PREFIX", 10**9)
+        b = rowwise.train_step(samples, advantages)
+        for field in ("loss", "policy_loss", "kl_ref", "entropy", "grad_norm", "observation_loss"):
+            assert getattr(a, field) == pytest.approx(getattr(b, field), abs=1e-5), field
+        if step == 0:
+            for p, q in zip(shared.model.parameters(), rowwise.model.parameters(), strict=True):
+                if p.grad is not None:
+                    torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=0)
+    assert seen and set(seen) == {shared_len}
