@@ -32,6 +32,7 @@ import torch
 from skyrl_sdk.agents.trajectory import TrainingSample
 from skyrl_sdk.trainer import losses, packing
 from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, Schedule
+from skyrl_sdk.trainer.models import forward_parameters, keeps_logits
 
 if TYPE_CHECKING:
     from skyrl_sdk.trainer.config import TrainConfig
@@ -151,12 +152,10 @@ class Learner:
             assert lora is not None
             model = wrap_lora(model, lora)
         self.model = model.train()
-        self.keeps_logits = _keeps_logits(model)
+        self.keeps_logits = keeps_logits(model)
         """Whether the model projects only the positions asked for (`logits_to_keep`)."""
         # transformers 5 names the KV cache argument `cache` (`past_key_values` before).
-        self.cache_argument = (
-            "cache" if "cache" in _forward_parameters(model) else "past_key_values"
-        )
+        self.cache_argument = "cache" if "cache" in forward_parameters(model) else "past_key_values"
         # KL needs the initial policy: with LoRA it is the base model (adapters disabled);
         # otherwise a frozen copy.
         self.ref_model = None
@@ -583,22 +582,6 @@ def _micro_batch(
     if batch.token_advantages is not None:  # per token (`TrainingSample.token_advantages`)
         adv = adv[:, None] + batch.token_advantages
     return batch, adv, old_rows
-
-
-def _forward_parameters(model: Any) -> frozenset[str]:
-    """The argument names of `model`'s forward (of the model inside its adapters)."""
-    import inspect
-
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return frozenset(inspect.signature(inner.forward).parameters)
-    except (TypeError, ValueError):
-        return frozenset()
-
-
-def _keeps_logits(model: Any) -> bool:
-    """Whether `model` takes `logits_to_keep`, as transformers' causal LMs do."""
-    return "logits_to_keep" in _forward_parameters(model)
 
 
 def _scored_region(

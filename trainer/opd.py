@@ -135,7 +135,11 @@ class FrozenScorer:
     forwards of `batch_size`."""
 
     def __init__(self, model: Any, name: str = "teacher", batch_size: int = 8):
+        from skyrl_sdk.trainer.models import keeps_logits
+
         self.model = model.eval().requires_grad_(False)
+        self.keeps_logits = keeps_logits(model)
+        """Whether the model projects only the positions asked for (`logits_to_keep`)."""
         self.name = name
         self.batch_size = batch_size
         self._lock = threading.Lock()
@@ -164,11 +168,16 @@ class FrozenScorer:
                 ids[row, : len(p) + len(c)] = torch.tensor(p + c)
                 attention[row, : len(p) + len(c)] = 1
             ids, attention = ids.to(device), attention.to(device)
+            # Logits from the shortest prompt's last position on: the prompts' own positions
+            # score nothing.
+            first = min(len(p) for p, _ in chunk) - 1 if self.keeps_logits else 0
+            kept = {"logits_to_keep": width - first} if first else {}
             with self._lock, torch.no_grad():  # right padding: no real token attends to it
-                logits = self.model(input_ids=ids, attention_mask=attention).logits.float()
-            logprobs = token_logprobs(logits[:, :-1], ids[:, 1:])
+                logits = self.model(input_ids=ids, attention_mask=attention, **kept).logits
+            logprobs = token_logprobs(logits[:, :-1].float(), ids[:, first + 1 :])
             for row, (p, c) in enumerate(chunk):
-                out.append(logprobs[row, len(p) - 1 : len(p) - 1 + len(c)].tolist())
+                start = len(p) - 1 - first
+                out.append(logprobs[row, start : start + len(c)].tolist())
         return out
 
     async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
@@ -184,9 +193,10 @@ class FrozenScorer:
             raise ValueError("scoring needs a non-empty prompt and completion")
         device = next(self.model.parameters()).device
         ids = torch.tensor([prompt + completion], dtype=torch.long, device=device)
+        kept = {"logits_to_keep": len(completion) + 1} if self.keeps_logits else {}
         with self._lock, torch.no_grad():
-            logits = self.model(input_ids=ids).logits[:, len(prompt) - 1 : -1].float()
-        return token_logprobs(logits, ids[:, len(prompt) :])[0].tolist()
+            logits = self.model(input_ids=ids, **kept).logits[:, -len(completion) - 1 : -1]
+        return token_logprobs(logits.float(), ids[:, len(prompt) :])[0].tolist()
 
 
 def load_teacher(config: TrainConfig, tokenizer: Any = None) -> FrozenScorer:

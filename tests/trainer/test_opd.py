@@ -417,7 +417,14 @@ def test_batched_teacher_scores_are_each_sequence_scored_alone():
     scorer = opd.FrozenScorer(model, batch_size=2)
     pairs = [([1, 4, 7], [2, 5]), ([1, 4, 7, 8, 9, 2], [1, 5, 11, 12]), ([3], [6, 7, 8])]
     batched = asyncio.run(scorer.score_batch(pairs))
+    assert scorer.keeps_logits  # both project only the completions' positions
     for (prompt, completion), got in zip(pairs, batched, strict=True):
         alone = asyncio.run(scorer.score(prompt, completion))
         assert len(got) == len(completion)
         assert got == pytest.approx(alone, abs=1e-5)
+        # ... and both are the full forward's logprobs of those tokens.
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+        full = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(completion)]
+        assert got == pytest.approx(full, abs=1e-5)
