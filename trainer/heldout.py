@@ -201,11 +201,14 @@ class HeldoutEvaluator:
         *,
         tasks: Sequence[TaskRow] | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
+        print_line: Callable[[str], None] | None = None,
     ):
         """Held-out evaluation of the run `config` describes (`config.heldout.env_kwargs`
         must be set); `sampling` and `limits` are the training episodes'. `tasks` (default:
         `heldout_tasks`) are the episodes every evaluation plays, `env_kwargs` (default:
-        `heldout_env_kwargs`) the held-out env's arguments."""
+        `heldout_env_kwargs`) the held-out env's arguments; `print_line` (None: silent) shows
+        each evaluation's progress (`progress_lines`) and result."""
+        self.print_line = print_line
         settings = config.heldout
         self.settings = settings
         self.env_id = config.env.id
@@ -237,12 +240,15 @@ class HeldoutEvaluator:
         *,
         step: int,
         version: int,
-        on_done: Callable[[Trajectory], None] | None = None,
+        label: str | None = None,
     ) -> HeldoutResult:
         """Play the held-out episodes with `policy` (serving `version`), append the result
-        to `heldout.jsonl` and the episodes to `heldout_trajectories.jsonl`; `on_done` sees
-        each episode as it ends (e.g. `progress_lines`)."""
+        to `heldout.jsonl` and the episodes to `heldout_trajectories.jsonl`; `label` names the
+        evaluation in printed lines (default: `held-out after step N`)."""
         chosen = self.tasks
+        label = label or f"held-out after step {step}"
+        show = self.print_line
+        on_done = None if show is None else progress_lines(show, len(chosen), label)
         # Every episode at once (concurrency: all of them), written in task order after.
         trajectories = await run_episodes(
             self.make_env,
@@ -265,6 +271,11 @@ class HeldoutEvaluator:
                 writer.write(trajectory)
         with (self.run_dir / RESULTS_FILE).open("a") as f:
             f.write(json.dumps(asdict(result)) + "\n")
+        if show is not None:
+            show(
+                f"{label}: success {result.success:.1%} [{result.ci_low:.1%}, "
+                f"{result.ci_high:.1%}] over {result.episodes} episodes"
+            )
         return result
 
 

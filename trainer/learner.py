@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from skyrl_sdk.agents.trajectory import TrainingSample
-from skyrl_sdk.trainer import losses, packing
+from skyrl_sdk.trainer import losses, model_forward, packing
 from skyrl_sdk.trainer.config import AlgorithmConfig, LoRAConfig, OptimConfig, Schedule
-from skyrl_sdk.trainer.models import forward_parameters, keeps_logits
 
 if TYPE_CHECKING:
     from skyrl_sdk.trainer.config import TrainConfig
@@ -152,10 +151,9 @@ class Learner:
             assert lora is not None
             model = wrap_lora(model, lora)
         self.model = model.train()
-        self.keeps_logits = keeps_logits(model)
+        self.keeps_logits = model_forward.keeps_logits(model)
         """Whether the model projects only the positions asked for (`logits_to_keep`)."""
-        # transformers 5 names the KV cache argument `cache` (`past_key_values` before).
-        self.cache_argument = "cache" if "cache" in forward_parameters(model) else "past_key_values"
+        self.cache_name = model_forward.cache_argument(model)
         # KL needs the initial policy: with LoRA it is the base model (adapters disabled);
         # otherwise a frozen copy.
         self.ref_model = None
@@ -338,28 +336,17 @@ class Learner:
     # -- forward helpers ------------------------------------------------------------------
 
     def _logits(self, model: Any, batch: _Padded) -> torch.Tensor:
-        """Logits for `batch.targets` (`[B, T, V]`, divided by the sampler's temperature):
-        only from `batch.first_scored` on, when the model can project just those positions."""
-        kept = {}
-        if batch.first_scored:
-            # The vocabulary projection and everything after it (log-softmax, entropy) is
-            # most of a small model's step: skip the prompt positions no loss reads.
-            kept = {"logits_to_keep": batch.input_ids.shape[1] - batch.first_scored}
-        if batch.shared_prefix:
-            raw = _shared_prefix_logits(model, batch, self.cache_argument)
-        elif batch.position_ids is None:
-            raw = model(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kept
-            ).logits
-        else:
-            # Packed rows: transformers makes the causal mask block-diagonal from position ids
-            # that restart, but only with no 2D mask and no KV cache (`trainer.packing`).
-            raw = model(
-                input_ids=batch.input_ids,
-                position_ids=batch.position_ids,
-                use_cache=False,
-                **kept,
-            ).logits
+        """Logits for `batch.targets` (`[B, T, V]`, divided by the sampler's temperature),
+        from `batch.first_scored` on (`model_forward.causal_logits`)."""
+        raw = model_forward.causal_logits(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.position_ids,
+            first=batch.first_scored,
+            shared=batch.shared_prefix,
+            cache_name=self.cache_name,
+        )
         # Position t predicts token t+1; the sampler's temperature applies to both sides.
         logits = raw[:, :-1, :].float()
         # Dividing by 1.0 would be a full [batch, tokens, vocab] pass forward and backward.
@@ -398,9 +385,10 @@ class Learner:
     def _score(self, prompt: list[int], completion: list[int]) -> list[float]:
         ids = torch.tensor([prompt + completion], dtype=torch.long, device=self._device())
         self.model.eval()  # dropout (LoRA's too) off: the engine has none
-        kept = {"logits_to_keep": len(completion) + 1} if self.keeps_logits else {}
         try:
-            logits = self.model(input_ids=ids, **kept).logits[:, -len(completion) - 1 : -1]
+            logits = model_forward.completion_logits(
+                self.model, ids, len(completion), self.keeps_logits
+            )
         finally:
             self.model.train()
         return losses.token_logprobs(logits, ids[:, len(prompt) :])[0].tolist()
@@ -416,19 +404,7 @@ class Learner:
         """
         if not self.lora:
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        from peft.tuners.lora import LoraLayer
-
-        base = self.model.get_base_model()
-        out: dict[str, torch.Tensor] = {}
-        for key, value in base.state_dict().items():
-            if "lora_" in key:
-                continue
-            out[key.replace(".base_layer.", ".")] = value  # frozen: safe to share
-        for name, module in base.named_modules():
-            if isinstance(module, LoraLayer):
-                weight = module.base_layer.weight
-                out[f"{name}.weight"] = weight + module.get_delta_weight("default").to(weight.dtype)
-        return out
+        return merged_lora_weights(self.model)
 
     def state_dict(self) -> dict[str, Any]:
         """Trainable weights, optimizer, scheduler and version (for checkpoints)."""
@@ -608,47 +584,13 @@ def _scored_region(
         first_scored=first,
     )
     if batch.position_ids is None and batch.input_ids.shape[0] > 1:
-        shared = _common_prefix(batch.input_ids, batch.attention_mask)
+        shared = model_forward.common_prefix(batch.input_ids, batch.attention_mask)
         shared = min(shared, first + 1)
-        if shared >= MIN_SHARED_PREFIX:
+        if shared >= model_forward.MIN_SHARED_PREFIX:
             sliced = replace(sliced, shared_prefix=shared)
     if adv.dim() == 2:  # per token
         adv = adv[:, first:]
     return sliced, adv, None if old_rows is None else [row[first:] for row in old_rows]
-
-
-MIN_SHARED_PREFIX = 16
-"""Shorter common prefixes are forwarded with their rows (two forwards would cost more)."""
-
-
-def _common_prefix(ids: torch.Tensor, attention: torch.Tensor) -> int:
-    """How many leading ids every row has in common (padding excluded)."""
-    same = (ids == ids[:1]).all(dim=0) & (attention != 0).all(dim=0)
-    differs = (~same).nonzero()
-    return int(differs[0]) if differs.numel() else ids.shape[1]
-
-
-def _shared_prefix_logits(model: Any, batch: _Padded, cache_argument: str) -> torch.Tensor:
-    """The model's logits for positions `batch.first_scored` on (as `logits_to_keep` would
-    give them), with the rows' common prefix forwarded once: its keys and values are repeated
-    for every row and the rows' own ids attend to them. Gradients flow back through the
-    repeat into the one prefix forward, so the step is the row-by-row one."""
-    ids, attention = batch.input_ids, batch.attention_mask
-    rows, width = ids.shape
-    shared, first = batch.shared_prefix, batch.first_scored
-    prefix = model(input_ids=ids[:1, :shared], use_cache=True, logits_to_keep=1)
-    cache = getattr(prefix, cache_argument)
-    cache.batch_repeat_interleave(rows)
-    rest = model(
-        input_ids=ids[:, shared:],
-        attention_mask=attention,
-        use_cache=True,
-        logits_to_keep=width - max(first, shared),
-        **{cache_argument: cache},
-    ).logits
-    if first < shared:  # first == shared - 1: the prefix's last position predicts a scored id
-        rest = torch.cat([prefix.logits.expand(rows, -1, -1), rest], dim=1)
-    return rest
 
 
 def _pad_rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
@@ -716,6 +658,24 @@ def lr_schedule(schedule: Schedule, warmup: int, total: int) -> Callable[[int], 
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
+
+
+def merged_lora_weights(model: Any) -> dict[str, torch.Tensor]:
+    """The full weights of a `peft` LoRA model with its adapters merged in, keyed like the
+    plain model (the frozen base tensors are shared, the merged ones are new)."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    out: dict[str, torch.Tensor] = {}
+    for key, value in base.state_dict().items():
+        if "lora_" in key:
+            continue
+        out[key.replace(".base_layer.", ".")] = value  # frozen: safe to share
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer):
+            weight = module.base_layer.weight
+            out[f"{name}.weight"] = weight + module.get_delta_weight("default").to(weight.dtype)
+    return out
 
 
 def wrap_lora(model: Any, lora: LoRAConfig) -> Any:

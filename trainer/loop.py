@@ -359,6 +359,7 @@ class TrainingLoop:
             self.limits,
             tasks=self.heldout_tasks,
             env_kwargs=heldout.heldout_env_kwargs(self.config, self.env_kwargs),
+            print_line=self.console.print,
         )
 
     async def _evaluate_heldout(self, evaluator: heldout.HeldoutEvaluator) -> dict[str, float]:
@@ -367,16 +368,7 @@ class TrainingLoop:
         if not await asyncio.to_thread(self.engine.wait_for_version, version):
             raise RuntimeError(f"the engine did not load version {version} for held-out episodes")
         t0 = time.perf_counter()
-        progress = heldout.progress_lines(
-            self.console.print, len(evaluator.tasks), f"held-out after step {self.step}"
-        )
-        result = await evaluator.evaluate(
-            self.policy, step=self.step, version=version, on_done=progress
-        )
-        self.console.print(
-            f"held-out after step {self.step}: success {result.success:.1%} "
-            f"[{result.ci_low:.1%}, {result.ci_high:.1%}] over {result.episodes} episodes"
-        )
+        result = await evaluator.evaluate(self.policy, step=self.step, version=version)
         return {
             "heldout/success": result.success,
             "heldout/ci_low": result.ci_low,

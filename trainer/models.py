@@ -289,21 +289,3 @@ def gguf_to_safetensors(gguf: Path, dest: Path) -> Path:
     fresh.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
     return dest
-
-
-def forward_parameters(model: Any) -> frozenset[str]:
-    """The argument names of `model`'s forward (of the model inside its adapters)."""
-    import inspect
-
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return frozenset(inspect.signature(inner.forward).parameters)
-    except (TypeError, ValueError):
-        return frozenset()
-
-
-def keeps_logits(model: Any) -> bool:
-    """Whether `model` projects only the positions asked for (`logits_to_keep`, as
-    transformers' causal LMs do): scoring a completion then skips the prompt's vocabulary
-    projection."""
-    return "logits_to_keep" in forward_parameters(model)

@@ -135,7 +135,7 @@ class FrozenScorer:
     forwards of `batch_size`."""
 
     def __init__(self, model: Any, name: str = "teacher", batch_size: int = 8):
-        from skyrl_sdk.trainer.models import keeps_logits
+        from skyrl_sdk.trainer.model_forward import keeps_logits
 
         self.model = model.eval().requires_grad_(False)
         self.keeps_logits = keeps_logits(model)
@@ -188,14 +188,14 @@ class FrozenScorer:
         import torch
 
         from skyrl_sdk.trainer.losses import token_logprobs
+        from skyrl_sdk.trainer.model_forward import completion_logits
 
         if not prompt or not completion:
             raise ValueError("scoring needs a non-empty prompt and completion")
         device = next(self.model.parameters()).device
         ids = torch.tensor([prompt + completion], dtype=torch.long, device=device)
-        kept = {"logits_to_keep": len(completion) + 1} if self.keeps_logits else {}
         with self._lock, torch.no_grad():
-            logits = self.model(input_ids=ids, **kept).logits[:, -len(completion) - 1 : -1]
+            logits = completion_logits(self.model, ids, len(completion), self.keeps_logits)
         return token_logprobs(logits.float(), ids[:, len(prompt) :])[0].tolist()
 
 

@@ -312,16 +312,16 @@ def _group(prompt_len, shared_len, reply_lens, *, seed=0):
     ],
 )
 def test_a_shared_prompt_forwarded_once_changes_nothing(monkeypatch, algorithm, lora, shared_len):
-    from skyrl_sdk.trainer import learner as learner_module
+    from skyrl_sdk.trainer import model_forward
 
     samples = _group(20, shared_len, (5, 9, 2, 7))
     advantages = [1.0, -0.5, 2.0, -1.0]
     seen = []
-    real = learner_module._shared_prefix_logits
+    real = model_forward._shared_prefix_logits
 
-    def recording(model, batch, cache_argument):
-        seen.append(batch.shared_prefix)
-        return real(model, batch, cache_argument)
+    def recording(model, ids, attention, first, shared, name):
+        seen.append(shared)
+        return real(model, ids, attention, first, shared, name)
 
     def build():
         settings = LearnerSettings(
@@ -333,11 +333,11 @@ def test_a_shared_prompt_forwarded_once_changes_nothing(monkeypatch, algorithm, 
         return Learner(_model(), settings)
 
     shared, rowwise = build(), build()
-    monkeypatch.setattr(learner_module, "_shared_prefix_logits", recording)
+    monkeypatch.setattr(model_forward, "_shared_prefix_logits", recording)
     for step in range(2):
-        monkeypatch.setattr(learner_module, "MIN_SHARED_PREFIX", 16)
+        monkeypatch.setattr(model_forward, "MIN_SHARED_PREFIX", 16)
         a = shared.train_step(samples, advantages)
-        monkeypatch.setattr(learner_module, "MIN_SHARED_PREFIX", 10**9)
+        monkeypatch.setattr(model_forward, "MIN_SHARED_PREFIX", 10**9)
         b = rowwise.train_step(samples, advantages)
         for field in ("loss", "policy_loss", "kl_ref", "entropy", "grad_norm", "observation_loss"):
             assert getattr(a, field) == pytest.approx(getattr(b, field), abs=1e-5), field

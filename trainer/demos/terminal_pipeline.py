@@ -154,15 +154,15 @@ def evaluate_base(cfg: TrainConfig) -> HeldoutResult:
     model, tokenizer = load_model(cfg.model, seed=cfg.seed)
     engine = build_engine(cfg, model, tokenizer, run_dir)
     limits = rollout_limits(cfg, getattr(engine, "max_context_tokens", None))
-    evaluator = heldout.HeldoutEvaluator(cfg, run_dir, sampling_params(cfg), limits)
+    evaluator = heldout.HeldoutEvaluator(
+        cfg, run_dir, sampling_params(cfg), limits, print_line=print
+    )
 
     async def play() -> HeldoutResult:
         try:
-            progress = heldout.progress_lines(
-                print, len(evaluator.tasks), f"held-out ({run_dir.name})"
-            )
+            policy = SeededPolicy(engine, cfg.seed)
             return await evaluator.evaluate(
-                SeededPolicy(engine, cfg.seed), step=0, version=0, on_done=progress
+                policy, step=0, version=0, label=f"held-out ({run_dir.name})"
             )
         finally:
             await engine.aclose()
