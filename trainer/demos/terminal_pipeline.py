@@ -24,6 +24,7 @@ is a `PipelineSettings` field, so a test runs the whole pipeline with a tiny mod
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Mapping
@@ -154,8 +155,9 @@ def evaluate_base(cfg: TrainConfig) -> HeldoutResult:
     model, tokenizer = load_model(cfg.model, seed=cfg.seed)
     engine = build_engine(cfg, model, tokenizer, run_dir)
     limits = rollout_limits(cfg, getattr(engine, "max_context_tokens", None))
+    show = functools.partial(print, flush=True)  # shown as it happens, also into a file
     evaluator = heldout.HeldoutEvaluator(
-        cfg, run_dir, sampling_params(cfg), limits, print_line=print
+        cfg, run_dir, sampling_params(cfg), limits, print_line=show
     )
 
     async def play() -> HeldoutResult:
