@@ -76,8 +76,9 @@ class PipelineSettings:
     """Sequences per SFT step."""
     sft_lr: float = 2e-3
     """SFT learning rate (LoRA)."""
-    rl_steps: int = 16
-    """GRPO steps from the SFT checkpoint."""
+    rl_steps: int = 32
+    """GRPO steps from the SFT checkpoint: 16 added 4.9 points (seed 0, paired 95% interval
+    [+1.0, +9.0]), 32 added 8.8 [+4.3, +13.3] in 10 minutes of the 30."""
     rl_lr: float = 2e-3
     """GRPO learning rate (LoRA). Lower than the RL-only demo's 3e-3: at 3e-3 with 2 groups a
     step and no dynamic sampling, RL from the 96-step SFT checkpoint lost 4.7 points (seed
