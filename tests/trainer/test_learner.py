@@ -192,6 +192,18 @@ def test_kl_sampler_estimates_kl_from_the_samplers_tokens():
     assert stale.kl_sampler == pytest.approx(math.exp(-gap) + gap - 1.0, rel=1e-3)
 
 
+def _assert_same_step(a, b, first, second, *, gradients):
+    """Two learners' steps (`LearnerStats` `a`, `b`) agree to float noise, and with
+    `gradients` so do the gradients they left (not the weights after them: Adam's first steps
+    move a weight by about lr whatever its gradient's size, noise included)."""
+    for field in ("loss", "policy_loss", "kl_ref", "entropy", "grad_norm", "observation_loss"):
+        assert getattr(a, field) == pytest.approx(getattr(b, field), abs=1e-5), field
+    if gradients:
+        for p, q in zip(first.model.parameters(), second.model.parameters(), strict=True):
+            if p.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=0)
+
+
 def _prompted(seed, prompt_len, reply_len, *, obs=False, per_token=False):
     """A sample with a shared-length prompt (no loss) and a scored reply; observation tokens
     inside the reply and per-token advantages on request."""
@@ -256,12 +268,7 @@ def test_logits_only_where_a_loss_reads_them_change_nothing(monkeypatch, algorit
         a = sliced.train_step(samples, advantages)
         monkeypatch.setattr(learner_module, "_scored_region", lambda b, adv, old: (b, adv, old))
         b = full.train_step(samples, advantages)
-        for field in ("loss", "policy_loss", "kl_ref", "entropy", "grad_norm", "observation_loss"):
-            assert getattr(a, field) == pytest.approx(getattr(b, field), abs=1e-5), field
-        if step == 0:
-            for p, q in zip(sliced.model.parameters(), full.model.parameters(), strict=True):
-                if p.grad is not None:
-                    torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=0)
+        _assert_same_step(a, b, sliced, full, gradients=step == 0)
     assert min(seen) >= 5  # every forward skipped at least the shortest prompt's positions
 
 
@@ -339,10 +346,5 @@ def test_a_shared_prompt_forwarded_once_changes_nothing(monkeypatch, algorithm, 
         a = shared.train_step(samples, advantages)
         monkeypatch.setattr(model_forward, "MIN_SHARED_PREFIX", 10**9)
         b = rowwise.train_step(samples, advantages)
-        for field in ("loss", "policy_loss", "kl_ref", "entropy", "grad_norm", "observation_loss"):
-            assert getattr(a, field) == pytest.approx(getattr(b, field), abs=1e-5), field
-        if step == 0:
-            for p, q in zip(shared.model.parameters(), rowwise.model.parameters(), strict=True):
-                if p.grad is not None:
-                    torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=0)
+        _assert_same_step(a, b, shared, rowwise, gradients=step == 0)
     assert seen and set(seen) == {shared_len}
