@@ -61,9 +61,9 @@ def causal_logits(
     right-padded rows `ids`. `position_ids`: packed rows, whose positions restart per
     sequence; `shared` > 0: every row's first `shared` ids are the same (and `shared` <=
     `first` + 1), forwarded once. `first` > 0 needs a model that `keeps_logits`."""
-    kept = {"logits_to_keep": ids.shape[1] - first} if first else {}
     if shared:
         return _shared_prefix_logits(model, ids, attention, first, shared, cache_name)
+    kept = {"logits_to_keep": ids.shape[1] - first} if first else {}
     if position_ids is None:
         return model(input_ids=ids, attention_mask=attention, **kept).logits
     # Packed rows: transformers makes the causal mask block-diagonal from position ids that
