@@ -479,6 +479,10 @@ class HeldoutConfig(_Section):
     held-out episodes play the seeds from it up, so the two never share an episode."""
     every_steps: int = Field(0, ge=0)
     """Also evaluate after every this many steps (0: only before and after training)."""
+    before_training: bool = True
+    """Evaluate the untrained policy before the first step; false when an evaluation of the
+    same start on the same episodes exists already (the distill demo's fresh student: the
+    terminal pipeline's base evaluation)."""
     temperature: float | None = Field(None, ge=0)
     """Sampling temperature of held-out episodes (None: `rollout.temperature`)."""
 

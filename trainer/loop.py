@@ -244,7 +244,8 @@ class TrainingLoop:
             # The engine serves the learner's weights before the first episode starts.
             if self.engine.policy_version != self.learner.version:
                 await self._publish()
-            if evaluator is not None and self.resumed_from is None:
+            before = self.config.heldout.before_training and self.resumed_from is None
+            if evaluator is not None and before:
                 await self._evaluate_heldout(evaluator)  # the untrained policy
             generator.start()
             while self.step < cfg.steps:

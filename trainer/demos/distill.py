@@ -12,7 +12,8 @@ student's (in chunks, resuming its checkpoint, so it stops within one step of th
 All three are judged on the teacher run's held-out episodes (its `heldout` env kwargs,
 episodes and temperature; with the teacher's seed the same sampling seeds, so the comparisons
 are paired task by task): the teacher by its run's last evaluation, the student by its loop's
-evaluations before (= the fresh model) and after training, the baseline by its final
+evaluations before (= the fresh model; the pipeline's base evaluation when the teacher's
+pipeline left one for these episodes) and after training, the baseline by its final
 checkpoint. `results.json` has each one's success overall and per family with 95% Wilson
 intervals, `student_vs_teacher` (the ratio of the student's success to the teacher's), the
 sampled tokens of each run and the success (and gain over the fresh model) per 1k sampled
@@ -220,6 +221,29 @@ def _teacher_evaluation(teacher: TeacherRun, out: Path, seed: int) -> tuple[Held
     return evaluate_base(build_config(cfg)), f"{out / 'teacher-eval'} (re-evaluated)"
 
 
+def _fresh_evaluation(teacher: TeacherRun, seed: int) -> tuple[HeldoutResult, str] | None:
+    """The fresh model's held-out result when the teacher's pipeline evaluated it already
+    (`base/heldout.jsonl` beside `rl/`) on the episodes the student plays: the same seed,
+    episode count, temperature and tasks as the teacher run's evaluations. The student starts
+    from that model (LoRA adds nothing before its first step), so the demo does not play the
+    slowest evaluation (the untrained model rambles to its token limit) a second time."""
+    from skyrl_sdk.trainer.heldout import read_results
+
+    base_dir = teacher.run_dir.parent / "base"
+    recorded, reference = read_results(base_dir), read_results(teacher.run_dir)
+    if seed != teacher.config.seed or len(recorded) != 1 or not reference:
+        return None
+    base, h = recorded[0], teacher.config.heldout
+    temperature = h.temperature if h.temperature is not None else teacher.config.rollout.temperature
+    same = (
+        base.step == 0
+        and base.episodes == h.episodes
+        and base.temperature == temperature
+        and base.per_task.keys() == reference[-1].per_task.keys()
+    )
+    return (base, f"{base_dir}/heldout.jsonl (the pipeline's base evaluation)") if same else None
+
+
 def run_distill_demo(
     teacher_dir: str | Path,
     out_dir: str | Path = DEFAULT_OUT,
@@ -261,13 +285,17 @@ def run_distill_demo(
     updates: dict[str, Any] = {"algorithm": algorithm, "trainer": {"steps": s.steps}}
     if s.lr is not None:
         updates["optim"] = {"lr": s.lr}
+    fresh = _fresh_evaluation(teacher, seed)
+    if fresh is not None:  # the student's loop evaluates only after training
+        updates["heldout"] = {"before_training": False}
     from skyrl_sdk.trainer.config import merge
 
     student_cfg = _run_config(teacher, out / "student", seed, merge(updates, dict(overrides or {})))
     _train(student_cfg, console)
-    phases["student_s"] = time.perf_counter() - t0  # with its evaluations before and after
+    phases["student_s"] = time.perf_counter() - t0  # with its evaluations
     evaluations = read_results(out / "student")
-    base, student = evaluations[0], evaluations[-1]
+    student = evaluations[-1]
+    base, base_source = fresh or (evaluations[0], f"{out / 'student'}/heldout.jsonl (step 0)")
     student_tokens = _sampled_tokens(out / "student")
 
     t0 = time.perf_counter()
@@ -282,7 +310,8 @@ def run_distill_demo(
     runs = {"teacher": teacher_eval, "base": base, "student": student, "rl_baseline": rl}
     tokens = {"student": _episode_tokens(out / "student"), "rl_baseline": _episode_tokens(rl_run)}
     per_step = {"student": student_tokens, "rl_baseline": rl_tokens}
-    results = _results(teacher, teacher_source, s, seed, runs, tokens, per_step)
+    sources = {"teacher": teacher_source, "base": base_source}
+    results = _results(teacher, sources, s, seed, runs, tokens, per_step)
     results.update(rl_chunks=chunks, phases_s=phases, wall_s=time.perf_counter() - started)
     results["opd"] = _opd_metrics(out / "student")
     (out / "results.json").write_text(json.dumps(results, indent=2))
@@ -316,7 +345,7 @@ def _paired(a: HeldoutResult, b: HeldoutResult, names: tuple[str, str]) -> dict[
 
 def _results(
     teacher: TeacherRun,
-    teacher_source: str,
+    sources: Mapping[str, str],
     s: DistillSettings,
     seed: int,
     runs: Mapping[str, HeldoutResult],
@@ -337,7 +366,8 @@ def _results(
     return {
         "task": "distill",
         "teacher": str(teacher.run_dir),
-        "teacher_evaluation": teacher_source,
+        "teacher_evaluation": sources["teacher"],
+        "base_evaluation": sources["base"],
         "model": terminal._model_label(cfg),
         "seed": seed,
         "settings": asdict(s),

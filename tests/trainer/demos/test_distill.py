@@ -96,6 +96,33 @@ def test_distill_writes_teacher_student_and_rl_baseline_results(teacher, tmp_pat
     assert "| make-dirs |" in report and "sampled tokens" in report
 
 
+def test_the_pipelines_base_evaluation_stands_for_the_fresh_student(teacher, tmp_path):
+    """A teacher from the terminal pipeline (`base/` beside `rl/`) has had the fresh model
+    evaluated on these episodes: the student's loop then evaluates only after training, and
+    the results say where the fresh model's figures come from."""
+    pipeline = tmp_path / "pipeline"
+    shutil.copytree(teacher, pipeline / "rl")
+    # The tiny teacher trained from the fresh model at seed 0: its first evaluation is the
+    # fresh model's, as the pipeline's `base/` would hold it.
+    (pipeline / "base").mkdir()
+    first = (teacher / "heldout.jsonl").read_text().splitlines()[0]
+    (pipeline / "base" / "heldout.jsonl").write_text(first + "\n")
+    settings = DistillSettings(steps=1, max_rl_steps=1)
+    results = run_distill_demo(pipeline, tmp_path / "distill", settings=settings)
+    assert [e.step for e in read_results(tmp_path / "distill" / "student")] == [1]
+    base = read_results(pipeline / "base")[0]
+    assert results["evaluations"]["base"]["success"] == base.success
+    assert results["base_evaluation"].startswith(str(pipeline / "base"))
+    # Episodes sampled otherwise (here: at another temperature) are not these: the student's
+    # loop evaluates the fresh model itself.
+    record = json.loads(first)
+    record["temperature"] = record["temperature"] / 2
+    (pipeline / "base" / "heldout.jsonl").write_text(json.dumps(record) + "\n")
+    other = run_distill_demo(pipeline, tmp_path / "other", settings=settings)
+    assert [e.step for e in read_results(tmp_path / "other" / "student")] == [0, 1]
+    assert "(step 0)" in other["base_evaluation"]
+
+
 def test_the_cli_says_in_one_line_what_is_wrong_with_the_teacher(tmp_path):
     import typer
 

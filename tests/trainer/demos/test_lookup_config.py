@@ -18,6 +18,7 @@ BEFORE = json.loads((Path(__file__).parent / "fixtures" / "demo_configs.json").r
 NEW_FIELDS = {
     ("env", "tasks"): None,
     ("heldout", "seed_offset"): 1_000_000,
+    ("heldout", "before_training"): True,  # the distill demo reuses a base evaluation (issue 29)
     ("algorithm", "dro_beta"): None,  # the loss catalogue's (issue 26): only `loss: dro` uses it
     ("model", "init_from"): None,  # warm starts (issue 29)
     ("algorithm", "observation_loss_coef"): 0.0,  # ECHO, off
