@@ -135,16 +135,24 @@ def summarize(
     )
 
 
-def compare_evaluations(before: HeldoutResult, after: HeldoutResult) -> Comparison | None:
+def compare_evaluations(
+    before: HeldoutResult, after: HeldoutResult, tasks: Callable[[str], bool] | None = None
+) -> Comparison | None:
     """`after` against `before`, paired task by task and episode by episode (both played the
-    same episodes with the same seeds): the difference with its paired bootstrap interval and
-    a verdict (`skyrl_sdk.stats.compare_runs`). None when either lacks its per-task outcomes
-    (an evaluation recorded before they were kept)."""
+    same episodes with the same seeds), over the task ids `tasks` keeps (None: all): the
+    difference with its paired bootstrap interval and a verdict
+    (`skyrl_sdk.stats.compare_runs`). None when either lacks its per-task outcomes (an
+    evaluation recorded before they were kept) or they share no task."""
     if not before.per_task or not after.per_task:
         return None
 
     def keyed(result: HeldoutResult) -> dict[tuple[str, int], bool]:
-        return {(t, k): bool(v) for t, vs in result.per_task.items() for k, v in enumerate(vs)}
+        return {
+            (t, k): bool(v)
+            for t, vs in result.per_task.items()
+            if tasks is None or tasks(t)
+            for k, v in enumerate(vs)
+        }
 
     try:
         return compare_runs(keyed(before), keyed(after))

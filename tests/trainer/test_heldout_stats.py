@@ -61,6 +61,11 @@ def test_before_and_after_pair_task_by_task(tmp_path) -> None:
     assert comparison.difference == pytest.approx(0.4)
     assert (comparison.improved, comparison.regressed) == (8, 0)
     assert comparison.verdict is Verdict.B_BETTER
+    # Over the tasks a filter keeps: t0..t9 (6 solved before, all 10 after).
+    first = compare_evaluations(before, after, lambda t: int(t[1:]) < 10)
+    assert first is not None and (first.tasks, first.improved) == (10, 4)
+    assert first.difference == pytest.approx(0.4)
+    assert compare_evaluations(before, after, lambda t: False) is None  # no task in common
     # The per-task outcomes survive heldout.jsonl (tuples again once read back).
     with (tmp_path / RESULTS_FILE).open("w") as f:
         for result in (before, after):

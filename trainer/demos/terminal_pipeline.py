@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skyrl_sdk.stats import compare_runs, wilson_interval
+from skyrl_sdk.stats import wilson_interval
 from skyrl_sdk.trainer.demos import terminal
 from skyrl_sdk.trainer.demos.demonstrations import DemoSettings, write_demonstrations
 from skyrl_sdk.trainer.demos.lookup import all_the_cores
@@ -236,20 +236,16 @@ def evaluation_json(result: HeldoutResult) -> dict[str, object]:
 def paired(
     before: HeldoutResult, after: HeldoutResult, families: set[str] | None = None
 ) -> dict[str, object] | None:
-    """`after` against `before`, task by task (`compare_runs`), over `families` (None: all),
-    with the flip rate (tasks whose outcome differs); None when they share no task."""
+    """`after` against `before`, task by task (`compare_evaluations`), over `families`
+    (None: all), with the flip rate (tasks whose outcome differs); None when they share no
+    task."""
+    from skyrl_sdk.trainer.heldout import compare_evaluations
 
-    def keyed(result: HeldoutResult) -> dict[tuple[str, int], bool]:
-        return {
-            (task, k): bool(v)
-            for task, outcomes in result.per_task.items()
-            if families is None or task.rsplit("-s", 1)[0] in families
-            for k, v in enumerate(outcomes)
-        }
+    def kept(task_id: str) -> bool:  # a generated task's id: FAMILY-sSEED
+        return families is None or task_id.rsplit("-s", 1)[0] in families
 
-    try:
-        comparison = compare_runs(keyed(before), keyed(after))
-    except ValueError:
+    comparison = compare_evaluations(before, after, kept)
+    if comparison is None:
         return None
     return {
         **comparison.to_json(),
