@@ -583,11 +583,9 @@ def _scored_region(
         ),
         first_scored=first,
     )
-    if batch.position_ids is None and batch.input_ids.shape[0] > 1:
-        shared = model_forward.common_prefix(batch.input_ids, batch.attention_mask)
-        shared = min(shared, first + 1)
-        if shared >= model_forward.MIN_SHARED_PREFIX:
-            sliced = replace(sliced, shared_prefix=shared)
+    if batch.position_ids is None:
+        shared = model_forward.shared_prefix(batch.input_ids, batch.attention_mask, first)
+        sliced = replace(sliced, shared_prefix=shared)
     if adv.dim() == 2:  # per token
         adv = adv[:, first:]
     return sliced, adv, None if old_rows is None else [row[first:] for row in old_rows]

@@ -47,6 +47,17 @@ def common_prefix(ids: torch.Tensor, attention: torch.Tensor) -> int:
     return int(differs[0]) if differs.numel() else ids.shape[1]
 
 
+def shared_prefix(ids: torch.Tensor, attention: torch.Tensor, first: int) -> int:
+    """How many leading ids of the right-padded rows `ids` to forward once for all of them
+    (`causal_logits`'s `shared`) when logits are needed from position `first` on: their
+    common prefix, at most `first` + 1; 0 when shorter than `MIN_SHARED_PREFIX` or for one
+    row."""
+    if ids.shape[0] < 2:
+        return 0
+    shared = min(common_prefix(ids, attention), first + 1)
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
 def causal_logits(
     model: Any,
     ids: torch.Tensor,

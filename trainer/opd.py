@@ -135,11 +135,13 @@ class FrozenScorer:
     forwards of `batch_size`."""
 
     def __init__(self, model: Any, name: str = "teacher", batch_size: int = 8):
-        from skyrl_sdk.trainer.model_forward import keeps_logits
+        from skyrl_sdk.trainer.model_forward import cache_argument, keeps_logits
 
         self.model = model.eval().requires_grad_(False)
         self.keeps_logits = keeps_logits(model)
         """Whether the model projects only the positions asked for (`logits_to_keep`)."""
+        self.cache_name = cache_argument(model)
+        """The forward's KV-cache argument (a shared prompt's keys and values go there)."""
         self.name = name
         self.batch_size = batch_size
         self._lock = threading.Lock()
@@ -154,6 +156,7 @@ class FrozenScorer:
         import torch
 
         from skyrl_sdk.trainer.losses import token_logprobs
+        from skyrl_sdk.trainer.model_forward import causal_logits, shared_prefix
 
         device = next(self.model.parameters()).device
         out: list[list[float]] = []
@@ -169,11 +172,14 @@ class FrozenScorer:
                 attention[row, : len(p) + len(c)] = 1
             ids, attention = ids.to(device), attention.to(device)
             # Logits from the shortest prompt's last position on: the prompts' own positions
-            # score nothing.
+            # score nothing. A prompt the rows share (a GRPO group's) is forwarded once.
             first = min(len(p) for p, _ in chunk) - 1 if self.keeps_logits else 0
-            kept = {"logits_to_keep": width - first} if first else {}
+            shared = shared_prefix(ids, attention, first) if first else 0
             with self._lock, torch.no_grad():  # right padding: no real token attends to it
-                logits = self.model(input_ids=ids, attention_mask=attention, **kept).logits
+                logits = causal_logits(
+                    self.model, ids, attention, first=first, shared=shared,
+                    cache_name=self.cache_name,
+                )  # fmt: skip
             logprobs = token_logprobs(logits[:, :-1].float(), ids[:, first + 1 :])
             for row, (p, c) in enumerate(chunk):
                 start = len(p) - 1 - first

@@ -428,3 +428,29 @@ def test_batched_teacher_scores_are_each_sequence_scored_alone():
             logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
         full = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(completion)]
         assert got == pytest.approx(full, abs=1e-5)
+
+
+def test_a_shared_prompt_is_scored_once_for_the_whole_batch(monkeypatch):
+    """Rows that share a prompt (a GRPO group's episodes) forward it once, its keys and values
+    repeated for every row: each completion still gets the logprobs of a full forward."""
+    from skyrl_sdk.trainer import model_forward
+
+    model, _ = load_model(ModelConfig(source=ModelSource.LOOKUP_TINY, pretrain_steps=0), seed=5)
+    scorer = opd.FrozenScorer(model, batch_size=4)
+    prompt = [1, 4, 7, 8, 9, 2] * 4  # 24 ids, above MIN_SHARED_PREFIX
+    pairs = [(prompt, [2, 5]), (prompt, [1, 5, 11, 12]), (prompt, [6]), (prompt + [3], [6, 7])]
+    calls = []
+    real = model_forward._shared_prefix_logits
+    monkeypatch.setattr(
+        model_forward,
+        "_shared_prefix_logits",
+        lambda *a, **k: calls.append(a[4]) or real(*a, **k),  # the shared length
+    )
+    batched = asyncio.run(scorer.score_batch(pairs))
+    assert calls == [len(prompt)]  # one batch, the prompt forwarded once
+    for (p, completion), got in zip(pairs, batched, strict=True):
+        ids = torch.tensor([p + completion])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+        full = [logp[len(p) - 1 + i, t].item() for i, t in enumerate(completion)]
+        assert got == pytest.approx(full, abs=1e-5)
