@@ -166,8 +166,11 @@ def _rl_baseline(
 ) -> tuple[Path, list[int], int]:
     """GRPO from the fresh start until its sampled tokens (`_episode_tokens`) reach
     `target`: chunks of steps (resuming its checkpoint), each sized so that at the largest
-    per-step count seen so far it cannot pass `target` before its last step. Its run
-    directory, trained batches' tokens per step and chunks run."""
+    per-step count seen so far it cannot pass `target` before its last step. A step samples
+    more than it trains when dynamic sampling sets groups aside (from a fresh model most
+    groups fail alike): then the first chunk is one step, and a step counts as its run's
+    average of every sampled token. Its run directory, trained batches' tokens per step and
+    chunks run."""
     from skyrl_sdk.trainer.config import merge
 
     run = out / "rl-baseline"
@@ -180,9 +183,13 @@ def _rl_baseline(
         updates["optim"] = {"lr": s.lr}
     per_step: list[int] = []
     steps, chunks, sampled = 0, 0, 0
+    sets_aside = _run_config(teacher, run, seed, updates).algorithm.dynamic_sampling
     while sampled < target and steps < s.max_rl_steps and chunks < s.max_rl_chunks:
-        # The first chunk: half the student's steps (the same start samples alike at first).
-        more = (target - sampled) // max(per_step) if per_step else s.steps // 2
+        if per_step:
+            per = max(max(per_step), -(-sampled // steps))  # all sampled, on average
+            more = (target - sampled) // per
+        else:  # half the student's steps (the same start samples alike at first)
+            more = 1 if sets_aside else s.steps // 2
         more = max(1, more)
         steps = min(s.max_rl_steps, steps + more)
         cfg = _run_config(teacher, run, seed, {**updates, "trainer": {"steps": steps}})

@@ -123,6 +123,27 @@ def test_the_pipelines_base_evaluation_stands_for_the_fresh_student(teacher, tmp
     assert "(step 0)" in other["base_evaluation"]
 
 
+def test_the_rl_baseline_stops_within_a_step_when_dynamic_sampling_sets_groups_aside(
+    teacher, tmp_path
+):
+    """A fresh tiny model fails every group alike, so dynamic sampling sets them aside and a
+    step samples many times the tokens it trains: the baseline still stops within one step's
+    sampled tokens of the student's (chunks sized by all that was sampled, not trained)."""
+    settings = DistillSettings(steps=4, max_rl_steps=8)
+    dynamic = {"algorithm": {"dynamic_sampling": True, "max_set_aside": 4}}
+    results = run_distill_demo(teacher.parent, tmp_path / "d", settings=settings, overrides=dynamic)
+    played = read_trajectories(tmp_path / "d" / "rl-baseline" / "trajectories.jsonl")
+    by_step: dict[int, int] = {}
+    for t in played:  # max_staleness 0: a step's episodes are sampled at the version before it
+        version = t.turns[0].policy_versions[0] if t.turns and t.turns[0].policy_versions else 0
+        by_step[version] = by_step.get(version, 0) + t.num_generated_tokens
+    tokens = results["sampled_tokens"]
+    assert sum(by_step.values()) == tokens["rl_baseline"]
+    assert max(by_step.values()) > max(results["sampled_tokens_per_step"]["rl_baseline"])
+    assert tokens["rl_baseline"] >= tokens["student"] or results["steps"]["rl_baseline"] == 8
+    assert tokens["rl_baseline"] - tokens["student"] < max(by_step.values())
+
+
 def test_the_cli_says_in_one_line_what_is_wrong_with_the_teacher(tmp_path):
     import typer
 
