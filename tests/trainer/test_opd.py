@@ -438,7 +438,7 @@ def test_a_shared_prompt_is_scored_once_for_the_whole_batch(monkeypatch):
     model, _ = load_model(ModelConfig(source=ModelSource.LOOKUP_TINY, pretrain_steps=0), seed=5)
     scorer = opd.FrozenScorer(model, batch_size=4)
     prompt = [1, 4, 7, 8, 9, 2] * 4  # 24 ids, above MIN_SHARED_PREFIX
-    pairs = [(prompt, [2, 5]), (prompt, [1, 5, 11, 12]), (prompt, [6]), (prompt + [3], [6, 7])]
+    pairs = [(prompt, [2, 5]), (prompt, [1, 5, 11, 12]), (prompt, [6]), ([*prompt, 3], [6, 7])]
     calls = []
     real = model_forward._shared_prefix_logits
     monkeypatch.setattr(
