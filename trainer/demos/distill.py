@@ -228,25 +228,26 @@ def _teacher_evaluation(teacher: TeacherRun, out: Path, seed: int) -> tuple[Held
     return evaluate_base(build_config(cfg)), f"{out / 'teacher-eval'} (re-evaluated)"
 
 
-def _fresh_evaluation(teacher: TeacherRun, seed: int) -> tuple[HeldoutResult, str] | None:
+def _fresh_evaluation(
+    teacher: TeacherRun, teacher_eval: HeldoutResult, seed: int
+) -> tuple[HeldoutResult, str] | None:
     """The fresh model's held-out result when the teacher's pipeline evaluated it already
-    (`base/heldout.jsonl` beside `rl/`) on the episodes the student plays: the same seed,
-    episode count, temperature and tasks as the teacher run's evaluations. The student starts
-    from that model (LoRA adds nothing before its first step), so the demo does not play the
-    slowest evaluation (the untrained model rambles to its token limit) a second time."""
+    (`base/heldout.jsonl` beside `rl/`) on the episodes the student plays: the teacher's
+    seed, and the episode count, temperature and tasks of the teacher's evaluation. The
+    student starts from that model (LoRA adds nothing before its first step), so the demo does
+    not play the slowest evaluation (the untrained model rambles to its token limit) twice."""
     from skyrl_sdk.trainer.heldout import read_results
 
     base_dir = teacher.run_dir.parent / "base"
-    recorded, reference = read_results(base_dir), read_results(teacher.run_dir)
-    if seed != teacher.config.seed or len(recorded) != 1 or not reference:
+    recorded = read_results(base_dir)
+    if seed != teacher.config.seed or len(recorded) != 1:
         return None
-    base, h = recorded[0], teacher.config.heldout
-    temperature = h.temperature if h.temperature is not None else teacher.config.rollout.temperature
+    base = recorded[0]
     same = (
         base.step == 0
-        and base.episodes == h.episodes
-        and base.temperature == temperature
-        and base.per_task.keys() == reference[-1].per_task.keys()
+        and base.episodes == teacher_eval.episodes
+        and base.temperature == teacher_eval.temperature
+        and base.per_task.keys() == teacher_eval.per_task.keys()
     )
     return (base, f"{base_dir}/heldout.jsonl (the pipeline's base evaluation)") if same else None
 
@@ -292,7 +293,7 @@ def run_distill_demo(
     updates: dict[str, Any] = {"algorithm": algorithm, "trainer": {"steps": s.steps}}
     if s.lr is not None:
         updates["optim"] = {"lr": s.lr}
-    fresh = _fresh_evaluation(teacher, seed)
+    fresh = _fresh_evaluation(teacher, teacher_eval, seed)
     if fresh is not None:  # the student's loop evaluates only after training
         updates["heldout"] = {"before_training": False}
     from skyrl_sdk.trainer.config import merge
