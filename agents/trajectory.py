@@ -148,6 +148,12 @@ class TrainingSample:
     """A per-token advantage for each id (0.0 off the loss mask), added to the one advantage
     the trainer gives the whole sample; empty: none. On-policy distillation sets it
     (`trainer.opd`: the teacher's logprob minus the sampler's, token by token)."""
+    teacher_top_ids: tuple[tuple[int, ...], ...] = ()
+    """Per id, the teacher's most likely ids at that position, most likely first, on sampled
+    ids (`()` elsewhere); empty: none. Distillation's logit term sets it
+    (`algorithm.opd_logit_kl_coef`, `trainer.opd`)."""
+    teacher_top_logprobs: tuple[tuple[float, ...], ...] = ()
+    """The teacher's logprobs of `teacher_top_ids`, aligned with them."""
 
 
 @dataclass(frozen=True, slots=True)

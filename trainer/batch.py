@@ -148,6 +148,7 @@ def step_metrics(
         "loss/total": stats.loss,
         "loss/policy": stats.policy_loss,
         "loss/observation": stats.observation_loss,
+        "loss/logit_kl": stats.logit_kl,
         "policy/kl_ref": stats.kl_ref,
         "policy/kl_sampler": stats.kl_sampler,
         "policy/entropy": stats.entropy,

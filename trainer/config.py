@@ -293,6 +293,18 @@ class AlgorithmConfig(_Section):
     opd_reward_coef: float = Field(0.0, ge=0)
     """`advantage: opd`: weight of GRPO's advantage of the task reward, added to every sampled
     token's distillation advantage (0: pure distillation)."""
+    opd_logit_kl_coef: float = Field(0.0, ge=0)
+    """`advantage: opd`: weight of a supervised term added to the policy loss, the forward KL
+    from the teacher's next-token distribution to the student's at every sampled position
+    (GKD's on-policy distillation; DAgger for language models): the sampled-token advantage
+    only says how good the token drawn was, this says which tokens the teacher would have
+    drawn there, so a student far from its teacher learns where its own samples go wrong.
+    Over the teacher's `opd_top_k` most likely tokens, renormalised (`losses.logit_kl`);
+    token mean over the batch's sampled tokens. Needs a teacher whose full distribution is at
+    hand (a local model: `trainer.opd.FrozenScorer`). 0: off."""
+    opd_top_k: int = Field(32, ge=1, le=1024)
+    """`opd_logit_kl_coef`: how many of the teacher's most likely tokens each sampled position
+    keeps (their logprobs travel with the training sample)."""
 
     @model_validator(mode="after")
     def _check(self) -> AlgorithmConfig:
@@ -303,6 +315,10 @@ class AlgorithmConfig(_Section):
             )
         if self.teacher is not None and self.advantage is not AdvantageEstimator.OPD:
             raise ValueError("algorithm.teacher is only used with algorithm.advantage 'opd'")
+        if self.opd_logit_kl_coef > 0 and self.advantage is not AdvantageEstimator.OPD:
+            raise ValueError(
+                "algorithm.opd_logit_kl_coef is only used with algorithm.advantage 'opd'"
+            )
         if self.reduction is Reduction.CONSTANT and not self.normalizer:
             raise ValueError(
                 "algorithm.normalizer is required when algorithm.reduction is 'constant'"

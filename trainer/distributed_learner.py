@@ -62,7 +62,9 @@ def shard_batch(
     adv = [float(a) for a in advantages[rank::world]]
     filler = local[0] if local else samples[0]
     # No gradient from the filler: its per-token advantages (distillation's) go too.
-    filler = dataclasses.replace(filler, token_advantages=())
+    filler = dataclasses.replace(
+        filler, token_advantages=(), teacher_top_ids=(), teacher_top_logprobs=()
+    )
     while len(local) < per_rank:
         local.append(filler)
         adv.append(0.0)
@@ -106,6 +108,7 @@ def combine_stats(per_rank: Sequence[LearnerStats], *, tokens: int, sequences: i
         staleness_max=max(s.staleness_max for s in per_rank),
         duration_s=max(s.duration_s for s in per_rank),
         observation_loss=rank_mean("observation_loss"),
+        logit_kl=rank_mean("logit_kl"),
     )
 
 

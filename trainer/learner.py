@@ -9,7 +9,9 @@ token, `TrainingSample.token_advantages`: on-policy distillation's, `trainer.opd
     2. truncated IS weights min(exp(learner - sampler), cap) for every generated token:
        tokens an older policy version produced (async) are re-weighted toward this one
     3. policy loss (`algorithm.loss` from `trainer.losses`), + KL to the initial policy, - entropy bonus,
-       reduced over the whole batch, backward per micro-batch (gradient accumulation)
+       + ECHO's observation NLL, + distillation's logit KL to the teacher's top tokens (each
+       when its coefficient is set), reduced over the whole batch, backward per micro-batch
+       (gradient accumulation)
     4. clip the global grad norm, optimizer step, scheduler step; version += 1
 
 LoRA (`peft`, the `lora` extra) trains adapters only; `engine_weights()` then merges them
@@ -75,6 +77,10 @@ class LearnerStats:
     observation_loss: float = 0.0
     """The observation-token NLL (ECHO's term, before its coefficient): token mean over the
     batch's observation tokens (0 when `observation_loss_coef` is 0)."""
+    logit_kl: float = 0.0
+    """Distillation's logit term before its coefficient (`losses.logit_kl`): token mean over
+    the batch's sampled tokens that carry the teacher's top tokens (0 when
+    `opd_logit_kl_coef` is 0)."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +224,7 @@ class Learner:
     ) -> None:
         total_tokens = sum(sum(s.loss_mask[1:]) for s in samples)
         total_obs = sum(sum(s.observation_mask[1:]) for s in samples)
+        total_distilled = sum(sum(1 for top in s.teacher_top_ids[1:] if top) for s in samples)
         total_seqs = len(samples)
         packed = self.pack
         for rows in _forwards(samples, self.micro_batch_size, packed, self.pack_tokens):
@@ -260,8 +267,14 @@ class Learner:
                 if self.reduction is losses.Reduction.TOKEN_MEAN
                 else n_seqs / total_seqs
             )
-            obs = self._observation_term(logits, logprobs, batch, total_obs)
-            self._backward(loss * share + self.algorithm.observation_loss_coef * obs)
+            obs = _observation_term(
+                self.algorithm, self.temperature, logits, logprobs, batch, total_obs
+            )
+            kd = _logit_kl_term(self.algorithm, self.temperature, logits, batch, total_distilled)
+            alg = self.algorithm
+            self._backward(
+                loss * share + alg.observation_loss_coef * obs + alg.opd_logit_kl_coef * kd
+            )
             with torch.no_grad():
                 # KL(sampler || learner) from the sampler's own tokens: k3 with r = p_learner /
                 # p_sampler (the estimator's "policy" is the distribution sampled from).
@@ -279,6 +292,7 @@ class Learner:
                     ratio=pstats.ratio_mean * n_tok,
                     tis=tis_hits,
                     obs=float(obs),
+                    logit_kl=float(kd),
                     versions=batch.versions[mask.bool()],
                 )
 
@@ -304,19 +318,6 @@ class Learner:
             with torch.no_grad():
                 entropy_tok = losses.entropy_from_logits(logits.detach())
         return loss, kl_ref, entropy_tok
-
-    def _observation_term(
-        self, logits: torch.Tensor, logprobs: torch.Tensor, batch: _Padded, total: int
-    ) -> torch.Tensor:
-        """This micro-batch's part of ECHO's observation NLL (`losses.observation_loss`), or
-        zero without computing anything when `observation_loss_coef` is 0 (the loss is then
-        exactly what it was without the term)."""
-        if self.algorithm.observation_loss_coef == 0 or total == 0:
-            return torch.zeros((), device=logprobs.device)
-        if self.temperature != 1.0:
-            # The env's tokens were not sampled: score them under the untempered model.
-            logprobs = losses.token_logprobs(logits * self.temperature, batch.targets)
-        return losses.observation_loss(logprobs, batch.observation, total)
 
     def _backward(self, loss: torch.Tensor) -> None:
         """Backward of one micro-batch's share of the loss (DeepSpeed overrides this)."""
@@ -436,6 +437,45 @@ class Learner:
 # -- helpers ------------------------------------------------------------------------------
 
 
+def _observation_term(
+    algorithm: AlgorithmConfig,
+    temperature: float,
+    logits: torch.Tensor,
+    logprobs: torch.Tensor,
+    batch: _Padded,
+    total: int,
+) -> torch.Tensor:
+    """A micro-batch's part of ECHO's observation NLL (`losses.observation_loss`), or zero
+    without computing anything when `observation_loss_coef` is 0 (the loss is then exactly
+    what it was without the term)."""
+    if algorithm.observation_loss_coef == 0 or total == 0:
+        return torch.zeros((), device=logprobs.device)
+    if temperature != 1.0:
+        # The env's tokens were not sampled: score them under the untempered model.
+        logprobs = losses.token_logprobs(logits * temperature, batch.targets)
+    return losses.observation_loss(logprobs, batch.observation, total)
+
+
+def _logit_kl_term(
+    algorithm: AlgorithmConfig,
+    temperature: float,
+    logits: torch.Tensor,
+    batch: _Padded,
+    total: int,
+) -> torch.Tensor:
+    """A micro-batch's part of distillation's logit KL (`losses.logit_kl`), or zero without
+    computing anything when `opd_logit_kl_coef` is 0 or no sample carries the teacher's
+    tokens."""
+    if algorithm.opd_logit_kl_coef == 0 or total == 0 or batch.teacher_ids is None:
+        return torch.zeros((), device=logits.device)
+    assert batch.teacher_logprobs is not None and batch.distilled is not None
+    # The teacher's distribution is its untempered one; so is the student's it is matched to.
+    student = logits * temperature if temperature != 1.0 else logits
+    return losses.logit_kl(
+        student, batch.teacher_ids, batch.teacher_logprobs, batch.distilled, total
+    )
+
+
 @dataclass(frozen=True)
 class _Padded:
     """A right-padded micro-batch; per-token fields are aligned with `targets`."""
@@ -458,6 +498,13 @@ class _Padded:
     shared_prefix: int = 0
     """Every row starts with the same this many ids (a GRPO group's prompt), all before
     `first_scored` + 1: they are forwarded once, not once per row (0: no sharing)."""
+    teacher_ids: torch.Tensor | None = None
+    """`[batch, tokens, k]`: the teacher's top ids per target (`TrainingSample.teacher_top_ids`;
+    None: no sample carries any)."""
+    teacher_logprobs: torch.Tensor | None = None
+    """`[batch, tokens, k]`: their teacher logprobs."""
+    distilled: torch.Tensor | None = None
+    """`[batch, tokens]`: 1 where a target carries the teacher's top ids."""
 
 
 def _pad(
@@ -487,11 +534,14 @@ def _pad(
         if s.token_advantages:
             per_token[row, :k] = torch.tensor(s.token_advantages, dtype=torch.float32)
     any_per_token = any(s.token_advantages for s in samples)
+    teacher = _teacher_targets(samples, width)
     if device is not None:  # one copy per tensor, after filling them row by row on the host
         ids, attention, mask, sampler, versions, observed, per_token = (
             t.to(device) for t in (ids, attention, mask, sampler, versions, observed, per_token)
         )
+        teacher = tuple(t.to(device) for t in teacher)
     # Shift: position t's logits score token t+1, so per-token fields drop their first entry.
+    top_ids, top_logprobs, distilled = (t[:, 1:] for t in teacher) if teacher else (None,) * 3
     return _Padded(
         ids,
         attention,
@@ -502,7 +552,33 @@ def _pad(
         observed[:, 1:],
         per_token[:, 1:] if any_per_token else None,
         None if positions is None else _positions(positions, width, ids.device),
+        teacher_ids=top_ids,
+        teacher_logprobs=top_logprobs,
+        distilled=distilled,
     )
+
+
+def _teacher_targets(
+    samples: Sequence[TrainingSample], width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | tuple[()]:
+    """The samples' `teacher_top_ids` / `_logprobs` as `[n, width, k]` tensors and the
+    `[n, width]` mask of the positions that have them; `()` when no sample has any. Positions
+    without them hold id 0 and logprob 0 (masked out)."""
+    k = next((len(top) for s in samples for top in s.teacher_top_ids if top), 0)
+    if not k:
+        return ()
+    n = len(samples)
+    top_ids = torch.zeros((n, width, k), dtype=torch.long)
+    top_logprobs = torch.zeros((n, width, k), dtype=torch.float32)
+    distilled = torch.zeros((n, width), dtype=torch.float32)
+    for row, s in enumerate(samples):
+        at = [i for i, top in enumerate(s.teacher_top_ids) if top]
+        if not at:
+            continue
+        top_ids[row, at] = torch.tensor([s.teacher_top_ids[i] for i in at], dtype=torch.long)
+        top_logprobs[row, at] = torch.tensor([s.teacher_top_logprobs[i] for i in at])
+        distilled[row, at] = 1.0
+    return top_ids, top_logprobs, distilled
 
 
 def _positions(rows: Sequence[Sequence[int]], width: int, device: torch.device) -> torch.Tensor:
@@ -578,9 +654,10 @@ def _scored_region(
         sampler_logprobs=batch.sampler_logprobs[:, first:],
         versions=batch.versions[:, first:],
         observation=batch.observation[:, first:],
-        token_advantages=(
-            None if batch.token_advantages is None else batch.token_advantages[:, first:]
-        ),
+        token_advantages=_cut(batch.token_advantages, first),
+        teacher_ids=_cut(batch.teacher_ids, first),
+        teacher_logprobs=_cut(batch.teacher_logprobs, first),
+        distilled=_cut(batch.distilled, first),
         first_scored=first,
     )
     if batch.position_ids is None:
@@ -589,6 +666,11 @@ def _scored_region(
     if adv.dim() == 2:  # per token
         adv = adv[:, first:]
     return sliced, adv, None if old_rows is None else [row[first:] for row in old_rows]
+
+
+def _cut(x: torch.Tensor | None, first: int) -> torch.Tensor | None:
+    """`x` from target position `first` on (None stays None)."""
+    return None if x is None else x[:, first:]
 
 
 def _pad_rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
@@ -638,6 +720,7 @@ class _Accumulator:
             staleness_max=int(lag.max()) if lag.numel() else 0,
             duration_s=duration,
             observation_loss=t.get("obs", 0.0),
+            logit_kl=t.get("logit_kl", 0.0),
         )
 
 

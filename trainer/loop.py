@@ -280,7 +280,9 @@ class TrainingLoop:
         # 2. Advantages, flattened to one per training sample.
         samples, advantages, adv_values = build_batch(groups, self.config.algorithm)
         await self.sync_check.calibrate(samples, self.learner.version)  # the first step only
-        samples, distilled = await opd.distill_batch(samples, self.teacher)  # opd only
+        alg = self.config.algorithm
+        top_k = alg.opd_top_k if alg.opd_logit_kl_coef > 0 else 0
+        samples, distilled = await opd.distill_batch(samples, self.teacher, top_k)  # opd only
         flat = flat_groups(groups)
         if len(flat) == len(groups) and self.teacher is None:
             self._no_signal(flat)

@@ -431,6 +431,31 @@ def observation_loss(
     return -(logprobs * mask).sum() / max(float(num_tokens), 1.0)
 
 
+def logit_kl(
+    logits: torch.Tensor,
+    teacher_ids: torch.Tensor,
+    teacher_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    num_tokens: float,
+) -> torch.Tensor:
+    """On-policy distillation's logit term: at each position where `mask` is 1, the forward
+    KL from the teacher's top tokens to the student's distribution,
+
+        KL_t = sum_j q_j (log q_j - log p_student(v_j)),   q = softmax(teacher_logprobs_t)
+
+    over the teacher's `k` most likely ids `v_j` (`teacher_ids`, `[batch, tokens, k]`) with
+    their logprobs renormalised over those `k` (`teacher_logprobs`), summed over the masked
+    positions and divided by `num_tokens` (the batch's distilled tokens, so micro-batch terms
+    add up to the batch's token mean). `logits` (`[batch, tokens, vocab]`) are the student's;
+    only they carry a gradient. Never negative; 0 exactly where the student's distribution
+    is `q` (all its mass on those ids, in the teacher's proportions)."""
+    logits = logits.float()
+    student = logits.gather(-1, teacher_ids) - torch.logsumexp(logits, dim=-1, keepdim=True)
+    target = torch.log_softmax(teacher_logprobs.float(), dim=-1)
+    per_token = (target.exp() * (target - student)).sum(dim=-1)
+    return (per_token * mask.to(per_token.dtype)).sum() / max(float(num_tokens), 1.0)
+
+
 def truncated_is_weights(
     proximal_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, cap: float = 2.0
 ) -> tuple[torch.Tensor, float]:

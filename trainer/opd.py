@@ -21,6 +21,13 @@ expectation over the student's own samples is -KL(student || teacher)), plus, wi
 mask (prompt, observations) get 0. The sampler's logprobs are those of the distribution that
 sampled (at `rollout.temperature`; the default 1 makes the estimate the model's reverse KL).
 `opd/reverse_kl` is the mean of `log p_sampler - log p_teacher` over the batch's sampled tokens.
+
+With `algorithm.opd_logit_kl_coef` > 0 the same teacher forward also keeps, at every sampled
+position, the teacher's `opd_top_k` most likely ids and their logprobs
+(`TrainingSample.teacher_top_ids` / `_logprobs`), and the learner adds that coefficient times
+the forward KL from them to the student's distribution (`losses.logit_kl`): the advantage says
+how good the sampled token was, the logit term which tokens the teacher would have sampled
+there, so a student far from its teacher is told where its own episodes should have gone.
 """
 
 from __future__ import annotations
@@ -52,6 +59,19 @@ class TeacherModel:
     """Source, sizes and `init_from` of the teacher (LoRA off: it is never trained)."""
     seed: int
     """The seed its model is built with (it picks the weights of the tiny sources)."""
+
+
+@dataclass(frozen=True)
+class TeacherTokens:
+    """One completion as the teacher scores it."""
+
+    logprobs: tuple[float, ...]
+    """Each completion token's logprob given everything before it."""
+    top_ids: tuple[tuple[int, ...], ...] = ()
+    """Per completion token, the teacher's `k` most likely ids at its position, most likely
+    first (empty when no `k` was asked for)."""
+    top_logprobs: tuple[tuple[float, ...], ...] = ()
+    """Their logprobs, aligned with `top_ids`."""
 
 
 @dataclass(frozen=True)
@@ -150,16 +170,25 @@ class FrozenScorer:
         self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]
     ) -> list[list[float]]:
         """`score` of each (prompt, completion) pair, `batch_size` sequences a forward."""
-        return await asyncio.to_thread(self._score_batch, [(list(p), list(c)) for p, c in pairs])
+        scored = await self.score_batch_top_k(pairs, 0)
+        return [list(t.logprobs) for t in scored]
 
-    def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+    async def score_batch_top_k(
+        self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], k: int
+    ) -> list[TeacherTokens]:
+        """`score_batch`, and with `k` > 0 also the teacher's `k` most likely ids (and their
+        logprobs) at each completion token's position."""
+        listed = [(list(p), list(c)) for p, c in pairs]
+        return await asyncio.to_thread(self._score_batch, listed, k)
+
+    def _score_batch(self, pairs: list[tuple[list[int], list[int]]], k: int) -> list[TeacherTokens]:
         import torch
 
         from skyrl_sdk.trainer.losses import token_logprobs
         from skyrl_sdk.trainer.model_forward import causal_logits, shared_prefix
 
         device = next(self.model.parameters()).device
-        out: list[list[float]] = []
+        out: list[TeacherTokens] = []
         for start in range(0, len(pairs), self.batch_size):
             chunk = pairs[start : start + self.batch_size]
             if any(not p or not c for p, c in chunk):
@@ -180,10 +209,20 @@ class FrozenScorer:
                     self.model, ids, attention, first=first, shared=shared,
                     cache_name=self.cache_name,
                 )  # fmt: skip
-            logprobs = token_logprobs(logits[:, :-1].float(), ids[:, first + 1 :])
+            logits = logits[:, :-1].float()
+            logprobs = token_logprobs(logits, ids[:, first + 1 :])
+            top = _top_k(logits, k) if k else None
             for row, (p, c) in enumerate(chunk):
-                start = len(p) - 1 - first
-                out.append(logprobs[row, start : start + len(c)].tolist())
+                at = slice(len(p) - 1 - first, len(p) - 1 - first + len(c))
+                scored = TeacherTokens(tuple(logprobs[row, at].tolist()))
+                if top is not None:
+                    top_ids, top_logprobs = top[0][row, at].tolist(), top[1][row, at].tolist()
+                    scored = replace(
+                        scored,
+                        top_ids=tuple(map(tuple, top_ids)),
+                        top_logprobs=tuple(map(tuple, top_logprobs)),
+                    )
+                out.append(scored)
         return out
 
     async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
@@ -203,6 +242,14 @@ class FrozenScorer:
         with self._lock, torch.no_grad():
             logits = completion_logits(self.model, ids, len(completion), self.keeps_logits)
         return token_logprobs(logits.float(), ids[:, len(prompt) :])[0].tolist()
+
+
+def _top_k(logits: Any, k: int) -> tuple[Any, Any]:
+    """The `k` most likely ids per position of `logits` (`[B, T, V]`) and their logprobs."""
+    import torch
+
+    values, ids = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    return ids, values - torch.logsumexp(logits, dim=-1, keepdim=True)
 
 
 def load_teacher(config: TrainConfig, tokenizer: Any = None) -> FrozenScorer:
@@ -248,30 +295,42 @@ def token_advantages(
 
 
 async def distill(
-    samples: Sequence[TrainingSample], teacher: Scorer
+    samples: Sequence[TrainingSample], teacher: Scorer, top_k: int = 0
 ) -> tuple[list[TrainingSample], DistillStats]:
     """`samples` with their per-token distillation advantages (`token_advantages`), scored
     by `teacher` (each sample as its ids before the first sampled token, then the rest, see
     the module docstring; a `FrozenScorer` takes them in padded batches, any other `Scorer`
-    one call a sample), and the batch's stats."""
+    one call a sample), and the batch's stats. With `top_k` > 0 each sampled position also
+    gets the teacher's `top_k` most likely ids and their logprobs (`teacher_top_ids` /
+    `teacher_top_logprobs`, for `losses.logit_kl`); that needs a `FrozenScorer`."""
     started = time.perf_counter()
     starts = [_first_sampled(s) for s in samples]
     pairs = [(s.input_ids[:k], s.input_ids[k:]) for s, k in zip(samples, starts, strict=True)]
     if isinstance(teacher, FrozenScorer):  # padded batches instead of one forward a sample
-        scores = await teacher.score_batch(pairs)
+        scores = await teacher.score_batch_top_k(pairs, top_k)
+    elif top_k:
+        raise TeacherError(
+            "algorithm.opd_logit_kl_coef needs the teacher's whole next-token distribution: "
+            f"a local model teacher, not {type(teacher).__name__}"
+        )
     else:
-        scores = await asyncio.gather(*(teacher.score(p, c) for p, c in pairs))
+        scored = await asyncio.gather(*(teacher.score(p, c) for p, c in pairs))
+        scores = [TeacherTokens(tuple(x)) for x in scored]
     out: list[TrainingSample] = []
     kl = teacher_sum = 0.0
     tokens = 0
     for sample, k, scored in zip(samples, starts, scores, strict=True):
-        if len(scored) != len(sample.input_ids) - k:
+        if len(scored.logprobs) != len(sample.input_ids) - k:
             raise RuntimeError(
-                f"the teacher returned {len(scored)} logprobs for {len(sample.input_ids) - k} tokens"
+                f"the teacher returned {len(scored.logprobs)} logprobs for "
+                f"{len(sample.input_ids) - k} tokens"
             )
-        teacher_lp = [0.0] * k + [float(x) for x in scored]
+        teacher_lp = [0.0] * k + [float(x) for x in scored.logprobs]
         per_token = token_advantages(teacher_lp, sample.logprobs, sample.loss_mask)
-        out.append(replace(sample, token_advantages=tuple(per_token)))
+        sample = replace(sample, token_advantages=tuple(per_token))
+        if top_k:
+            sample = _with_top_tokens(sample, k, scored)
+        out.append(sample)
         for t, s, m in zip(teacher_lp, sample.logprobs, sample.loss_mask, strict=True):
             if m:
                 kl += s - t
@@ -281,13 +340,25 @@ async def distill(
     return out, DistillStats(kl / n, teacher_sum / n, tokens, time.perf_counter() - started)
 
 
+def _with_top_tokens(sample: TrainingSample, k: int, scored: TeacherTokens) -> TrainingSample:
+    """`sample` with the teacher's top ids and logprobs on its sampled ids (`()` elsewhere:
+    the prompt and the env's observations are not the student's to match)."""
+    mask = sample.loss_mask[k:]
+    top_ids = tuple(ids if m else () for ids, m in zip(scored.top_ids, mask, strict=True))
+    top_lps = tuple(lp if m else () for lp, m in zip(scored.top_logprobs, mask, strict=True))
+    nothing: tuple[tuple[int, ...], ...] = ((),) * k
+    return replace(
+        sample, teacher_top_ids=nothing + top_ids, teacher_top_logprobs=((),) * k + top_lps
+    )
+
+
 async def distill_batch(
-    samples: Sequence[TrainingSample], teacher: Scorer | None
+    samples: Sequence[TrainingSample], teacher: Scorer | None, top_k: int = 0
 ) -> tuple[list[TrainingSample], dict[str, float]]:
     """The loop's step: `distill` and its metrics, or the samples as they are (no teacher)."""
     if teacher is None:
         return list(samples), {}
-    distilled, stats = await distill(samples, teacher)
+    distilled, stats = await distill(samples, teacher, top_k)
     return distilled, stats.metrics()
 
 

@@ -73,6 +73,8 @@ def pack_row(
     versions: list[int] = []
     observed: list[int] = []
     per_token: list[float] = []
+    top_ids: list[tuple[int, ...]] = []
+    top_logprobs: list[tuple[float, ...]] = []
     positions: list[int] = []
     for i in members:
         s, n = samples[i], len(samples[i].input_ids)
@@ -84,6 +86,10 @@ def pack_row(
         observed.extend((0, *s.observation_mask[1:]) if s.observation_mask else (0,) * n)
         extra = s.token_advantages or (0.0,) * n
         per_token.extend(advantages[i] + a for a in extra)
+        top_ids.extend(((), *s.teacher_top_ids[1:]) if s.teacher_top_ids else ((),) * n)
+        top_logprobs.extend(
+            ((), *s.teacher_top_logprobs[1:]) if s.teacher_top_logprobs else ((),) * n
+        )
         positions.extend(range(n))
     sample = TrainingSample(
         tuple(ids),
@@ -92,6 +98,8 @@ def pack_row(
         tuple(versions),
         tuple(observed) if any(samples[i].observation_mask for i in members) else (),
         tuple(per_token),
+        tuple(top_ids) if any(top for top in top_ids) else (),
+        tuple(top_logprobs) if any(top for top in top_ids) else (),
     )
     return PackedRow(tuple(members), sample, tuple(positions))
 

@@ -24,6 +24,8 @@ NEW_FIELDS = {
     ("algorithm", "observation_loss_coef"): 0.0,  # ECHO, off
     ("algorithm", "teacher"): None,  # on-policy distillation, off
     ("algorithm", "opd_reward_coef"): 0.0,
+    ("algorithm", "opd_logit_kl_coef"): 0.0,  # distillation's logit term, off
+    ("algorithm", "opd_top_k"): 32,  # read only with opd_logit_kl_coef
     ("algorithm", "dynamic_sampling"): False,  # DAPO's, off
     ("algorithm", "max_set_aside"): 16,  # read only with dynamic_sampling
     # The weight-sync check (issue 28) only reads: it scores a probe, it changes no update.
