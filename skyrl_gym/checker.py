@@ -5,15 +5,19 @@ raises `EnvCheckError` naming what broke. `run_checks` runs them all and reports
 `check_env` raises on the first failure. The last check runs Gymnasium's own `check_env`.
 
 A check may also warn (`EnvCheckWarning`) about something that is legal but likely a bug: an
-env whose seeds change neither its opening nor the result of a fixed action would play the
-same episode under every seed (`skyrl eval --num N` on an env without tasks). A warning never
-fails a check; `check_env` re-issues it with `warnings.warn`.
+env whose seeds change neither its opening, nor its attributes after reset, nor the result of
+a probe action would play the same episode under every seed (`skyrl eval --num N` on an env
+without tasks). A warning never fails a check; `check_env` re-issues it with `warnings.warn`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
 import json
+import numbers
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 
 from skyrl_gym.step_info import StepInfo, StepInfoError
@@ -34,6 +39,15 @@ SEED_PROBE_ACTIONS = (PROBE_ACTION, "50", "1", "yes", "A")
 the env's state (GuessEnv's secret) changes the result of at least one of them."""
 SEED_PROBES = 4
 """Seeds compared by `check_reset_seed_determinism`."""
+OPENING_PROBES = 8
+"""At most this many answers taken from the opening (`<answer>heads</answer>`) are probed too."""
+PLAIN_DATA_LIMIT = 10_000
+"""Items copied per env attribute or step-result field when comparing seeds; a bigger value
+(a whole dataset) is left out of the comparison."""
+_TAGGED = re.compile(r"<(\w{1,32})>([^<>]{1,64})</\1>")
+"""A short tagged answer in an opening, as `<answer>heads</answer>`."""
+_MISSING = object()
+"""Stands for a key one snapshot lacks (no env value is identical to it)."""
 
 
 class EnvCheckWarning(UserWarning):
@@ -133,13 +147,27 @@ def check_reset_return_type(env: gym.Env) -> None:
         _fail(f"reset() info must be a dict, got {type(info).__name__}")
 
 
+class SeedReach(enum.Enum):
+    """Where `check_reset_seed_determinism` saw different seeds lead to different episodes."""
+
+    OPENING = "opening"
+    """The opening messages differ."""
+    ENV_STATE = "env state"
+    """The env's plain-data attributes after reset differ (GuessEnv's `secret`, a coin side)."""
+    STEP_RESULT = "step result"
+    """Some probe action's first step (messages, reward, flags, info) differs."""
+    NOWHERE = "nowhere"
+    """No probe told the seeds apart: they seem not to reach the env (a warning)."""
+
+
 def check_reset_seed_determinism(env: gym.Env) -> None:
     """The same seed gives the same opening messages, even after steps in between.
 
     Where different seeds give the same opening (an env whose state is drawn from the seed,
-    like the README's GuessEnv, or tasks that share a prompt), a few fixed actions are played
-    under each seed: when every result is identical too, the seed seems not to reach the env,
-    and the check warns (`EnvCheckWarning`) without failing.
+    like the README's GuessEnv, or tasks that share a prompt), the env's plain-data attributes
+    after each reset are compared, then a few probe actions (fixed ones and the `<tag>...</tag>`
+    answers its opening offers) are played under each seed. When all of it is identical, the
+    seed seems not to reach the env, and the check warns (`EnvCheckWarning`) without failing.
     """
     first, _ = _reset(env)
     env.step(PROBE_ACTION)
@@ -147,32 +175,134 @@ def check_reset_seed_determinism(env: gym.Env) -> None:
     if first != second:
         _fail("reset(seed=s) twice gave different messages")
     seeds = [CHECK_SEED + k for k in range(SEED_PROBES)]
-    if all(_reset(env, s)[0] == first for s in seeds[1:]) and not _seeds_change_steps(env, seeds):
+    actions = (*SEED_PROBE_ACTIONS, *_opening_actions(first))
+    if _seed_reach(env, seeds, first, actions) is SeedReach.NOWHERE:
         tasks = len(getattr(env.unwrapped, "tasks", ()))
         what = f"although the env has {tasks} tasks" if tasks > 1 else "(an env played by seeds)"
         warnings.warn(
             EnvCheckWarning(
-                f"seeds {seeds[0]}..{seeds[-1]} gave the same opening and the same results for "
-                f"the fixed actions {list(SEED_PROBE_ACTIONS)} {what}: reset(seed=...) seems "
-                "not to reach the env's state (seed it from self.np_random after "
-                "super().reset(seed=seed)), so every seed would play the same episode"
+                f"seeds {seeds[0]}..{seeds[-1]} gave the same opening, the same env attributes "
+                f"and the same results for the actions {list(actions)} {what}: "
+                "reset(seed=...) seems not to reach the env's state (seed it from "
+                "self.np_random after super().reset(seed=seed)), so every seed would play the "
+                "same episode. This may be a false positive: only attributes that are plain data "
+                "and these actions were compared, so a seed that reaches other state, or shows "
+                "only in what other actions return, goes unseen"
             ),
             stacklevel=2,
         )
     _reset(env)
 
 
-def _seeds_change_steps(env: gym.Env, seeds: list[int]) -> bool:
-    """Whether some fixed action's first step differs between `seeds`."""
-    for action in SEED_PROBE_ACTIONS:
+def _seed_reach(
+    env: gym.Env, seeds: list[int], opening: Any, actions: tuple[str, ...]
+) -> SeedReach:
+    """The first place where `seeds` lead to different episodes, `NOWHERE` if none."""
+    played = (*seeds, seeds[0])  # seeds[0] again: what differs then is noise, not the seed
+    states = []
+    for seed in played:
+        messages, _ = _reset(env, seed)
+        if messages != opening:
+            return SeedReach.OPENING
+        states.append(_plain_attributes(env.unwrapped))
+    # an attribute that only records the seed (`self.seed = seed`) differs but reaches nothing
+    records = [
+        k for k in states[0] if all(st.get(k) == sd for st, sd in zip(states, played, strict=True))
+    ]
+    states = [{k: v for k, v in st.items() if k not in records} for st in states]
+    if _differs_by_seed(states[:-1], states[-1]):
+        return SeedReach.ENV_STATE
+    for action in actions:
         outcomes = []
-        for seed in seeds:
+        for seed in played:
             _reset(env, seed)
-            messages, reward, terminated, truncated, _ = _step(env, action)
-            outcomes.append((messages, reward, terminated, truncated))
-        if any(o != outcomes[0] for o in outcomes[1:]):
-            return True
-    return False
+            messages, reward, terminated, truncated, info = _step(env, action)
+            outcome = {"messages": messages, "reward": reward, "flags": (terminated, truncated)}
+            if isinstance(info, dict):
+                outcome.update({("info", k): v for k, v in info.items()})
+            outcomes.append(_plain_dict(outcome))
+        if _differs_by_seed(outcomes[:-1], outcomes[-1]):
+            return SeedReach.STEP_RESULT
+    return SeedReach.NOWHERE
+
+
+def _differs_by_seed(snapshots: list[dict[Any, Any]], repeat: dict[Any, Any]) -> bool:
+    """Whether a key's value differs between the snapshots (one per seed). Keys whose value
+    changed when the first seed was replayed (`repeat`) are noise (counters, clocks): skipped."""
+    base = snapshots[0]
+    stable = [k for k, v in base.items() if k in repeat and repeat[k] == v]
+    return any(s.get(k, _MISSING) != base[k] for k in stable for s in snapshots[1:])
+
+
+def _opening_actions(opening: Any) -> tuple[str, ...]:
+    """Answers the opening offers, as a coin flip's `<answer>heads</answer>`: each tagged span
+    and its bare text, at most `OPENING_PROBES`, none of `SEED_PROBE_ACTIONS`."""
+    found: dict[str, None] = {}
+    for message in opening if isinstance(opening, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for match in _TAGGED.finditer(content if isinstance(content, str) else ""):
+            found.setdefault(match.group(0))
+            found.setdefault(match.group(2).strip())
+    candidates = [a for a in found if a and a not in SEED_PROBE_ACTIONS]
+    return tuple(candidates[:OPENING_PROBES])
+
+
+class _NotPlain(Exception):
+    """A value `_plain` does not copy: not plain data, or over `PLAIN_DATA_LIMIT` items."""
+
+
+def _plain_attributes(env: gym.Env) -> dict[Any, Any]:
+    """A copy of the env's plain-data attributes. Gymnasium's own seed bookkeeping
+    (`_np_random*`) is left out: it differs by seed whether or not the seed reaches anything."""
+    return _plain_dict({k: v for k, v in vars(env).items() if not k.startswith("_np_random")})
+
+
+def _plain_dict(values: dict[Any, Any]) -> dict[Any, Any]:
+    """`values` with each value copied as plain data; the ones that are not are dropped."""
+    copied = {}
+    for key, value in values.items():
+        try:
+            copied[key] = _plain(value, [PLAIN_DATA_LIMIT])
+        except _NotPlain:
+            continue
+    return copied
+
+
+def _plain(value: Any, budget: list[int]) -> Any:
+    """A comparable copy of `value` made of str, numbers, None, bytes and containers of them
+    (dataclasses by their fields); a copy, so that a later reset that mutates the original in
+    place does not change it. Raises `_NotPlain` otherwise (objects compare by identity)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _NotPlain
+    if value is None or isinstance(value, str | bytes | bool | numbers.Number):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.size <= budget[0]:
+        budget[0] -= value.size
+        return (value.dtype.str, value.shape, value.tolist())
+    if isinstance(value, list | tuple):
+        return tuple(_plain(v, budget) for v in value)
+    if isinstance(value, dict):
+        copied = {}
+        for k, v in value.items():
+            key = _plain(k, budget)
+            try:
+                hash(key)
+            except TypeError:
+                raise _NotPlain from None
+            copied[key] = _plain(v, budget)
+        return copied
+    if isinstance(value, set | frozenset):
+        try:
+            return frozenset(_plain(v, budget) for v in value)
+        except TypeError:
+            raise _NotPlain from None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return (type(value).__qualname__, _plain(fields, budget))
+    raise _NotPlain
 
 
 def check_step_return_type(env: gym.Env) -> None:

@@ -1,5 +1,6 @@
 """check_env: every invariant passes on good envs and catches an env built to break it."""
 
+import random
 import re
 import runpy
 from pathlib import Path
@@ -115,3 +116,62 @@ def test_a_seed_that_changes_a_fixed_actions_result_does_not_warn():
     from examples.guess_env import GuessEnv  # same opening under every seed, secret differs
 
     assert not [r.warning for r in run_checks(lambda: skyrl_gym.make(GuessEnv)) if r.warning]
+
+
+class _FlipEnv(skyrl_gym.TextEnv):
+    """Call the flip: the seed picks the face, the opening is the same for every seed."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.face = ("up", "down")[int(self.np_random.integers(2))]
+        prompt = "Which face landed? Reply <answer>up</answer> or <answer>down</answer>."
+        return [{"role": "user", "content": prompt}], {}
+
+    def step(self, action):
+        return [], float(f"<answer>{self.face}</answer>" in action), True, False, {}
+
+
+def seed_warning(env_factory) -> str:
+    return {r.name: r for r in run_checks(env_factory)}["check_reset_seed_determinism"].warning
+
+
+def test_a_coin_flip_drawn_from_the_seed_does_not_warn():
+    # no fixed probe action names a face, but the face the seed drew differs between seeds
+    assert seed_warning(_FlipEnv) == ""
+    assert seed_warning(lambda: skyrl_gym.make(_FlipEnv)) == ""
+
+
+def test_a_seeded_secret_the_checker_cannot_read_is_found_by_the_openings_answers():
+    class SealedFlip(_FlipEnv):
+        """The face is hidden in a closure, not a plain attribute: only a step reveals it."""
+
+        def reset(self, *, seed=None, options=None):
+            messages, info = super().reset(seed=seed)
+            face = self.__dict__.pop("face")
+            self.judge = lambda action: f"<answer>{face}</answer>" in action
+            return messages, info
+
+        def step(self, action):
+            return [], float(self.judge(action)), True, False, {}
+
+    assert seed_warning(SealedFlip) == ""
+
+
+def test_a_seed_ignoring_env_still_warns_despite_counters_clocks_and_offered_answers():
+    class AlwaysUp(_FlipEnv):
+        """Ignores its seed (it only records it), counts resets, times steps: none reaches it."""
+
+        resets = 0
+
+        def reset(self, *, seed=None, options=None):
+            messages, info = super().reset(seed=seed)
+            self.face, self.resets, self.last_seed = "up", self.resets + 1, seed
+            return messages, info
+
+        def step(self, action):
+            messages, reward, terminated, truncated, _ = super().step(action)
+            return messages, reward, terminated, truncated, {"elapsed_s": random.random()}
+
+    warning = seed_warning(AlwaysUp)
+    assert "seems not to reach the env's state" in warning and "false positive" in warning
+    assert "'<answer>up</answer>'" in warning  # the opening's answers were probed too
