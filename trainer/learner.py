@@ -380,19 +380,22 @@ class Learner:
     async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
         """Each completion token's logprob under the current weights (`agents.scoring.Scorer`:
         raw logits, no temperature; with LoRA, the adapters on). Not while `train_step` runs."""
-        return await asyncio.to_thread(self._score, [*prompt_ids], [*completion_ids])
+        return (await self.score_batch([(prompt_ids, completion_ids)]))[0]
 
-    @torch.no_grad()
-    def _score(self, prompt: list[int], completion: list[int]) -> list[float]:
-        ids = torch.tensor([prompt + completion], dtype=torch.long, device=self._device())
+    async def score_batch(
+        self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]
+    ) -> list[list[float]]:
+        """`score` of each (prompt, completion) pair, `micro_batch_size` rows a forward
+        (`model_forward.score_pairs`: a shared prompt forwarded once)."""
+        return await asyncio.to_thread(self._score_batch, [([*p], [*c]) for p, c in pairs])
+
+    def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
         self.model.eval()  # dropout (LoRA's too) off: the engine has none
         try:
-            logits = model_forward.completion_logits(
-                self.model, ids, len(completion), self.keeps_logits
-            )
+            scored = model_forward.score_pairs(self.model, pairs, batch_size=self.micro_batch_size)
         finally:
             self.model.train()
-        return losses.token_logprobs(logits, ids[:, len(prompt) :])[0].tolist()
+        return [list(s.logprobs) for s in scored]
 
     # -- weights and state ----------------------------------------------------------------
 

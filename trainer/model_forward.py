@@ -4,13 +4,16 @@ A small model's step is mostly its vocabulary projection and what follows it (lo
 entropy) at every position, and the forward of prompts every row of a GRPO group repeats. So
 `causal_logits` projects only from the first scored position on (transformers'
 `logits_to_keep`) and forwards a common prefix once, repeating its keys and values for every
-row; `completion_logits` scores one completion without projecting its prompt. Each gives the
-logits a full forward would give at those positions (tests: the learner's steps and scores).
+row; `completion_logits` scores one completion without projecting its prompt; `score_pairs`
+scores many (prompt, completion) pairs in padded batches that way. Each gives the logits a
+full forward would give at those positions (tests: the learner's steps and scores).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -109,3 +112,73 @@ def completion_logits(model: Any, ids: torch.Tensor, completion: int, keeps: boo
     V]`); with `keeps` (`keeps_logits`), the prompt's positions are never projected."""
     kept = {"logits_to_keep": completion + 1} if keeps else {}
     return model(input_ids=ids, **kept).logits[:, -completion - 1 : -1]
+
+
+@dataclass(frozen=True)
+class ScoredCompletion:
+    """One completion as a model scores it (`score_pairs`)."""
+
+    logprobs: tuple[float, ...]
+    """Each completion token's logprob given everything before it (raw logits)."""
+    top_ids: tuple[tuple[int, ...], ...] = ()
+    """Per completion token, the model's `top_k` most likely ids at its position, most likely
+    first (empty when no `top_k` was asked for)."""
+    top_logprobs: tuple[tuple[float, ...], ...] = ()
+    """Their logprobs, aligned with `top_ids`."""
+
+
+def score_pairs(
+    model: Any,
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    batch_size: int,
+    top_k: int = 0,
+) -> list[ScoredCompletion]:
+    """Each (prompt, completion)'s token logprobs under `model` (no gradient; the caller sets
+    eval mode), `batch_size` right-padded rows a forward: logits only from the shortest
+    prompt's last position on, and a prompt the rows share (a GRPO group's) forwarded once.
+    With `top_k` > 0 also the `top_k` most likely ids and their logprobs at each completion
+    token's position."""
+    from skyrl_sdk.trainer.losses import token_logprobs
+
+    keeps, cache_name = keeps_logits(model), cache_argument(model)
+    device = next(model.parameters()).device
+    out: list[ScoredCompletion] = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = [(list(p), list(c)) for p, c in pairs[start : start + batch_size]]
+        if any(not p or not c for p, c in chunk):
+            raise ValueError("scoring needs a non-empty prompt and completion")
+        width = max(len(p) + len(c) for p, c in chunk)
+        ids = torch.zeros((len(chunk), width), dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        for row, (p, c) in enumerate(chunk):
+            ids[row, : len(p) + len(c)] = torch.tensor(p + c)
+            attention[row, : len(p) + len(c)] = 1
+        ids, attention = ids.to(device), attention.to(device)
+        first = min(len(p) for p, _ in chunk) - 1 if keeps else 0
+        shared = shared_prefix(ids, attention, first) if first else 0
+        with torch.no_grad():  # right padding: no real token attends to it
+            logits = causal_logits(
+                model, ids, attention, first=first, shared=shared, cache_name=cache_name
+            )[:, :-1].float()
+            logprobs = token_logprobs(logits, ids[:, first + 1 :])
+            top = _top_k(logits, top_k) if top_k else None
+        for row, (p, c) in enumerate(chunk):
+            at = slice(len(p) - 1 - first, len(p) - 1 - first + len(c))
+            if top is None:
+                out.append(ScoredCompletion(tuple(logprobs[row, at].tolist())))
+                continue
+            out.append(
+                ScoredCompletion(
+                    tuple(logprobs[row, at].tolist()),
+                    tuple(map(tuple, top[0][row, at].tolist())),
+                    tuple(map(tuple, top[1][row, at].tolist())),
+                )
+            )
+    return out
+
+
+def _top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` most likely ids per position of `logits` (`[B, T, V]`) and their logprobs."""
+    values, ids = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    return ids, values - torch.logsumexp(logits, dim=-1, keepdim=True)

@@ -38,11 +38,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyrl_sdk.agents.scoring import Scorer
 from skyrl_sdk.agents.trajectory import TrainingSample
 from skyrl_sdk.trainer.config import AdvantageEstimator, ModelConfig, ModelSource, TrainConfig
+
+if TYPE_CHECKING:
+    from skyrl_sdk.trainer.model_forward import ScoredCompletion
 
 _TINY_SOURCES = {"tiny": ModelSource.TINY, "lookup-tiny": ModelSource.LOOKUP_TINY}
 
@@ -59,19 +62,6 @@ class TeacherModel:
     """Source, sizes and `init_from` of the teacher (LoRA off: it is never trained)."""
     seed: int
     """The seed its model is built with (it picks the weights of the tiny sources)."""
-
-
-@dataclass(frozen=True)
-class TeacherTokens:
-    """One completion as the teacher scores it."""
-
-    logprobs: tuple[float, ...]
-    """Each completion token's logprob given everything before it."""
-    top_ids: tuple[tuple[int, ...], ...] = ()
-    """Per completion token, the teacher's `k` most likely ids at its position, most likely
-    first (empty when no `k` was asked for)."""
-    top_logprobs: tuple[tuple[float, ...], ...] = ()
-    """Their logprobs, aligned with `top_ids`."""
 
 
 @dataclass(frozen=True)
@@ -155,13 +145,11 @@ class FrozenScorer:
     forwards of `batch_size`."""
 
     def __init__(self, model: Any, name: str = "teacher", batch_size: int = 8):
-        from skyrl_sdk.trainer.model_forward import cache_argument, keeps_logits
+        from skyrl_sdk.trainer.model_forward import keeps_logits
 
         self.model = model.eval().requires_grad_(False)
         self.keeps_logits = keeps_logits(model)
         """Whether the model projects only the positions asked for (`logits_to_keep`)."""
-        self.cache_name = cache_argument(model)
-        """The forward's KV-cache argument (a shared prompt's keys and values go there)."""
         self.name = name
         self.batch_size = batch_size
         self._lock = threading.Lock()
@@ -175,55 +163,19 @@ class FrozenScorer:
 
     async def score_batch_top_k(
         self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], k: int
-    ) -> list[TeacherTokens]:
+    ) -> list[ScoredCompletion]:
         """`score_batch`, and with `k` > 0 also the teacher's `k` most likely ids (and their
         logprobs) at each completion token's position."""
         listed = [(list(p), list(c)) for p, c in pairs]
         return await asyncio.to_thread(self._score_batch, listed, k)
 
-    def _score_batch(self, pairs: list[tuple[list[int], list[int]]], k: int) -> list[TeacherTokens]:
-        import torch
+    def _score_batch(
+        self, pairs: list[tuple[list[int], list[int]]], k: int
+    ) -> list[ScoredCompletion]:
+        from skyrl_sdk.trainer.model_forward import score_pairs
 
-        from skyrl_sdk.trainer.losses import token_logprobs
-        from skyrl_sdk.trainer.model_forward import causal_logits, shared_prefix
-
-        device = next(self.model.parameters()).device
-        out: list[TeacherTokens] = []
-        for start in range(0, len(pairs), self.batch_size):
-            chunk = pairs[start : start + self.batch_size]
-            if any(not p or not c for p, c in chunk):
-                raise ValueError("scoring needs a non-empty prompt and completion")
-            width = max(len(p) + len(c) for p, c in chunk)
-            ids = torch.zeros((len(chunk), width), dtype=torch.long)
-            attention = torch.zeros_like(ids)
-            for row, (p, c) in enumerate(chunk):
-                ids[row, : len(p) + len(c)] = torch.tensor(p + c)
-                attention[row, : len(p) + len(c)] = 1
-            ids, attention = ids.to(device), attention.to(device)
-            # Logits from the shortest prompt's last position on: the prompts' own positions
-            # score nothing. A prompt the rows share (a GRPO group's) is forwarded once.
-            first = min(len(p) for p, _ in chunk) - 1 if self.keeps_logits else 0
-            shared = shared_prefix(ids, attention, first) if first else 0
-            with self._lock, torch.no_grad():  # right padding: no real token attends to it
-                logits = causal_logits(
-                    self.model, ids, attention, first=first, shared=shared,
-                    cache_name=self.cache_name,
-                )  # fmt: skip
-            logits = logits[:, :-1].float()
-            logprobs = token_logprobs(logits, ids[:, first + 1 :])
-            top = _top_k(logits, k) if k else None
-            for row, (p, c) in enumerate(chunk):
-                at = slice(len(p) - 1 - first, len(p) - 1 - first + len(c))
-                scored = TeacherTokens(tuple(logprobs[row, at].tolist()))
-                if top is not None:
-                    top_ids, top_logprobs = top[0][row, at].tolist(), top[1][row, at].tolist()
-                    scored = replace(
-                        scored,
-                        top_ids=tuple(map(tuple, top_ids)),
-                        top_logprobs=tuple(map(tuple, top_logprobs)),
-                    )
-                out.append(scored)
-        return out
+        with self._lock:
+            return score_pairs(self.model, pairs, batch_size=self.batch_size, top_k=k)
 
     async def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
         """Each completion token's logprob given the prompt and the completion before it."""
@@ -242,14 +194,6 @@ class FrozenScorer:
         with self._lock, torch.no_grad():
             logits = completion_logits(self.model, ids, len(completion), self.keeps_logits)
         return token_logprobs(logits.float(), ids[:, len(prompt) :])[0].tolist()
-
-
-def _top_k(logits: Any, k: int) -> tuple[Any, Any]:
-    """The `k` most likely ids per position of `logits` (`[B, T, V]`) and their logprobs."""
-    import torch
-
-    values, ids = logits.topk(min(k, logits.shape[-1]), dim=-1)
-    return ids, values - torch.logsumexp(logits, dim=-1, keepdim=True)
 
 
 def load_teacher(config: TrainConfig, tokenizer: Any = None) -> FrozenScorer:
@@ -314,8 +258,10 @@ async def distill(
             f"a local model teacher, not {type(teacher).__name__}"
         )
     else:
+        from skyrl_sdk.trainer.model_forward import ScoredCompletion
+
         scored = await asyncio.gather(*(teacher.score(p, c) for p, c in pairs))
-        scores = [TeacherTokens(tuple(x)) for x in scored]
+        scores = [ScoredCompletion(tuple(x)) for x in scored]
     out: list[TrainingSample] = []
     kl = teacher_sum = 0.0
     tokens = 0
@@ -340,7 +286,7 @@ async def distill(
     return out, DistillStats(kl / n, teacher_sum / n, tokens, time.perf_counter() - started)
 
 
-def _with_top_tokens(sample: TrainingSample, k: int, scored: TeacherTokens) -> TrainingSample:
+def _with_top_tokens(sample: TrainingSample, k: int, scored: ScoredCompletion) -> TrainingSample:
     """`sample` with the teacher's top ids and logprobs on its sampled ids (`()` elsewhere:
     the prompt and the env's observations are not the student's to match)."""
     mask = sample.loss_mask[k:]

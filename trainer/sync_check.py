@@ -164,7 +164,11 @@ class SyncCheck:
         local engine runs them right after loading the weights queued before them)."""
         engine = [self.engine.score(p.prompt_ids, p.completion_ids) for p in self.probe]
         engine_task = asyncio.gather(*engine)
-        learned = [await self.learner.score(p.prompt_ids, p.completion_ids) for p in self.probe]
+        pairs = [(p.prompt_ids, p.completion_ids) for p in self.probe]
+        if hasattr(self.learner, "score_batch"):  # the torch learner: padded, prompt shared
+            learned = await self.learner.score_batch(pairs)
+        else:
+            learned = [await self.learner.score(prompt, c) for prompt, c in pairs]
         served = await engine_task
         diffs = [
             abs(a - b)

@@ -1,5 +1,6 @@
 """The learner on real tiny models: gradient direction, staleness stats, LoRA weight sync."""
 
+import asyncio
 import math
 
 import pytest
@@ -277,12 +278,30 @@ def test_scoring_projects_only_the_completion():
         _model(), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2))
     )
     prompt, completion = [5, 6, 7, 8], [9, 10, 11]
-    got = learner._score(prompt, completion)
+    (got,) = learner._score_batch([(prompt, completion)])
     ids = torch.tensor([prompt + completion])
     with torch.no_grad():
         logp = torch.log_softmax(learner.model(input_ids=ids).logits[0, :-1], -1)
     want = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(completion)]
     assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_batched_scores_are_each_pair_scored_alone_with_a_shared_prompt_forwarded_once():
+    """`Learner.score_batch` (what the weight-sync check calls): rows sharing a prompt forward
+    it once, and every completion still gets the full forward's logprobs."""
+    learner = Learner(
+        _model(), LearnerSettings(algorithm=AlgorithmConfig(), optim=OptimConfig(lr=1e-2))
+    )
+    prompt = [5, 6, 7, 8] * 5  # 20 ids, above MIN_SHARED_PREFIX
+    pairs = [(prompt, [9, 10, 11]), (prompt, [12]), ([*prompt, 3], [4, 9])]
+    got = asyncio.run(learner.score_batch(pairs))
+    for (p, completion), scores in zip(pairs, got, strict=True):
+        ids = torch.tensor([p + completion])
+        with torch.no_grad():
+            logp = torch.log_softmax(learner.model(input_ids=ids).logits[0, :-1], -1)
+        want = [logp[len(p) - 1 + i, t].item() for i, t in enumerate(completion)]
+        assert scores == pytest.approx(want, abs=1e-5)
+    assert learner.model.training  # scoring leaves the model in training mode
 
 
 def _group(prompt_len, shared_len, reply_lens, *, seed=0):
