@@ -3,6 +3,10 @@
 The output is read frame by frame from the socket rather than through the SDK's stream
 helpers, so the output caps (`_Capture`, the command server's own) and a client-side deadline
 hold even against a command that floods its output or leaves orphans holding the stream.
+
+The stream starts with what the HTTP client read past the response's headers (`_read_ahead`):
+on a loaded host the engine's first frames are often already there when the headers are read,
+and reading the socket alone would lose them (a `tar` download's whole archive, say).
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ def exec_blocking(
     raw: socket.socket = getattr(conn, "_sock", conn)
     out, err = _Capture(limit), _Capture(limit)
     try:
-        timed_out = _pump(raw, stdin, started + timeout + 2.0, out, err)
+        early = _read_ahead(conn, raw)
+        timed_out = _pump(raw, stdin, started + timeout + 2.0, out, err, early)
     finally:
         with contextlib.suppress(Exception):
             conn.close()
@@ -69,11 +74,38 @@ def exec_blocking(
     return int(code), out, err, timed_out, duration
 
 
+def _read_ahead(conn: Any, raw: socket.socket) -> bytes:
+    """The bytes of the attach stream that the HTTP client already read from the socket
+    while it parsed the response's headers: they sit in the buffered reader of the SDK's
+    response (`conn._response.raw._fp.fp`, whose `raw` is `conn`), not in the socket.
+    Taken without waiting for more (b"" when there are none)."""
+    response = getattr(conn, "_response", None)
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    if reader is None or getattr(reader, "raw", None) is not conn:
+        return b""
+    previous = raw.gettimeout()
+    raw.setblocking(False)  # peek then returns the buffer, or b"" instead of waiting
+    try:
+        held = reader.peek()
+        return reader.read(len(held)) if held else b""
+    except (OSError, ValueError):  # a closed reader or socket: nothing was held
+        return b""
+    finally:
+        with contextlib.suppress(OSError):
+            raw.settimeout(previous)
+
+
 def _pump(
-    raw: socket.socket, stdin: bytes | None, deadline: float, out: _Capture, err: _Capture
+    raw: socket.socket,
+    stdin: bytes | None,
+    deadline: float,
+    out: _Capture,
+    err: _Capture,
+    early: bytes = b"",
 ) -> bool:
-    """Send `stdin`, then demultiplex the attach stream (8-byte headers: stream, length)
-    into `out` and `err` until it ends; True if `deadline` came first."""
+    """Send `stdin`, then demultiplex the attach stream (8-byte headers: stream, length),
+    `early` (its start, read ahead with the headers) first, into `out` and `err` until it
+    ends; True if `deadline` came first."""
     if stdin is not None:
         raw.sendall(stdin)
         with contextlib.suppress(OSError):
@@ -81,6 +113,7 @@ def _pump(
     # Client-side deadline: the in-container `timeout` kills the command, this bounds
     # the wait even when orphans keep the stream open or `timeout` is missing.
     buf = bytearray()
+    _demux(buf, early, out, err)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -91,10 +124,15 @@ def _pump(
         chunk = raw.recv(1 << 16)
         if not chunk:
             return False
-        buf += chunk
-        while len(buf) >= 8:
-            size = int.from_bytes(buf[4:8], "big")
-            if len(buf) < 8 + size:
-                break
-            (out if buf[0] != 2 else err).add(bytes(buf[8 : 8 + size]))
-            del buf[: 8 + size]
+        _demux(buf, chunk, out, err)
+
+
+def _demux(buf: bytearray, chunk: bytes, out: _Capture, err: _Capture) -> None:
+    """Append `chunk` to `buf` and move its complete frames into `out` / `err`."""
+    buf += chunk
+    while len(buf) >= 8:
+        size = int.from_bytes(buf[4:8], "big")
+        if len(buf) < 8 + size:
+            break
+        (out if buf[0] != 2 else err).add(bytes(buf[8 : 8 + size]))
+        del buf[: 8 + size]

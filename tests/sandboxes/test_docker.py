@@ -296,3 +296,33 @@ def test_docker_network_refused_clearly_without_root(
         arun(go())
     finally:
         network.tools.cache_clear()
+
+
+def test_docker_output_is_whole_when_the_client_reads_the_headers_late(
+    docker_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded host: the client reads each exec's response headers only after the engine
+    sent the command's output, so the HTTP client's buffer holds it, not the socket. The
+    output, a file read and a download (the docker verifier's reward files) are still whole;
+    before, all three came back empty (a Harbor trial's `reward_file_not_found`)."""
+    import http.client
+
+    begin = http.client.HTTPResponse.begin
+
+    def late_begin(self: http.client.HTTPResponse) -> None:
+        time.sleep(0.3)
+        begin(self)
+
+    async def go():
+        async with create_sandbox(SandboxSpec(image=docker_engine), backend="docker") as sb:
+            await sb.write_file("logs/reward.txt", "1\n")
+            monkeypatch.setattr(http.client.HTTPResponse, "begin", late_begin)
+            echoed = await sb.exec("echo hello; echo err >&2")
+            data = await sb.read_file("logs/reward.txt")
+            copied = await sb.download("logs", tmp_path / "back")
+            return echoed, data, copied
+
+    echoed, data, copied = arun(go())
+    assert (echoed.stdout, echoed.stderr) == ("hello\n", "err\n")
+    assert data == b"1\n"
+    assert (copied / "reward.txt").read_text() == "1\n"

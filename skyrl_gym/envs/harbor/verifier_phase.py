@@ -236,8 +236,16 @@ async def _run_test_sh(
         call = sandbox.exec(argv, timeout=timeout, env=env)
     ran = await asyncio.wait_for(call, timeout + 30)
     if rt.backend is Backend.DOCKER:
-        with contextlib.suppress(Exception):
+        try:
             await sandbox.download(rt._real(VERIFIER_LOGS), verifier_dir.parent)
+        except Exception as e:
+            # The verdict could not be read back: a sandbox failure, never test.sh leaving
+            # no reward file (`reward_file_not_found`). A timeout stays a timeout.
+            if not ran.timed_out:
+                raise SandboxError(
+                    f"cannot copy {VERIFIER_LOGS} out of the container: "
+                    f"{type(e).__name__}: {str(e)[:300]}"
+                ) from e
     return ran
 
 
