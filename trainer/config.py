@@ -546,6 +546,14 @@ class SFTConfig(_Section):
     """Tokens per packed row (None: the step's longest sequence, so no forward pass is wider
     than the padded one; attention costs the square of a row's width where the kernel masks
     rather than skips across sequences, as on CPU); a longer sequence gets a row of its own."""
+    teacher: str | None = None
+    """Distil instead of imitating: a teacher (as `algorithm.teacher`: one of our runs or
+    checkpoints, a model directory, `smollm2`, `tiny[:SEED]`; same tokenizer) scores each
+    step's sequences, and the loss is the KL from its `teacher_top_k` most likely next tokens
+    to the model's distribution at every trained position (`losses.logit_kl`, word-level
+    knowledge distillation) instead of the NLL of the data's own tokens (None: plain SFT)."""
+    teacher_top_k: int = Field(32, ge=1, le=1024)
+    """`teacher`: the teacher's most likely tokens kept per position."""
 
 
 class TrainConfig(_Section):

@@ -196,20 +196,27 @@ class FrozenScorer:
         return token_logprobs(logits.float(), ids[:, len(prompt) :])[0].tolist()
 
 
-def load_teacher(config: TrainConfig, tokenizer: Any = None) -> FrozenScorer:
-    """The run's teacher (`algorithm.teacher`), built once, frozen; with the student's
-    `tokenizer`, `TeacherError` unless the teacher's has the same vocabulary (the advantages
-    compare the two models on the same token ids)."""
+def load_teacher(
+    config: TrainConfig, tokenizer: Any = None, spec: str | None = None
+) -> FrozenScorer:
+    """The run's teacher (`spec`, by default `algorithm.teacher`; `skyrl sft` passes
+    `sft.teacher`), built once, frozen; with the student's `tokenizer`, `TeacherError` unless
+    the teacher's has the same vocabulary (the advantages compare the two models on the same
+    token ids)."""
     from skyrl_sdk.trainer.models import load_model
 
-    spec = config.algorithm.teacher
+    field = "algorithm.teacher" if spec is None else "sft.teacher"
+    spec = config.algorithm.teacher if spec is None else spec
     if not spec:
         raise TeacherError("algorithm.teacher is required when algorithm.advantage is 'opd'")
-    teacher = resolve_teacher(spec, config)
+    try:
+        teacher = resolve_teacher(spec, config)
+    except TeacherError as e:
+        raise TeacherError(str(e).replace("algorithm.teacher", field)) from None
     model, teacher_tokenizer = load_model(teacher.model, seed=teacher.seed)
     if tokenizer is not None and _vocab(teacher_tokenizer) != _vocab(tokenizer):
         raise TeacherError(
-            f"algorithm.teacher: {spec!r} has another tokenizer than the student "
+            f"{field}: {spec!r} has another tokenizer than the student "
             f"(model.source={config.model.source.value}); distillation compares the two "
             "models token by token, so they must share one"
         )
@@ -284,6 +291,20 @@ async def distill(
                 tokens += 1
     n = max(tokens, 1)
     return out, DistillStats(kl / n, teacher_sum / n, tokens, time.perf_counter() - started)
+
+
+async def with_top_tokens(
+    samples: Sequence[TrainingSample], teacher: FrozenScorer, top_k: int
+) -> list[TrainingSample]:
+    """`samples` with the teacher's `top_k` most likely ids and their logprobs on their
+    trained ids (`teacher_top_ids` / `teacher_top_logprobs`) and nothing else changed: the
+    logit term alone, for data the student did not sample (`skyrl sft` with `sft.teacher`)."""
+    starts = [_first_sampled(s) for s in samples]
+    pairs = [(s.input_ids[:k], s.input_ids[k:]) for s, k in zip(samples, starts, strict=True)]
+    scores = await teacher.score_batch_top_k(pairs, top_k)
+    return [
+        _with_top_tokens(s, k, scored) for s, k, scored in zip(samples, starts, scores, strict=True)
+    ]
 
 
 def _with_top_tokens(sample: TrainingSample, k: int, scored: ScoredCompletion) -> TrainingSample:

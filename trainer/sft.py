@@ -15,6 +15,11 @@ Data (`read_samples`), one JSONL file or a directory of them, each line either
 - a chat row `{"messages": [...]}`: rendered with the model's chat template, loss on the
   assistant messages' tokens only.
 
+With `sft.teacher` the run distils instead (word-level knowledge distillation): the teacher
+scores each step's sequences and the loss is the KL from its `sft.teacher_top_k` most likely
+next tokens to the model's distribution at every trained position (`losses.logit_kl`; the
+data's own tokens are then only the prefixes), logged as `sft/logit_kl`.
+
 A seeded share of the sequences (`sft.heldout_fraction`) is held out; their NLL per trained
 token (`sft/heldout_nll`) is measured before the first step, every `sft.eval_every` steps and
 after the last. The run directory is a training run's: `config.yaml`, `metrics.jsonl`,
@@ -28,6 +33,7 @@ padding goes. `sft.pack: false` pads `trainer.micro_batch_size` sequences per fo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -41,7 +47,7 @@ import typer
 
 from skyrl_sdk.agents.chat import ChatRenderer
 from skyrl_sdk.agents.trajectory import TrainingSample, Trajectory
-from skyrl_sdk.trainer import losses
+from skyrl_sdk.trainer import losses, opd
 from skyrl_sdk.trainer.checkpoint import (
     Checkpointer,
     CheckpointState,
@@ -275,6 +281,12 @@ def train_sft(config: TrainConfig, *, resume: bool = False, console: Any = None)
         pack=packs(config),
         pack_tokens=config.sft.max_packed_tokens,
     )
+    teacher = None
+    if config.sft.teacher:
+        teacher = opd.load_teacher(config, tokenizer, spec=config.sft.teacher)
+        # The data's own tokens get advantage 0 (`_steps`): the logit term is the whole loss.
+        kd = config.algorithm.model_copy(update={"opd_logit_kl_coef": 1.0})
+        settings = replace(settings, algorithm=kd)
     learner = Learner(model, settings)
     checkpointer = Checkpointer(run_dir, keep=config.trainer.keep_checkpoints)
     step = 0
@@ -289,7 +301,7 @@ def train_sft(config: TrainConfig, *, resume: bool = False, console: Any = None)
         truncate_metrics(run_dir / "metrics.jsonl", step)
     sinks = build_sinks(config.logging, run_dir, config.model_dump(mode="json"), console)
     try:
-        return _steps(config, learner, data, checkpointer, step, sinks, run_dir)
+        return _steps(config, learner, data, checkpointer, step, sinks, run_dir, teacher)
     finally:
         sinks.close()
 
@@ -302,6 +314,7 @@ def _steps(
     step: int,
     sinks: Any,
     run_dir: Path,
+    teacher: Any = None,
 ) -> SFTResult:
     sft, loop = config.sft, config.trainer
     pad = learner.pad_token_id
@@ -316,11 +329,20 @@ def _steps(
         batch = [
             data.train[i] for i in batch_indices(len(data.train), sft.batch_size, step, config.seed)
         ]
-        stats = learner.train_step(batch, [1.0] * len(batch))
+        if teacher is None:
+            stats = learner.train_step(batch, [1.0] * len(batch))
+        else:  # `sft.teacher`: the teacher's top tokens are the targets, not the data's
+            batch = asyncio.run(opd.with_top_tokens(batch, teacher, sft.teacher_top_k))
+            stats = learner.train_step(batch, [0.0] * len(batch))
         step += 1
         metrics: dict[str, Any] = {
-            "loss/total": stats.loss,
-            "sft/train_nll": stats.policy_loss,
+            "loss/total": stats.loss + stats.logit_kl,
+            # With a teacher the data's own NLL is not trained (advantage 0): its KL is.
+            **(
+                {"sft/train_nll": stats.policy_loss}
+                if teacher is None
+                else {"sft/logit_kl": stats.logit_kl}
+            ),
             "optim/grad_norm": stats.grad_norm,
             "optim/lr": stats.lr,
             "tokens/trained": stats.tokens,
@@ -371,7 +393,7 @@ def sft_command(
         extra = [] if min_reward is None else [f"sft.min_reward={min_reward}"]
         cfg = load_config(None if config == "-" else config, [*(overrides or []), *extra])
         result = train_sft(cfg, resume=resume, console=console)
-    except (ConfigError, SFTDataError, ResumeConfigError, InitFromError) as e:
+    except (ConfigError, SFTDataError, ResumeConfigError, InitFromError, opd.TeacherError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     if result.heldout_nll_start is not None:

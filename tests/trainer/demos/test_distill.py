@@ -209,3 +209,48 @@ def test_an_output_holding_an_earlier_run_is_refused_and_kept(tmp_path):
         env={"COLUMNS": "300"},
     )
     assert result.exit_code == 2 and "already holds an earlier run" in result.output
+
+
+def test_a_pipeline_teacher_is_first_distilled_on_its_demonstrations(teacher, tmp_path):
+    """A teacher from the pipeline (`demos.jsonl` and `sft/` beside `rl/`): the student first
+    distils it on those demonstrations with the SFT run's settings (`sft.teacher`: the
+    teacher's top tokens are the targets), then OPD starts from that checkpoint; the fresh
+    model is evaluated on its own, since the student's step 0 is no longer it."""
+    from skyrl_sdk.agents.chat import ChatRenderer
+    from skyrl_sdk.trainer.config import build_config
+    from skyrl_sdk.trainer.demos.demonstrations import DemoSettings, write_demonstrations
+    from skyrl_sdk.trainer.demos.terminal import ENV_ID
+    from skyrl_sdk.trainer.models import load_model
+    from skyrl_sdk.trainer.sft import train_sft
+
+    pipeline = tmp_path / "pipeline"
+    shutil.copytree(teacher, pipeline / "rl")
+    run = find_teacher(pipeline)
+    _, tokenizer = load_model(run.config.model, seed=run.config.seed)
+    demos = DemoSettings(n=4, families=("echo-word", "make-dirs"), env_id=ENV_ID, max_tokens=48)
+    assert write_demonstrations(demos, ChatRenderer(tokenizer), pipeline / "demos.jsonl").kept
+    sft = run.config.model_dump(mode="json")
+    sft.update(out_dir=str(pipeline / "sft"))
+    sft["sft"].update(data=str(pipeline / "demos.jsonl"), batch_size=2, heldout_fraction=0.25)
+    sft["trainer"]["steps"] = 2
+    sft["algorithm"] = {"loss": "cross_entropy"}  # as the pipeline's SFT phase writes it
+    train_sft(build_config(sft))  # the pipeline's SFT run: its config.yaml is what is reused
+
+    results = run_distill_demo(
+        pipeline, tmp_path / "d", settings=DistillSettings(steps=1, max_rl_steps=1)
+    )
+    warm = results["warm_start"]
+    assert warm["steps"] == 2 and warm["data"] == str(pipeline / "demos.jsonl")
+    kd_config = (tmp_path / "d" / "student-kd" / "config.yaml").read_text()
+    assert f"teacher: {pipeline / 'rl'}" in kd_config and "init_from: null" in kd_config
+    assert all(v > 0 for v in warm["logit_kl_first_last"])
+    student_config = (tmp_path / "d" / "student" / "config.yaml").read_text()
+    assert f"init_from: {tmp_path / 'd' / 'student-kd'}" in student_config
+    assert [e.step for e in read_results(tmp_path / "d" / "student")] == [1]
+    assert results["base_evaluation"].endswith("(the fresh model)")
+    assert results["evaluations"]["base"]["episodes"] == 4
+    assert "student_kd_s" in results["phases_s"]
+    assert (
+        "| family | teacher | fresh model | student (KD + OPD) |"
+        in (tmp_path / "d" / "report.md").read_text()
+    )
