@@ -551,9 +551,13 @@ class SFTConfig(_Section):
     checkpoints, a model directory, `smollm2`, `tiny[:SEED]`; same tokenizer) scores each
     step's sequences, and the loss is the KL from its `teacher_top_k` most likely next tokens
     to the model's distribution at every trained position (`losses.logit_kl`, word-level
-    knowledge distillation) instead of the NLL of the data's own tokens (None: plain SFT)."""
+    knowledge distillation) instead of the NLL of the data's own tokens (that NLL stays in
+    with `label_weight`; None: plain SFT)."""
     teacher_top_k: int = Field(32, ge=1, le=1024)
     """`teacher`: the teacher's most likely tokens kept per position."""
+    label_weight: float = Field(0.0, ge=0)
+    """`teacher`: weight of the data's own tokens' NLL added to the teacher's KL (the hard
+    labels of Hinton et al.'s distillation loss; 0: the teacher's targets alone)."""
 
 
 class TrainConfig(_Section):

@@ -18,7 +18,8 @@ Data (`read_samples`), one JSONL file or a directory of them, each line either
 With `sft.teacher` the run distils instead (word-level knowledge distillation): the teacher
 scores each step's sequences and the loss is the KL from its `sft.teacher_top_k` most likely
 next tokens to the model's distribution at every trained position (`losses.logit_kl`; the
-data's own tokens are then only the prefixes), logged as `sft/logit_kl`.
+data's own tokens are then only the prefixes, plus `sft.label_weight` times their NLL),
+logged as `sft/logit_kl` (and `sft/label_loss`).
 
 A seeded share of the sequences (`sft.heldout_fraction`) is held out; their NLL per trained
 token (`sft/heldout_nll`) is measured before the first step, every `sft.eval_every` steps and
@@ -284,7 +285,8 @@ def train_sft(config: TrainConfig, *, resume: bool = False, console: Any = None)
     teacher = None
     if config.sft.teacher:
         teacher = opd.load_teacher(config, tokenizer, spec=config.sft.teacher)
-        # The data's own tokens get advantage 0 (`_steps`): the logit term is the whole loss.
+        # The data's own tokens get advantage `sft.label_weight` (`_steps`), the logit
+        # term weight 1.
         kd = config.algorithm.model_copy(update={"opd_logit_kl_coef": 1.0})
         settings = replace(settings, algorithm=kd)
     learner = Learner(model, settings)
@@ -331,17 +333,17 @@ def _steps(
         ]
         if teacher is None:
             stats = learner.train_step(batch, [1.0] * len(batch))
-        else:  # `sft.teacher`: the teacher's top tokens are the targets, not the data's
+        else:  # `sft.teacher`: the teacher's top tokens are the targets
             batch = asyncio.run(opd.with_top_tokens(batch, teacher, sft.teacher_top_k))
-            stats = learner.train_step(batch, [0.0] * len(batch))
+            stats = learner.train_step(batch, [sft.label_weight] * len(batch))
         step += 1
         metrics: dict[str, Any] = {
             "loss/total": stats.loss + stats.logit_kl,
-            # With a teacher the data's own NLL is not trained (advantage 0): its KL is.
+            # With a teacher the KL is trained, and the data's NLL times `label_weight`.
             **(
                 {"sft/train_nll": stats.policy_loss}
                 if teacher is None
-                else {"sft/logit_kl": stats.logit_kl}
+                else {"sft/logit_kl": stats.logit_kl, "sft/label_loss": stats.policy_loss}
             ),
             "optim/grad_norm": stats.grad_norm,
             "optim/lr": stats.lr,

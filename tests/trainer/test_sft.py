@@ -281,6 +281,17 @@ def test_sft_with_a_teacher_distils_its_distribution(tmp_path):
     )
     assert sum(kl[-3:]) / 3 < 0.5 * kl[0]
     assert result.heldout_nll_end < result.heldout_nll_start - 1.0
+    assert all(m["sft/label_loss"] == 0.0 for m in metrics)  # label_weight 0: KL alone
+    # With the data's own tokens weighted in (Hinton's hard labels), both terms train.
+    mixed = tmp_path / "mixed"
+    train_sft(
+        build_config(
+            {}, [*args[:-3], f"out_dir={mixed}", "trainer.steps=2", f"sft.teacher={teacher}",
+                 "sft.label_weight=0.5", *SMALL]
+        )
+    )  # fmt: skip
+    rows = [json.loads(line) for line in (mixed / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["sft/label_loss"] > 0 and r["sft/logit_kl"] > 0 for r in rows)
 
 
 def test_a_teacher_that_is_not_there_is_a_one_line_error(tmp_path):

@@ -6,7 +6,8 @@ of the other families, so GRPO has no signal there. The pipeline gives it one:
 1. **demonstrations**: each train-split task's `solution/solve.sh` played through the demo's
    env as the assistant's tool calls, token-exact for the model's tokenizer, kept when the
    verifier gives 1 (`demonstrations.write_demonstrations`) -> `demos.jsonl`;
-2. **base**: the untrained model on the held-out tasks (`base/heldout.jsonl`);
+2. **base**: the untrained model on the held-out tasks (`base/heldout.jsonl`), side by side
+   with 1 (the sandboxes' commands take what the model's threads leave);
 3. **sft**: `skyrl sft` on the demonstrations (`sft/`, a LoRA checkpoint);
 4. **rl**: the terminal demo's GRPO from the SFT checkpoint (`model.init_from`), whose loop
    evaluates the same held-out episodes before its first step (= after SFT) and after its last
@@ -24,10 +25,11 @@ is a `PipelineSettings` field, so a test runs the whole pipeline with a tiny mod
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -277,13 +279,15 @@ def run_terminal_pipeline(
         terminal._fetch_smollm2(console)
     phases: dict[str, float] = {}
 
-    t0 = time.perf_counter()
-    demos = _demonstrations(base_cfg, out, s)
-    phases["demonstrations_s"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    base = evaluate_base(base_cfg)
-    phases["base_eval_s"] = time.perf_counter() - t0
+    # The demonstrations run shell commands and verifiers in sandboxes, the base evaluation
+    # the model: side by side, the sandboxes take what the model's threads leave.
+    play = _demonstrations(base_cfg, out, s)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        playing = pool.submit(_timed, play)
+        t0 = time.perf_counter()
+        base = evaluate_base(base_cfg)
+        phases["base_eval_s"] = time.perf_counter() - t0
+        demos, phases["demonstrations_s"] = playing.result()
     console.print(f"base model: held-out success {base.success:.1%} ({base.episodes} episodes)")
 
     t0 = time.perf_counter()
@@ -308,7 +312,9 @@ def run_terminal_pipeline(
     return results
 
 
-def _demonstrations(cfg: TrainConfig, out: Path, s: PipelineSettings) -> Any:
+def _demonstrations(cfg: TrainConfig, out: Path, s: PipelineSettings) -> Callable[[], Any]:
+    """What writes the demonstrations (`write_demonstrations`), with the tokenizer loaded
+    here, so the call itself touches no model and no seeded random state."""
     from skyrl_sdk.agents.chat import ChatRenderer
     from skyrl_sdk.trainer.models import load_model
 
@@ -320,7 +326,14 @@ def _demonstrations(cfg: TrainConfig, out: Path, s: PipelineSettings) -> Any:
         env_id=cfg.env.id,
         max_tokens=s.max_tokens,
     )
-    return write_demonstrations(settings, ChatRenderer(tokenizer), out / "demos.jsonl")
+    renderer = ChatRenderer(tokenizer)
+    return lambda: write_demonstrations(settings, renderer, out / "demos.jsonl")
+
+
+def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    """`call()` and its seconds."""
+    t0 = time.perf_counter()
+    return call(), time.perf_counter() - t0
 
 
 def _results(
