@@ -49,6 +49,9 @@ NEW_SECTIONS = {
         "max_length": None,
         "pack": True,
         "max_packed_tokens": None,
+        "teacher": None,  # distilling SFT, off
+        "teacher_top_k": 32,
+        "label_weight": 0.0,
     },
 }
 
