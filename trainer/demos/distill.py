@@ -7,8 +7,11 @@ SmolLM2 + LoRA after demonstrations, SFT and GRPO. The student is the same model
 sampled token's advantage is the teacher's logprob minus the sampler's (plus, with
 `opd_reward_coef`, a share of GRPO's task-reward advantage), and the logit term
 (`DistillSettings.logit_kl_coef`) matches its next-token distribution to the teacher's top
-tokens at every position it sampled. The baseline is GRPO from the same
-fresh start with the teacher run's own RL settings, run until its sampled tokens reach the
+tokens at every position it sampled. When the teacher is a pipeline's (`demos.jsonl` and `sft/`
+beside `rl/`), the student is first warm-started off-policy on those demonstrations with the
+teacher's top tokens as targets (`skyrl sft` with `sft.teacher`, `DistillSettings.warm_start`),
+so OPD starts where the student samples what the teacher would grade. The baseline is GRPO
+from the same fresh start with the teacher run's own RL settings, run until its sampled tokens reach the
 student's (in chunks, resuming its checkpoint, so it stops within one step of the student's).
 
 All three are judged on the teacher run's held-out episodes (its `heldout` env kwargs,
