@@ -4,9 +4,9 @@ A small model's step is mostly its vocabulary projection and what follows it (lo
 entropy) at every position, and the forward of prompts every row of a GRPO group repeats. So
 `causal_logits` projects only from the first scored position on (transformers'
 `logits_to_keep`) and forwards a common prefix once, repeating its keys and values for every
-row; `completion_logits` scores one completion without projecting its prompt; `score_pairs`
-scores many (prompt, completion) pairs in padded batches that way. Each gives the logits a
-full forward would give at those positions (tests: the learner's steps and scores).
+row; `score_pairs` scores (prompt, completion) pairs in padded batches that way, without
+projecting the prompts. Each gives the logits a full forward would give at those positions
+(tests: the learner's steps and scores).
 """
 
 from __future__ import annotations
@@ -105,13 +105,6 @@ def _shared_prefix_logits(
     if first < shared:  # first == shared - 1: the prefix's last position predicts a scored id
         rest = torch.cat([prefix.logits.expand(rows, -1, -1), rest], dim=1)
     return rest
-
-
-def completion_logits(model: Any, ids: torch.Tensor, completion: int, keeps: bool) -> torch.Tensor:
-    """The logits that score the last `completion` ids of the one row `ids` (`[1, completion,
-    V]`); with `keeps` (`keeps_logits`), the prompt's positions are never projected."""
-    kept = {"logits_to_keep": completion + 1} if keeps else {}
-    return model(input_ids=ids, **kept).logits[:, -completion - 1 : -1]
 
 
 @dataclass(frozen=True)

@@ -182,18 +182,7 @@ class FrozenScorer:
         return await asyncio.to_thread(self._score, list(prompt_ids), list(completion_ids))
 
     def _score(self, prompt: list[int], completion: list[int]) -> list[float]:
-        import torch
-
-        from skyrl_sdk.trainer.losses import token_logprobs
-        from skyrl_sdk.trainer.model_forward import completion_logits
-
-        if not prompt or not completion:
-            raise ValueError("scoring needs a non-empty prompt and completion")
-        device = next(self.model.parameters()).device
-        ids = torch.tensor([prompt + completion], dtype=torch.long, device=device)
-        with self._lock, torch.no_grad():
-            logits = completion_logits(self.model, ids, len(completion), self.keeps_logits)
-        return token_logprobs(logits.float(), ids[:, len(prompt) :])[0].tolist()
+        return list(self._score_batch([(prompt, completion)], 0)[0].logprobs)
 
 
 def load_teacher(

@@ -91,6 +91,7 @@ def pack_row(
             ((), *s.teacher_top_logprobs[1:]) if s.teacher_top_logprobs else ((),) * n
         )
         positions.extend(range(n))
+    distilled = any(samples[i].teacher_top_ids for i in members)
     sample = TrainingSample(
         tuple(ids),
         tuple(loss),
@@ -98,8 +99,8 @@ def pack_row(
         tuple(versions),
         tuple(observed) if any(samples[i].observation_mask for i in members) else (),
         tuple(per_token),
-        tuple(top_ids) if any(top for top in top_ids) else (),
-        tuple(top_logprobs) if any(top for top in top_ids) else (),
+        tuple(top_ids) if distilled else (),
+        tuple(top_logprobs) if distilled else (),
     )
     return PackedRow(tuple(members), sample, tuple(positions))
 
